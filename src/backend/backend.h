@@ -1,0 +1,197 @@
+// The op interface that model code is written against, once, for every
+// backend (CPU now, CUDA later). ARCHITECTURE.md: "model/ is written once
+// against the backend's op interface".
+//
+// Conventions
+// - Tensors are non-owning 2-D row-major views (Tensor) into memory the
+//   backend allocated (Buffer). Row stride may exceed cols (views into a
+//   fused output).
+// - Activations are F32. Weights may be F32, F16 or BF16 and are used in
+//   place (a memory-mapped checkpoint is not converted). KV pages are F32,
+//   F16 or BF16 (KvLayerView::dtype).
+// - Index arrays (ids, positions, slots, page tables) live in backend memory
+//   too; on the CPU that is ordinary host memory.
+// - Ops are issued from one thread (the engine thread). A backend may run
+//   an op on many threads internally; ops on one Backend run in issue order.
+//   After Synchronize() all earlier ops have finished.
+// - Shapes are the caller's responsibility: a mismatch is a Strata bug and
+//   aborts via STRATA_CHECK, not a Status (ops sit on the hot path).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/dtype.h"
+#include "util/status.h"
+
+namespace strata {
+
+// A 2-D row-major view: element (r, c) is at data + (r * stride + c) * size.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;  // elements between rows; 0 means == cols
+
+  int64_t row_stride() const { return stride ? stride : cols; }
+  template <typename T>
+  T* row(int64_t r) const {
+    return reinterpret_cast<T*>(static_cast<char*>(data) + r * row_stride() * DTypeSize(dtype));
+  }
+  // Columns [c0, c0 + n) of every row, sharing memory.
+  Tensor Cols(int64_t c0, int64_t n) const {
+    Tensor t = *this;
+    t.data = static_cast<char*>(data) + c0 * DTypeSize(dtype);
+    t.cols = n;
+    t.stride = row_stride();
+    return t;
+  }
+  // Rows [r0, r0 + n), sharing memory.
+  Tensor Rows(int64_t r0, int64_t n) const {
+    Tensor t = *this;
+    t.data = static_cast<char*>(data) + r0 * row_stride() * DTypeSize(dtype);
+    t.rows = n;
+    t.stride = row_stride();
+    return t;
+  }
+};
+
+// Owning handle to backend memory. Movable, not copyable.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* data, size_t bytes, void (*free_fn)(void*)) : data_(data), bytes_(bytes), free_(free_fn) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      free_ = o.free_;
+      o.data_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { Reset(); }
+  void Reset() {
+    if (data_ && free_) free_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Tensor AsTensor(DType t, int64_t rows, int64_t cols) const { return Tensor{data_, t, rows, cols, 0}; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  void (*free_)(void*) = nullptr;
+};
+
+// One layer's K and V pages. Token slot s (= page_id * page_size + offset)
+// stores num_kv_heads * head_dim elements at k + s * num_kv_heads * head_dim
+// (same for v): layout [page][offset][kv_head][head_dim].
+struct KvLayerView {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kF32;
+  int32_t page_size = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t num_pages = 0;
+};
+
+// One sequence's slice of an attention batch. Its q_len new tokens occupy
+// rows [q_start, q_start + q_len) of q/out and sit at positions
+// kv_len - q_len .. kv_len - 1; their K/V are already stored (StoreKv).
+// page_table[i] holds positions [i * page_size, (i + 1) * page_size).
+struct AttentionSeq {
+  int32_t q_start = 0;
+  int32_t q_len = 0;
+  int32_t kv_len = 0;
+  const int32_t* page_table = nullptr;
+};
+
+struct AttentionParams {
+  int32_t num_heads = 0;     // query heads; q has num_heads * head_dim columns
+  int32_t num_kv_heads = 0;  // GQA: query head h reads kv head h / (num_heads / num_kv_heads)
+  int32_t head_dim = 0;
+  float scale = 0.f;           // usually 1/sqrt(head_dim)
+  int32_t sliding_window = 0;  // 0: full causal; else attend to the last W positions incl. self
+};
+
+// Rotary embedding parameters, computed once by the model from its config
+// (default / linear / llama3 scaling all reduce to an inv_freq table).
+struct RopeParams {
+  const float* inv_freq = nullptr;  // rotary_dim / 2 entries, host memory
+  int32_t head_dim = 0;
+  int32_t rotary_dim = 0;  // <= head_dim; the first rotary_dim dims rotate
+  float attention_scaling = 1.f;  // multiplies cos/sin (1 for the listed rope types)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+
+  // Memory for activations, KV pages and index arrays. 64-byte aligned.
+  virtual StatusOr<Buffer> Allocate(size_t bytes) = 0;
+  // Host <-> backend copies (plain memcpy on the CPU).
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Synchronize() {}
+
+  // out[i, :] = table[ids[i], :] as F32. out.rows == number of ids.
+  virtual void Embedding(const Tensor& table, const int32_t* ids, Tensor out) = 0;
+
+  // out = x * rsqrt(mean(x^2) + eps) * weight, per row (HF LlamaRMSNorm:
+  // normalise in f32, then multiply by the weight). out may alias x.
+  virtual void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
+
+  // out[n, m] = x[n, k] . w[m, k]^T (+ bias[m]). x, out F32; w any weight
+  // dtype, accumulated in F32. bias may be null. out must not alias x.
+  virtual void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
+
+  // out = silu(gate) * up, elementwise. out may alias gate or up.
+  virtual void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+
+  // out = a + b, elementwise. out may alias a or b.
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+
+  // Rotates q [n, heads * head_dim] and k [n, kv_heads * head_dim] in place,
+  // row i at position positions[i], HF "rotate_half" convention.
+  virtual void Rope(Tensor q, Tensor k, const int32_t* positions, const RopeParams& rope) = 0;
+
+  // Writes row i of k and v ([n, kv_heads * head_dim], F32) into token slot
+  // slots[i] of layer, converting to layer.dtype.
+  virtual void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer,
+                       const int64_t* slots) = 0;
+
+  // Causal attention of each sequence's new queries over its paged context.
+  // q, out: [total new tokens, num_heads * head_dim], F32. Softmax in F32.
+  virtual void PagedAttention(const Tensor& q, const KvLayerView& layer,
+                              const AttentionSeq* seqs, int32_t num_seqs,
+                              const AttentionParams& params, Tensor out) = 0;
+
+  // out[i, :] = x[rows[i], :]. Used to pick the rows that need logits.
+  virtual void GatherRows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
+};
+
+struct CpuBackendOptions {
+  int num_threads = 0;  // 0: all online CPUs
+  // Highest instruction set to use: "auto" (what the CPU has), "avx512",
+  // "avx2", "scalar". Lets tests compare kernels and users pin behaviour.
+  std::string isa = "auto";
+};
+
+// The CPU backend (backend/cpu/). Fails if `isa` names an instruction set the
+// CPU lacks.
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
+
+}  // namespace strata

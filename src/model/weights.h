@@ -1,0 +1,76 @@
+// Read-only access to a checkpoint's tensors: model.safetensors, or shards
+// listed by model.safetensors.index.json. Files are memory-mapped; tensors
+// are used in place (bf16 stays bf16).
+//
+// Every structural problem is caught at Open(): bad header length, invalid
+// JSON, unknown dtype, offsets outside the data area or overlapping, shape
+// not matching the byte size, index naming a missing shard or a tensor not
+// in its shard. Errors name the file and tensor.
+// Thread-safety: const methods are safe from many threads; Get() records use
+// and is not.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "util/status.h"
+
+namespace strata {
+
+struct WeightInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // inside the mapping
+  size_t nbytes = 0;
+  std::string file;  // shard file name, for messages
+};
+
+class MappedFile;  // weights.cc
+
+class WeightStore {
+ public:
+  // `dir` holds model.safetensors or model.safetensors.index.json (+ shards).
+  static StatusOr<WeightStore> Open(const std::string& dir);
+  // One file, for tests and tools.
+  static StatusOr<WeightStore> OpenFile(const std::string& path);
+
+  WeightStore();
+  WeightStore(WeightStore&&) noexcept;
+  WeightStore& operator=(WeightStore&&) noexcept;
+  ~WeightStore();
+
+  const WeightInfo* Find(const std::string& name) const;
+  // The tensor `name` as a Tensor view (1-D shapes become 1 x n), after
+  // checking it exists, has a float dtype (F32/F16/BF16) and exactly
+  // `expected_shape`. Marks it used. Errors:
+  //   NotFound  "model.safetensors: missing tensor 'model.norm.weight'"
+  //   InvalidArgument "...: tensor 'x' has shape [4, 8], expected [4, 16]"
+  StatusOr<Tensor> Get(const std::string& name, const std::vector<int64_t>& expected_shape);
+  // Names never passed to Get(), sorted; used to reject unexpected tensors.
+  std::vector<std::string> Unused() const;
+  size_t total_bytes() const;  // sum of tensor bytes
+  size_t size() const { return tensors_.size(); }
+  const std::map<std::string, WeightInfo>& tensors() const { return tensors_; }
+
+ private:
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::map<std::string, WeightInfo> tensors_;
+  std::map<std::string, bool> used_;
+};
+
+// Writes tensors as one safetensors file (for the demo model and tests).
+struct TensorToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace strata
