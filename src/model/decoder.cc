@@ -1,0 +1,209 @@
+#include "model/decoder.h"
+
+#include <cmath>
+
+#include "model/rope.h"
+#include "util/logging.h"
+
+namespace strata {
+namespace {
+
+struct LayerWeights {
+  Tensor input_norm, post_norm;
+  Tensor q, k, v, o;
+  Tensor q_bias, k_bias, v_bias, o_bias;
+  Tensor q_norm, k_norm;
+  Tensor gate, up, down;
+  Tensor gate_bias, up_bias, down_bias;
+};
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(const ModelConfig& config, const DecoderOptions& d, Backend& backend,
+               const ModelOptions& options)
+      : config_(config), d_(d), backend_(backend), options_(options) {}
+
+  Status Init(WeightStore& w);
+
+  const ModelConfig& config() const override { return config_; }
+  KvRequirements kv_requirements() const override {
+    return {static_cast<int32_t>(config_.num_hidden_layers),
+            static_cast<int32_t>(config_.num_key_value_heads),
+            static_cast<int32_t>(config_.head_dim), d_.sliding_window};
+  }
+  Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv, Tensor logits) override;
+
+ private:
+  StatusOr<Tensor> Bind(WeightStore& w, const std::string& name, std::vector<int64_t> shape);
+  Tensor Scratch(int i, int64_t rows, int64_t cols) const {
+    return buffers_[i].AsTensor(DType::kF32, rows, cols);
+  }
+
+  ModelConfig config_;
+  DecoderOptions d_;
+  Backend& backend_;
+  ModelOptions options_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> inv_freq_;
+  RopeParams rope_;
+  std::vector<Buffer> buffers_;  // see enum Buf
+  enum Buf { kX, kH, kQ, kK, kV, kAttn, kOut, kGate, kUp, kLast, kNumBufs };
+};
+
+StatusOr<Tensor> DecoderModel::Bind(WeightStore& w, const std::string& name,
+                                    std::vector<int64_t> shape) {
+  return w.Get(name, shape);
+}
+
+Status DecoderModel::Init(WeightStore& w) {
+  const int64_t H = config_.hidden_size, I = config_.intermediate_size, V = config_.vocab_size;
+  const int64_t nh = config_.num_attention_heads, nkv = config_.num_key_value_heads,
+                hd = config_.head_dim;
+  if (H <= 0 || I <= 0 || V <= 0 || nh <= 0 || nkv <= 0 || hd <= 0 || nh % nkv != 0)
+    return InvalidArgument("config.json: inconsistent model dimensions");
+  ASSIGN_OR_RETURN(embed_, Bind(w, "model.embed_tokens.weight", {V, H}));
+  ASSIGN_OR_RETURN(final_norm_, Bind(w, "model.norm.weight", {H}));
+  if (d_.tied_embeddings) {
+    lm_head_ = embed_;
+    // Some tied checkpoints still carry a copy of the head: accept it (with
+    // the right shape) but use the embeddings, as transformers does.
+    if (w.Find("lm_head.weight")) {
+      ASSIGN_OR_RETURN(Tensor copy, Bind(w, "lm_head.weight", {V, H}));
+      (void)copy;
+    }
+  } else {
+    ASSIGN_OR_RETURN(lm_head_, Bind(w, "lm_head.weight", {V, H}));
+  }
+  layers_.resize(config_.num_hidden_layers);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& L = layers_[i];
+    ASSIGN_OR_RETURN(L.input_norm, Bind(w, p + "input_layernorm.weight", {H}));
+    ASSIGN_OR_RETURN(L.post_norm, Bind(w, p + "post_attention_layernorm.weight", {H}));
+    ASSIGN_OR_RETURN(L.q, Bind(w, p + "self_attn.q_proj.weight", {nh * hd, H}));
+    ASSIGN_OR_RETURN(L.k, Bind(w, p + "self_attn.k_proj.weight", {nkv * hd, H}));
+    ASSIGN_OR_RETURN(L.v, Bind(w, p + "self_attn.v_proj.weight", {nkv * hd, H}));
+    ASSIGN_OR_RETURN(L.o, Bind(w, p + "self_attn.o_proj.weight", {H, nh * hd}));
+    if (d_.qkv_bias) {
+      ASSIGN_OR_RETURN(L.q_bias, Bind(w, p + "self_attn.q_proj.bias", {nh * hd}));
+      ASSIGN_OR_RETURN(L.k_bias, Bind(w, p + "self_attn.k_proj.bias", {nkv * hd}));
+      ASSIGN_OR_RETURN(L.v_bias, Bind(w, p + "self_attn.v_proj.bias", {nkv * hd}));
+    }
+    if (d_.o_bias) {
+      ASSIGN_OR_RETURN(L.o_bias, Bind(w, p + "self_attn.o_proj.bias", {H}));
+    }
+    if (d_.qk_norm) {
+      ASSIGN_OR_RETURN(L.q_norm, Bind(w, p + "self_attn.q_norm.weight", {hd}));
+      ASSIGN_OR_RETURN(L.k_norm, Bind(w, p + "self_attn.k_norm.weight", {hd}));
+    }
+    ASSIGN_OR_RETURN(L.gate, Bind(w, p + "mlp.gate_proj.weight", {I, H}));
+    ASSIGN_OR_RETURN(L.up, Bind(w, p + "mlp.up_proj.weight", {I, H}));
+    ASSIGN_OR_RETURN(L.down, Bind(w, p + "mlp.down_proj.weight", {H, I}));
+    if (d_.mlp_bias) {
+      ASSIGN_OR_RETURN(L.gate_bias, Bind(w, p + "mlp.gate_proj.bias", {I}));
+      ASSIGN_OR_RETURN(L.up_bias, Bind(w, p + "mlp.up_proj.bias", {I}));
+      ASSIGN_OR_RETURN(L.down_bias, Bind(w, p + "mlp.down_proj.bias", {H}));
+    }
+  }
+  // Rotary buffers (inv_freq) are sometimes saved by old exporters; they are
+  // derived from the config, so ignore them rather than call them extra.
+  std::vector<std::string> extra;
+  for (const std::string& name : w.Unused())
+    if (name.find("rotary_emb.inv_freq") == std::string::npos) extra.push_back(name);
+  if (!extra.empty()) {
+    std::string list;
+    for (size_t i = 0; i < extra.size() && i < 5; ++i) list += (i ? ", " : "") + extra[i];
+    if (extra.size() > 5) list += ", ... (" + std::to_string(extra.size()) + " in all)";
+    return InvalidArgument("checkpoint has tensors that " + config_.architecture +
+                           " does not use: " + list +
+                           " (is config.json for a different model or variant?)");
+  }
+
+  const int rotary_dim = static_cast<int>(hd * config_.rope.partial_rotary_factor);
+  ASSIGN_OR_RETURN(inv_freq_, ComputeInvFreq(config_.rope, rotary_dim));
+  rope_.inv_freq = inv_freq_.data();
+  rope_.head_dim = static_cast<int32_t>(hd);
+  rope_.rotary_dim = rotary_dim;
+
+  const int64_t T = options_.max_batch_tokens;
+  const int64_t widths[kNumBufs] = {H, H, nh * hd, nkv * hd, nkv * hd, nh * hd, H, I, I, H};
+  buffers_.resize(kNumBufs);
+  for (int b = 0; b < kNumBufs; ++b) {
+    ASSIGN_OR_RETURN(buffers_[b], backend_.Allocate(static_cast<size_t>(T * widths[b]) * sizeof(float)));
+  }
+  return OkStatus();
+}
+
+Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv,
+                             Tensor logits) {
+  const int64_t n = batch.num_tokens;
+  if (n <= 0 || n > options_.max_batch_tokens)
+    return Internal("Forward: " + std::to_string(n) + " tokens, workspace holds " +
+                    std::to_string(options_.max_batch_tokens));
+  if (static_cast<int64_t>(kv.size()) != config_.num_hidden_layers)
+    return Internal("Forward: KV views for " + std::to_string(kv.size()) + " layers");
+  const int64_t H = config_.hidden_size, I = config_.intermediate_size;
+  const int64_t nh = config_.num_attention_heads, nkv = config_.num_key_value_heads,
+                hd = config_.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Tensor x = Scratch(kX, n, H), h = Scratch(kH, n, H), q = Scratch(kQ, n, nh * hd),
+         k = Scratch(kK, n, nkv * hd), v = Scratch(kV, n, nkv * hd),
+         attn = Scratch(kAttn, n, nh * hd), out = Scratch(kOut, n, H), gate = Scratch(kGate, n, I),
+         up = Scratch(kUp, n, I);
+  AttentionParams ap;
+  ap.num_heads = static_cast<int32_t>(nh);
+  ap.num_kv_heads = static_cast<int32_t>(nkv);
+  ap.head_dim = static_cast<int32_t>(hd);
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ap.sliding_window = d_.sliding_window;
+
+  auto bias = [](const Tensor& t) { return t.data ? &t : nullptr; };
+  backend_.Embedding(embed_, batch.token_ids, x);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerWeights& L = layers_[l];
+    backend_.RmsNorm(x, L.input_norm, eps, h);
+    backend_.Linear(h, L.q, bias(L.q_bias), q);
+    backend_.Linear(h, L.k, bias(L.k_bias), k);
+    backend_.Linear(h, L.v, bias(L.v_bias), v);
+    if (d_.qk_norm) {
+      Tensor qh{q.data, DType::kF32, n * nh, hd, 0}, kh{k.data, DType::kF32, n * nkv, hd, 0};
+      backend_.RmsNorm(qh, L.q_norm, eps, qh);
+      backend_.RmsNorm(kh, L.k_norm, eps, kh);
+    }
+    backend_.Rope(q, k, batch.positions, rope_);
+    backend_.StoreKv(k, v, kv[l], batch.kv_slots);
+    backend_.PagedAttention(q, kv[l], batch.seqs, batch.num_seqs, ap, attn);
+    backend_.Linear(attn, L.o, bias(L.o_bias), out);
+    backend_.Add(x, out, x);
+    backend_.RmsNorm(x, L.post_norm, eps, h);
+    backend_.Linear(h, L.gate, bias(L.gate_bias), gate);
+    backend_.Linear(h, L.up, bias(L.up_bias), up);
+    backend_.SiluMul(gate, up, gate);
+    backend_.Linear(gate, L.down, bias(L.down_bias), out);
+    backend_.Add(x, out, x);
+  }
+  if (batch.num_logit_rows > 0) {
+    Tensor last = Scratch(kLast, batch.num_logit_rows, H);
+    backend_.GatherRows(x, batch.logit_rows, last);
+    backend_.RmsNorm(last, final_norm_, eps, last);
+    backend_.Linear(last, lm_head_, nullptr, logits);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> CreateDecoderModel(const ModelConfig& config,
+                                                    const DecoderOptions& decoder,
+                                                    WeightStore& weights, Backend& backend,
+                                                    const ModelOptions& options) {
+  if (config.hidden_act != "silu")
+    return Unimplemented("config.json: hidden_act '" + config.hidden_act +
+                         "' is not supported (supported: silu)");
+  auto model = std::make_unique<DecoderModel>(config, decoder, backend, options);
+  RETURN_IF_ERROR(model->Init(weights));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace strata

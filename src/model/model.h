@@ -1,0 +1,74 @@
+// The model interface the engine drives: one Forward() over a batch of
+// tokens from many sequences, reading and writing paged KV.
+//
+// A Model holds weight views (into the memory-mapped checkpoint) and its own
+// activation workspace, sized at creation for ModelOptions::max_batch_tokens.
+// It knows nothing of requests or scheduling: the engine describes each step
+// with a ForwardBatch (explicit metadata, no global state).
+// Thread-safety: Forward() is called from the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/hf_config.h"
+#include "util/status.h"
+
+namespace strata {
+
+class WeightStore;
+
+// What the model needs from the KV cache: one pool group of num_layers
+// layers, each storing K and V of num_kv_heads x head_dim per token.
+// (Multi-group models declare more groups later.)
+struct KvRequirements {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t sliding_window = 0;  // 0: full attention
+};
+
+// One step's tokens. All pointers are in backend memory.
+// Row i of the batch is token token_ids[i] at position positions[i], whose
+// K/V goes to slot kv_slots[i]. seqs describe which rows belong to which
+// sequence and each sequence's page table (see AttentionSeq). logit_rows
+// lists the rows whose next-token logits the caller wants, in order.
+struct ForwardBatch {
+  int32_t num_tokens = 0;
+  const int32_t* token_ids = nullptr;
+  const int32_t* positions = nullptr;
+  const int64_t* kv_slots = nullptr;
+  const AttentionSeq* seqs = nullptr;
+  int32_t num_seqs = 0;
+  const int32_t* logit_rows = nullptr;
+  int32_t num_logit_rows = 0;
+};
+
+struct ModelOptions {
+  int32_t max_batch_tokens = 2048;  // most rows one Forward() may carry
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual KvRequirements kv_requirements() const = 0;
+  // REQUIRES: batch.num_tokens <= options.max_batch_tokens; kv has
+  // kv_requirements().num_layers entries; logits is F32
+  // [batch.num_logit_rows, vocab_size] in backend memory.
+  virtual Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv,
+                         Tensor logits) = 0;
+};
+
+// Architecture registry (model/registry.cc). Adding an architecture is one
+// file defining its factory plus one line in the registry table.
+using ModelFactory = StatusOr<std::unique_ptr<Model>> (*)(const ModelConfig&, WeightStore&,
+                                                          Backend&, const ModelOptions&);
+ModelFactory FindArchitecture(const std::string& name);
+std::vector<std::string> SupportedArchitectures();
+
+}  // namespace strata
