@@ -1,0 +1,385 @@
+#include "model/weights.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+class WeightsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/weights_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  void WriteRaw(const std::string& name, const std::string& bytes) {
+    std::ofstream f(Path(name), std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+
+  // A file with the given header text (unpadded) and `data_bytes` zero bytes.
+  void WriteWithHeader(const std::string& name, const std::string& header, size_t data_bytes) {
+    std::string out(8, '\0');
+    uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
+    out += header;
+    out.append(data_bytes, '\0');
+    WriteRaw(name, out);
+  }
+
+  // Opens a one-tensor-header file and returns the error.
+  Status OpenBad(const std::string& header, size_t data_bytes) {
+    WriteWithHeader("bad.safetensors", header, data_bytes);
+    auto s = WeightStore::OpenFile(Path("bad.safetensors"));
+    EXPECT_FALSE(s.ok()) << header;
+    return s.ok() ? OkStatus() : s.status();
+  }
+
+  std::string dir_;
+};
+
+std::vector<uint8_t> Bytes(size_t n, uint8_t start) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(start + i);
+  return v;
+}
+
+TEST_F(WeightsTest, RoundTrip) {
+  std::vector<TensorToWrite> ts = {
+      {"model.embed_tokens.weight", DType::kBF16, {2, 3}, Bytes(12, 1)},
+      {"model.norm.weight", DType::kF32, {4}, Bytes(16, 50)},
+      {"step", DType::kI64, {}, Bytes(8, 100)},
+      {"empty", DType::kF16, {0, 5}, {}},
+  };
+  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"), ts, {{"format", "pt"}}).ok());
+
+  // Header is padded so the data area is 8-byte aligned.
+  std::ifstream f(Path("model.safetensors"), std::ios::binary);
+  uint8_t len[8];
+  f.read(reinterpret_cast<char*>(len), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  EXPECT_EQ(n % 8, 0u);
+
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(store->size(), 4u);
+  EXPECT_EQ(store->total_bytes(), 12u + 16u + 8u);
+  for (const auto& t : ts) {
+    const WeightInfo* w = store->Find(t.name);
+    ASSERT_NE(w, nullptr) << t.name;
+    EXPECT_EQ(w->dtype, t.dtype);
+    EXPECT_EQ(w->shape, t.shape);
+    ASSERT_EQ(w->nbytes, t.bytes.size());
+    if (w->nbytes) EXPECT_EQ(std::memcmp(w->data, t.bytes.data(), w->nbytes), 0) << t.name;
+    EXPECT_THAT(w->file, HasSubstr("model.safetensors"));
+  }
+
+  auto emb = store->Get("model.embed_tokens.weight", {2, 3});
+  ASSERT_TRUE(emb.ok()) << emb.status().ToString();
+  EXPECT_EQ(emb->rows, 2);
+  EXPECT_EQ(emb->cols, 3);
+  EXPECT_EQ(emb->dtype, DType::kBF16);
+  EXPECT_EQ(static_cast<const uint8_t*>(emb->data)[0], 1);
+  auto norm = store->Get("model.norm.weight", {4});
+  ASSERT_TRUE(norm.ok());
+  EXPECT_EQ(norm->rows, 1);
+  EXPECT_EQ(norm->cols, 4);
+  EXPECT_EQ(store->Unused(), (std::vector<std::string>{"empty", "step"}));
+}
+
+TEST_F(WeightsTest, DeterministicBytes) {
+  std::vector<TensorToWrite> ts = {{"b", DType::kF32, {2}, Bytes(8, 3)},
+                                   {"a", DType::kBF16, {1}, Bytes(2, 9)}};
+  ASSERT_TRUE(WriteSafetensors(Path("x.safetensors"), ts).ok());
+  ASSERT_TRUE(WriteSafetensors(Path("y.safetensors"), ts).ok());
+  std::ifstream x(Path("x.safetensors"), std::ios::binary), y(Path("y.safetensors"), std::ios::binary);
+  std::string xs((std::istreambuf_iterator<char>(x)), {}), ys((std::istreambuf_iterator<char>(y)), {});
+  EXPECT_EQ(xs, ys);
+  EXPECT_FALSE(std::filesystem::exists(Path("x.safetensors.tmp")));
+}
+
+TEST_F(WeightsTest, WriterRejectsWrongByteCount) {
+  Status s = WriteSafetensors(Path("w.safetensors"), {{"w", DType::kF32, {3}, Bytes(8, 0)}});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'w'"));
+  s = WriteSafetensors(Path("w.safetensors"),
+                       {{"w", DType::kF32, {1}, Bytes(4, 0)}, {"w", DType::kF32, {1}, Bytes(4, 0)}});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(WeightsTest, GetErrors) {
+  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"),
+                               {{"w", DType::kBF16, {4, 8}, Bytes(64, 0)},
+                                {"ids", DType::kI32, {2}, Bytes(8, 0)}})
+                  .ok());
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  auto missing = store->Get("model.norm.weight", {8});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("model.safetensors: missing tensor 'model.norm.weight'"));
+  auto shape = store->Get("w", {4, 16});
+  EXPECT_EQ(shape.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(shape.status().message(), HasSubstr("tensor 'w' has shape [4, 8], expected [4, 16]"));
+  auto dtype = store->Get("ids", {2});
+  EXPECT_EQ(dtype.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(dtype.status().message(), HasSubstr("I32"));
+  // Failed Gets do not count as use.
+  EXPECT_EQ(store->Unused(), (std::vector<std::string>{"ids", "w"}));
+}
+
+TEST_F(WeightsTest, FileShorterThanEightBytes) {
+  WriteRaw("short.safetensors", "abc");
+  auto s = WeightStore::OpenFile(Path("short.safetensors"));
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("short.safetensors"));
+  EXPECT_THAT(s.status().message(), HasSubstr("shorter than the 8-byte header"));
+  WriteRaw("empty.safetensors", "");
+  EXPECT_EQ(WeightStore::OpenFile(Path("empty.safetensors")).status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(WeightsTest, HeaderLengthPastEndOfFile) {
+  std::string bytes(8, '\0');
+  bytes[0] = 100;  // claims 100 header bytes, file has 10
+  bytes += "{}";
+  WriteRaw("h.safetensors", bytes);
+  auto s = WeightStore::OpenFile(Path("h.safetensors"));
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("runs past the end"));
+}
+
+TEST_F(WeightsTest, AbsurdHeaderLength) {
+  std::string bytes(8, '\0');
+  bytes[5] = 1;  // 2^40
+  bytes += "{}";
+  WriteRaw("h.safetensors", bytes);
+  auto s = WeightStore::OpenFile(Path("h.safetensors"));
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("absurd"));
+}
+
+TEST_F(WeightsTest, InvalidJson) {
+  Status s = OpenBad("{\"w\": {\"dtype\": ", 0);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("not valid JSON"));
+  EXPECT_THAT(s.message(), HasSubstr("bad.safetensors"));
+}
+
+TEST_F(WeightsTest, HeaderNotAnObject) {
+  Status s = OpenBad("[1, 2]", 0);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("must be a JSON object"));
+  s = OpenBad(R"({"w": [1]})", 0);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("'w'"));
+}
+
+TEST_F(WeightsTest, UnknownDtypeIsUnimplemented) {
+  Status s = OpenBad(R"({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}})", 2);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("F8_E4M3"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w'"));
+  s = OpenBad(R"({"w": {"shape": [2], "data_offsets": [0, 2]}})", 2);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("dtype"));
+}
+
+TEST_F(WeightsTest, BadShapes) {
+  for (const char* shape : {"3", "[-1]", "[1.5]", "[\"2\"]", "null"}) {
+    Status s = OpenBad(std::string(R"({"w": {"dtype": "F32", "shape": )") + shape +
+                           R"(, "data_offsets": [0, 4]}})",
+                       4);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << shape;
+    EXPECT_THAT(s.message(), HasSubstr("shape")) << shape;
+    EXPECT_THAT(s.message(), HasSubstr("'w'")) << shape;
+  }
+}
+
+TEST_F(WeightsTest, BadDataOffsets) {
+  for (const char* off : {"[0]", "[0, 4, 8]", "\"0-4\"", "[0, -4]", "[0.0, 4]"}) {
+    Status s = OpenBad(std::string(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": )") + off +
+                           "}}",
+                       8);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << off;
+    EXPECT_THAT(s.message(), HasSubstr("data_offsets")) << off;
+  }
+  Status s = OpenBad(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}})", 8);
+  EXPECT_THAT(s.message(), HasSubstr("begin > end"));
+  s = OpenBad(R"({"w": {"dtype": "F32", "shape": [1]}})", 8);
+  EXPECT_THAT(s.message(), HasSubstr("missing"));
+}
+
+TEST_F(WeightsTest, TruncatedFile) {
+  Status s = OpenBad(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(),
+              HasSubstr("file is truncated: tensor w needs bytes up to 16, data area has 8"));
+}
+
+TEST_F(WeightsTest, TruncatedRealFile) {
+  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"),
+                               {{"a", DType::kF32, {4}, Bytes(16, 0)},
+                                {"b", DType::kF32, {4}, Bytes(16, 0)}})
+                  .ok());
+  std::filesystem::resize_file(Path("model.safetensors"),
+                               std::filesystem::file_size(Path("model.safetensors")) - 1);
+  auto s = WeightStore::Open(dir_);
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("file is truncated: tensor b needs bytes up to 32"));
+}
+
+TEST_F(WeightsTest, OverlappingTensors) {
+  Status s = OpenBad(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                         "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                     12);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("overlap"));
+  EXPECT_THAT(s.message(), HasSubstr("'a'"));
+  EXPECT_THAT(s.message(), HasSubstr("'b'"));
+  // Touching ranges and empty tensors are fine.
+  WriteWithHeader("ok.safetensors", R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                         "e": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},
+                         "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                  16);
+  EXPECT_TRUE(WeightStore::OpenFile(Path("ok.safetensors")).ok());
+}
+
+TEST_F(WeightsTest, ByteSizeMismatch) {
+  Status s = OpenBad(R"({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 8]}})", 8);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w'"));
+  EXPECT_THAT(s.message(), HasSubstr("needs 12"));
+}
+
+TEST_F(WeightsTest, HugeShapeOverflowIsRejected) {
+  Status s = OpenBad(
+      R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 4]}})", 4);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+}
+
+TEST_F(WeightsTest, NoWeightsInDir) {
+  auto s = WeightStore::Open(dir_);
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("model.safetensors"));
+  EXPECT_THAT(s.status().message(), HasSubstr("model.safetensors.index.json"));
+}
+
+class ShardedTest : public WeightsTest {
+ protected:
+  void WriteShards() {
+    ASSERT_TRUE(WriteSafetensors(Path("model-00001-of-00002.safetensors"),
+                                 {{"a", DType::kBF16, {2}, Bytes(4, 0)},
+                                  {"b", DType::kBF16, {2}, Bytes(4, 10)}})
+                    .ok());
+    ASSERT_TRUE(WriteSafetensors(Path("model-00002-of-00002.safetensors"),
+                                 {{"c", DType::kF32, {1}, Bytes(4, 20)}})
+                    .ok());
+  }
+  void WriteIndex(const std::string& weight_map) {
+    WriteRaw("model.safetensors.index.json",
+             R"({"metadata": {"total_size": 12}, "weight_map": )" + weight_map + "}");
+  }
+};
+
+TEST_F(ShardedTest, OpensAllShards) {
+  WriteShards();
+  WriteIndex(R"({"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
+                 "c": "model-00002-of-00002.safetensors"})");
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(store->size(), 3u);
+  ASSERT_NE(store->Find("c"), nullptr);
+  EXPECT_THAT(store->Find("c")->file, HasSubstr("model-00002-of-00002.safetensors"));
+  EXPECT_EQ(static_cast<const uint8_t*>(store->Find("b")->data)[0], 10);
+  EXPECT_EQ(static_cast<const uint8_t*>(store->Find("c")->data)[0], 20);
+  EXPECT_TRUE(store->Get("c", {1}).ok());
+  EXPECT_EQ(store->Unused(), (std::vector<std::string>{"a", "b"}));
+  auto missing = store->Get("d", {1});
+  EXPECT_THAT(missing.status().message(), HasSubstr("model.safetensors.index.json: missing tensor 'd'"));
+}
+
+TEST_F(ShardedTest, MissingShard) {
+  WriteShards();
+  WriteIndex(R"({"a": "model-00001-of-00002.safetensors", "c": "model-00003-of-00003.safetensors"})");
+  auto s = WeightStore::Open(dir_);
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("model-00003-of-00003.safetensors"));
+  EXPECT_THAT(s.status().message(), HasSubstr("'c'"));
+}
+
+TEST_F(ShardedTest, TensorAbsentFromItsShard) {
+  WriteShards();
+  WriteIndex(R"({"a": "model-00001-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"})");
+  auto s = WeightStore::Open(dir_);
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("tensor 'c' is listed in shard model-00001-of-00002"));
+}
+
+TEST_F(ShardedTest, TensorInTwoShards) {
+  ASSERT_TRUE(WriteSafetensors(Path("s1.safetensors"), {{"a", DType::kF32, {1}, Bytes(4, 0)}}).ok());
+  ASSERT_TRUE(WriteSafetensors(Path("s2.safetensors"), {{"a", DType::kF32, {1}, Bytes(4, 0)},
+                                                        {"b", DType::kF32, {1}, Bytes(4, 0)}})
+                  .ok());
+  WriteIndex(R"({"a": "s1.safetensors", "b": "s2.safetensors"})");
+  auto s = WeightStore::Open(dir_);
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("'a' appears in two shards"));
+}
+
+TEST_F(ShardedTest, BadIndex) {
+  WriteShards();
+  WriteRaw("model.safetensors.index.json", "{\"weight_map\": ");
+  EXPECT_EQ(WeightStore::Open(dir_).status().code(), StatusCode::kDataLoss);
+  WriteRaw("model.safetensors.index.json", R"({"metadata": {}})");
+  EXPECT_THAT(WeightStore::Open(dir_).status().message(), HasSubstr("weight_map"));
+  WriteIndex(R"({"a": 3})");
+  EXPECT_EQ(WeightStore::Open(dir_).status().code(), StatusCode::kDataLoss);
+  WriteIndex(R"({"a": "../model-00001-of-00002.safetensors"})");
+  EXPECT_THAT(WeightStore::Open(dir_).status().message(), HasSubstr("plain file names"));
+}
+
+TEST_F(ShardedTest, CorruptShardNamesTheShard) {
+  WriteShards();
+  WriteRaw("model-00002-of-00002.safetensors", "xyz");
+  WriteIndex(R"({"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})");
+  auto s = WeightStore::Open(dir_);
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("model-00002-of-00002.safetensors"));
+}
+
+TEST_F(ShardedTest, SingleFileWinsOverIndex) {
+  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"), {{"x", DType::kF32, {1}, Bytes(4, 0)}}).ok());
+  WriteIndex(R"({"a": "missing.safetensors"})");
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  EXPECT_NE(store->Find("x"), nullptr);
+}
+
+TEST_F(WeightsTest, MoveKeepsMappingAlive) {
+  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"), {{"x", DType::kF32, {2}, Bytes(8, 7)}}).ok());
+  WeightStore moved;
+  {
+    auto store = WeightStore::Open(dir_);
+    ASSERT_TRUE(store.ok());
+    moved = std::move(store).value();
+  }
+  ASSERT_NE(moved.Find("x"), nullptr);
+  EXPECT_EQ(static_cast<const uint8_t*>(moved.Find("x")->data)[1], 8);
+}
+
+}  // namespace
+}  // namespace strata
