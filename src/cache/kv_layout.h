@@ -1,0 +1,91 @@
+// Layout descriptors of the paged KV cache: how many bytes one page holds in
+// each pool group, and sizing of the pool from an operator's budget.
+//
+// A *pool group* is a set of layers with one per-token layout (kv heads,
+// head dim, dtype, K and V or K only). A plain GQA model has one group; later
+// models add groups (sliding-window layers, an MLA latent cache, indexer
+// caches). Nothing in cache/ knows which model declared them: the radix tree,
+// host tier, PD transfer and metrics work from these descriptors only.
+//
+// Page-index space (design choice of this version): every group shares ONE
+// page-index space. Page id p names tokens [p * page_size, (p + 1) *
+// page_size) of a sequence in every group at once, so a request has one page
+// table, the radix tree stores one list of page ids per node, and PD transfer
+// and offload address every group from the same ids. The cost: a
+// sliding-window group cannot return its out-of-window pages early, and every
+// group holds the same page count. When the first model needs that memory
+// back, a group gets its own allocator and page table; the descriptors below
+// already carry everything per group to do so.
+//
+// Plain values; thread-compatible.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/dtype.h"
+#include "util/status.h"
+
+namespace strata {
+
+struct PoolGroupSpec {
+  std::string name;  // e.g. "full_attention"; unique within a layout
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  DType dtype = DType::kBF16;  // kF32, kF16 or kBF16
+  // false: one tensor per layer (an MLA latent: K only, KvLayerView::v is
+  // null). true: K and V per layer.
+  bool has_v = true;
+
+  // Elements of one token in one layer's K (and V, same shape).
+  int64_t ElementsPerTokenPerTensor() const { return int64_t{num_kv_heads} * head_dim; }
+  // Bytes one token occupies in one layer: K plus V (2 * kv_heads * head_dim
+  // * dtype size), or K only when !has_v.
+  size_t BytesPerTokenPerLayer() const {
+    return (has_v ? 2 : 1) * static_cast<size_t>(ElementsPerTokenPerTensor()) * DTypeSize(dtype);
+  }
+};
+
+struct KvLayout {
+  int page_size = 1;  // tokens per page, >= 1
+  std::vector<PoolGroupSpec> groups;
+
+  // Returns every problem with the layout in one message (page_size < 1, no
+  // groups, a group without layers/heads/head_dim, a non-float dtype, a
+  // duplicate name), or OK.
+  Status Validate() const;
+
+  // Bytes of one page of one layer's K tensor (V is the same size) in group g:
+  // page_size * kv_heads * head_dim * dtype size. The unit of page copies.
+  // REQUIRES: 0 <= g < groups.size().
+  size_t BytesPerPagePerTensor(int g) const;
+  // Bytes of one page across all layers (K and V) of group g.
+  size_t BytesPerPage(int g) const;
+  // Bytes of one page across every group: the cost of one page id.
+  size_t BytesPerPage() const;
+  // Bytes one token costs across every group and layer.
+  size_t BytesPerToken() const;
+  // "full_attention: 28 layers x 2 x 4 kv heads x 128 x BF16; ..." for logs
+  // and error messages.
+  std::string Describe() const;
+};
+
+// Largest page count the allocator supports: page ids are int32 and slot ids
+// (page * page_size + offset) must fit int64.
+inline constexpr int64_t kMaxKvPages = int64_t{1} << 30;
+
+// Pages that fit in `bytes` of memory (rounded down). Fails with
+// ResourceExhausted when the budget holds no page, InvalidArgument when the
+// layout is invalid or the result exceeds kMaxKvPages.
+StatusOr<int64_t> NumKvPagesForBytes(const KvLayout& layout, uint64_t bytes);
+
+// Pages for a token budget (--max-total-tokens). Rounds DOWN to whole pages,
+// like SGLang: a cap the operator set is never exceeded. Fails with
+// InvalidArgument when tokens <= 0, when the budget is smaller than one page,
+// or when the page count exceeds kMaxKvPages.
+StatusOr<int64_t> NumKvPagesForTokens(const KvLayout& layout, int64_t max_total_tokens);
+
+}  // namespace strata

@@ -1,0 +1,56 @@
+#include "cache/kv_pool.h"
+
+#include <string>
+
+#include "util/logging.h"
+
+namespace strata {
+
+KvPool::KvPool(const KvLayout& layout, int64_t num_pages) : layout_(layout), allocator_(num_pages) {}
+
+StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout, int64_t num_pages, Backend& backend) {
+  RETURN_IF_ERROR(layout.Validate());
+  if (num_pages < 1 || num_pages > kMaxKvPages) {
+    return InvalidArgument("KV pool page count " + std::to_string(num_pages) + " must be in [1, " +
+                           std::to_string(kMaxKvPages) + "]; size it with NumKvPagesForBytes/ForTokens");
+  }
+  std::unique_ptr<KvPool> pool(new KvPool(layout, num_pages));
+  for (int g = 0; g < pool->num_groups(); ++g) {
+    const size_t bytes = layout.BytesPerPage(g) * static_cast<size_t>(num_pages);
+    StatusOr<Buffer> buf = backend.Allocate(bytes);
+    if (!buf.ok()) {
+      // Buffers of earlier groups free themselves with `pool`.
+      return buf.status().Annotate("allocating KV pool group \"" + layout.groups[g].name + "\" (" +
+                                   std::to_string(num_pages) + " pages, " + std::to_string(bytes) + " bytes on " +
+                                   backend.Name() + ")");
+    }
+    pool->buffers_.push_back(std::move(buf).value());
+  }
+  return pool;
+}
+
+KvLayerView KvPool::Layer(int group, int layer) const {
+  STRATA_CHECK(group >= 0 && group < num_groups()) << "KV pool group " << group << " of " << num_groups();
+  const PoolGroupSpec& s = layout_.groups[group];
+  STRATA_CHECK(layer >= 0 && layer < s.num_layers) << "layer " << layer << " of group " << s.name;
+  const size_t tensor_bytes = layout_.BytesPerPagePerTensor(group) * static_cast<size_t>(num_pages());
+  const int tensors = s.has_v ? 2 : 1;
+  char* base = static_cast<char*>(buffers_[group].data()) + static_cast<size_t>(layer) * tensors * tensor_bytes;
+  KvLayerView view;
+  view.k = base;
+  view.v = s.has_v ? base + tensor_bytes : nullptr;
+  view.dtype = s.dtype;
+  view.page_size = layout_.page_size;
+  view.num_kv_heads = s.num_kv_heads;
+  view.head_dim = s.head_dim;
+  view.num_pages = num_pages();
+  return view;
+}
+
+size_t KvPool::total_bytes() const {
+  size_t total = 0;
+  for (const Buffer& b : buffers_) total += b.bytes();
+  return total;
+}
+
+}  // namespace strata
