@@ -188,6 +188,12 @@ struct CpuBackendOptions {
   // Highest instruction set to use: "auto" (what the CPU has), "avx512",
   // "avx2", "scalar". Lets tests compare kernels and users pin behaviour.
   std::string isa = "auto";
+  // Arithmetic of many-row Linear (prefill): "fp32" (F32 activations and
+  // accumulation; the exact default) or "bf16" (activations rounded to bf16,
+  // products via AVX512_BF16 with F32 accumulation; faster, less exact;
+  // needs isa avx512 on a CPU with AVX512_BF16). Few-row Linear (decode) is
+  // always fp32.
+  std::string matmul_precision = "fp32";
 };
 
 // The CPU backend (backend/cpu/). Fails if `isa` names an instruction set the

@@ -1,0 +1,440 @@
+// Tests every CPU backend op against straightforward double-precision
+// references written here, at every kernel level this machine supports
+// ("scalar", "avx2", "avx512"), and the SIMD levels against the scalar one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+
+namespace strata {
+namespace {
+
+// Host storage of one dtype with a float view for references.
+struct HostTensor {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0, stride = 0;
+  std::vector<uint8_t> bytes;
+
+  HostTensor(DType t, int64_t r, int64_t c, int64_t s = 0) : dtype(t), rows(r), cols(c), stride(s ? s : c) {
+    bytes.assign(static_cast<size_t>(std::max<int64_t>(1, r * stride)) * DTypeSize(t), 0);
+  }
+  Tensor view() { return Tensor{bytes.data(), dtype, rows, cols, stride}; }
+  float get(int64_t r, int64_t c) const {
+    const int64_t i = r * stride + c;
+    switch (dtype) {
+      case DType::kF32: { float f; std::memcpy(&f, &bytes[i * 4], 4); return f; }
+      case DType::kBF16: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); return Bf16ToFloat(h); }
+      default: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); return F16ToFloat(h); }
+    }
+  }
+  void set(int64_t r, int64_t c, float v) {
+    const int64_t i = r * stride + c;
+    switch (dtype) {
+      case DType::kF32: std::memcpy(&bytes[i * 4], &v, 4); return;
+      case DType::kBF16: { uint16_t h = FloatToBf16(v); std::memcpy(&bytes[i * 2], &h, 2); return; }
+      default: { uint16_t h = FloatToF16(v); std::memcpy(&bytes[i * 2], &h, 2); return; }
+    }
+  }
+  void Fill(std::mt19937& rng, float scale = 1.f) {
+    std::normal_distribution<float> d(0.f, scale);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) set(r, c, d(rng));
+  }
+};
+
+std::vector<std::string> SupportedIsas() {
+  std::vector<std::string> isas = {"scalar"};
+  const auto& f = cpu::DetectCpuFeatures();
+  if (f.avx2) isas.push_back("avx2");
+  if (f.avx512) isas.push_back("avx512");
+  return isas;
+}
+
+std::unique_ptr<Backend> MakeBackend(const std::string& isa, int threads = 2, const std::string& precision = "fp32") {
+  CpuBackendOptions o;
+  o.isa = isa;
+  o.num_threads = threads;
+  o.matmul_precision = precision;
+  auto b = CreateCpuBackend(o);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return std::move(b).value();
+}
+
+class CpuBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { backend_ = MakeBackend(GetParam()); }
+  std::unique_ptr<Backend> backend_;
+  std::mt19937 rng_{1234};
+};
+
+// ---- Linear ----
+
+struct LinearCase {
+  int64_t n, k, m;
+};
+
+// Checks out against a double reference; error bound relative to sum |x*w|.
+void CheckLinear(Backend* b, DType wt, LinearCase c, bool bias, bool strided, std::mt19937& rng,
+                 bool bf16_inputs = false) {
+  const int64_t pad = strided ? 3 : 0;
+  HostTensor xbuf(DType::kF32, c.n, c.k + pad + 2), w(wt, c.m, c.k, c.k + pad), out(DType::kF32, c.n, c.m + pad);
+  HostTensor bias_t(wt, 1, c.m);
+  xbuf.Fill(rng);
+  w.Fill(rng, 0.5f);
+  bias_t.Fill(rng);
+  Tensor x = strided ? xbuf.view().Cols(2, c.k) : Tensor{xbuf.bytes.data(), DType::kF32, c.n, c.k, 0};
+  const int64_t x_off = strided ? 2 : 0, x_stride = strided ? xbuf.stride : c.k;
+  Tensor o = out.view().Cols(0, c.m);
+  Tensor bt = bias_t.view();
+  b->Linear(x, w.view(), bias ? &bt : nullptr, o);
+  for (int64_t r = 0; r < c.n; ++r) {
+    for (int64_t j = 0; j < c.m; ++j) {
+      double ref = bias ? bias_t.get(0, j) : 0.0, mag = std::abs(ref);
+      for (int64_t i = 0; i < c.k; ++i) {
+        float xv = xbuf.get(0, r * x_stride + x_off + i);
+        float wv = w.get(j, i);
+        if (bf16_inputs) xv = Bf16ToFloat(FloatToBf16(xv)), wv = Bf16ToFloat(FloatToBf16(wv));
+        ref += static_cast<double>(xv) * wv;
+        mag += std::abs(static_cast<double>(xv) * wv);
+      }
+      ASSERT_NEAR(out.get(r, j), ref, 2e-6 * mag + 1e-6)
+          << "dtype " << DTypeName(wt) << " n=" << c.n << " k=" << c.k << " m=" << c.m << " at " << r << "," << j;
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, LinearMatchesReference) {
+  const LinearCase cases[] = {{1, 64, 33}, {2, 7, 5}, {3, 100, 17}, {4, 128, 70}, {5, 64, 33},
+                              {13, 1, 9},  {37, 300, 70}, {1, 33, 1}};
+  for (DType wt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (const LinearCase& c : cases) {
+      CheckLinear(backend_.get(), wt, c, /*bias=*/c.n % 2 == 1, /*strided=*/c.m % 2 == 1, rng_);
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, LinearCrossesGemmBlocks) {
+  // More rows and a longer k than one gemm block, column count not a
+  // multiple of the panel width, strided everything.
+  CheckLinear(backend_.get(), DType::kBF16, {800, 520, 40}, true, true, rng_);
+  CheckLinear(backend_.get(), DType::kF32, {30, 257, 100}, false, true, rng_);
+}
+
+TEST(CpuBackendBf16Matmul, DISABLED_MatchesBf16RoundedReference) {
+  if (!cpu::DetectCpuFeatures().avx512_bf16) GTEST_SKIP() << "no AVX512_BF16";
+  auto b = MakeBackend("avx512", 2, "bf16");
+  std::mt19937 rng(7);
+  for (DType wt : {DType::kBF16, DType::kF32, DType::kF16}) {
+    CheckLinear(b.get(), wt, {37, 301, 70}, true, true, rng, /*bf16_inputs=*/true);
+    CheckLinear(b.get(), wt, {800, 520, 40}, false, false, rng, /*bf16_inputs=*/true);
+    // Decode-sized calls stay exact F32.
+    CheckLinear(b.get(), wt, {2, 64, 33}, true, false, rng, /*bf16_inputs=*/false);
+  }
+}
+
+// ---- elementwise ----
+
+TEST_P(CpuBackendTest, EmbeddingConvertsRows) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    HostTensor table(t, 10, 12);
+    table.Fill(rng_);
+    HostTensor out(DType::kF32, 3, 12);
+    const int32_t ids[] = {9, 0, 9};
+    backend_->Embedding(table.view(), ids, out.view());
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 12; ++c) EXPECT_EQ(out.get(r, c), table.get(ids[r], c));
+  }
+}
+
+TEST_P(CpuBackendTest, RmsNormInPlaceAndStrided) {
+  for (DType wt : {DType::kF32, DType::kBF16}) {
+    for (int64_t rows : {1, 3, 64}) {
+      const int64_t d = 896;
+      HostTensor x(DType::kF32, rows, d + 4), w(wt, 1, d);
+      x.Fill(rng_, 3.f);
+      w.Fill(rng_);
+      HostTensor orig = x;
+      Tensor xv = x.view().Cols(0, d);
+      backend_->RmsNorm(xv, w.view(), 1e-6f, xv);  // in place
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t c = 0; c < d; ++c) ss += double(orig.get(r, c)) * orig.get(r, c);
+        const double inv = 1.0 / std::sqrt(ss / d + 1e-6);
+        for (int64_t c = 0; c < d; ++c) {
+          const double ref = orig.get(r, c) * inv * w.get(0, c);
+          ASSERT_NEAR(x.get(r, c), ref, 1e-5 * std::abs(ref) + 1e-6);
+        }
+        for (int64_t c = d; c < d + 4; ++c) ASSERT_EQ(x.get(r, c), orig.get(r, c)) << "wrote past the view";
+      }
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, SiluMulAndAdd) {
+  for (int64_t rows : {1, 100}) {
+    const int64_t d = 500;
+    HostTensor g(DType::kF32, rows, d), u(DType::kF32, rows, d), o(DType::kF32, rows, d + 2);
+    g.Fill(rng_, 4.f);
+    u.Fill(rng_);
+    backend_->SiluMul(g.view(), u.view(), o.view().Cols(1, d));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < d; ++c) {
+        const double gv = g.get(r, c);
+        const double ref = gv / (1 + std::exp(-gv)) * u.get(r, c);
+        ASSERT_NEAR(o.get(r, c + 1), ref, 1e-5 * std::abs(ref) + 1e-6);
+      }
+    HostTensor a = g;
+    backend_->Add(a.view(), u.view(), a.view());  // aliasing a
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < d; ++c) ASSERT_EQ(a.get(r, c), g.get(r, c) + u.get(r, c));
+  }
+}
+
+TEST_P(CpuBackendTest, GatherRows) {
+  HostTensor x(DType::kF32, 5, 7), out(DType::kF32, 2, 7);
+  x.Fill(rng_);
+  const int32_t rows[] = {4, 1};
+  backend_->GatherRows(x.view(), rows, out.view());
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 7; ++c) EXPECT_EQ(out.get(r, c), x.get(rows[r], c));
+}
+
+TEST_P(CpuBackendTest, RopeRotateHalfWithPartialRotary) {
+  const int hd = 16, heads = 3, kv_heads = 1, rot = 8;
+  const int64_t n = 40;
+  std::vector<float> inv_freq(rot / 2);
+  for (int i = 0; i < rot / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / rot);
+  RopeParams rp{inv_freq.data(), hd, rot, 1.f};
+  HostTensor q(DType::kF32, n, heads * hd), k(DType::kF32, n, kv_heads * hd);
+  q.Fill(rng_);
+  k.Fill(rng_);
+  HostTensor q0 = q, k0 = k;
+  std::vector<int32_t> pos(n);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i * 37 % 1000);
+  backend_->Rope(q.view(), k.view(), pos.data(), rp);
+  auto check = [&](const HostTensor& before, const HostTensor& after, int nh) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int h = 0; h < nh; ++h)
+        for (int i = 0; i < hd; ++i) {
+          const int c = h * hd + i;
+          double ref = before.get(r, c);
+          if (i < rot) {
+            const int j = i % (rot / 2);
+            const double f = double(float(pos[r]) * inv_freq[j]);
+            const double x1 = before.get(r, h * hd + j), x2 = before.get(r, h * hd + j + rot / 2);
+            ref = i < rot / 2 ? x1 * std::cos(f) - x2 * std::sin(f) : x2 * std::cos(f) + x1 * std::sin(f);
+          }
+          ASSERT_NEAR(after.get(r, c), ref, 1e-5) << r << " " << c;
+        }
+  };
+  check(q0, q, heads);
+  check(k0, k, kv_heads);
+}
+
+// ---- KV cache and attention ----
+
+struct PagedKv {
+  KvLayerView view;
+  std::vector<uint8_t> k, v;
+  PagedKv(DType t, int page_size, int kv_heads, int hd, int64_t pages) {
+    const size_t bytes = size_t(pages) * page_size * kv_heads * hd * DTypeSize(t);
+    k.assign(bytes, 0xff);  // NaN garbage where nothing was stored
+    v.assign(bytes, 0xff);
+    view = KvLayerView{k.data(), v.data(), t, page_size, kv_heads, hd, pages};
+  }
+};
+
+TEST_P(CpuBackendTest, StoreKvConvertsIntoSlots) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    PagedKv kv(t, 4, 2, 8, 3);
+    HostTensor k(DType::kF32, 2, 16), v(DType::kF32, 2, 16);
+    k.Fill(rng_);
+    v.Fill(rng_);
+    const int64_t slots[] = {11, 2};
+    backend_->StoreKv(k.view(), v.view(), kv.view, slots);
+    HostTensor kp(t, 12, 16), vp(t, 12, 16);
+    kp.bytes = kv.k;
+    vp.bytes = kv.v;
+    for (int i = 0; i < 2; ++i)
+      for (int c = 0; c < 16; ++c) {
+        HostTensor rounded(t, 1, 1);
+        rounded.set(0, 0, k.get(i, c));
+        EXPECT_EQ(kp.get(slots[i], c), rounded.get(0, 0));
+        rounded.set(0, 0, v.get(i, c));
+        EXPECT_EQ(vp.get(slots[i], c), rounded.get(0, 0));
+      }
+  }
+}
+
+struct SeqSpec {
+  int q_len, kv_len;
+  int shares_prefix_of = -1;  // reuse this earlier seq's full pages (same tokens)
+};
+
+// Builds a batch: per sequence dense K/V of kv_len tokens, scattered over a
+// random page table via StoreKv, and checks PagedAttention against dense
+// attention computed in double from the same (dtype-rounded) values.
+void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv_heads, int hd, int window,
+                    const std::vector<SeqSpec>& specs, std::mt19937& rng) {
+  const int num_seqs = static_cast<int>(specs.size());
+  int64_t total_pages = 0, total_q = 0;
+  for (const auto& s : specs) total_pages += (s.kv_len + page_size - 1) / page_size, total_q += s.q_len;
+  total_pages += 3;  // unused pages in between
+  PagedKv kv(kv_dtype, page_size, kv_heads, hd, total_pages);
+  std::vector<int32_t> free_pages(total_pages);
+  std::iota(free_pages.begin(), free_pages.end(), 0);
+  std::shuffle(free_pages.begin(), free_pages.end(), rng);
+
+  const int64_t e = int64_t(kv_heads) * hd;
+  std::vector<HostTensor> keys, values;  // dense per seq, dtype-rounded
+  std::vector<std::vector<int32_t>> tables(num_seqs);
+  std::vector<AttentionSeq> seqs(num_seqs);
+  HostTensor q(DType::kF32, total_q, int64_t(heads) * hd), out(DType::kF32, total_q, int64_t(heads) * hd);
+  q.Fill(rng);
+  int q_start = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const SeqSpec& sp = specs[s];
+    HostTensor kd(DType::kF32, sp.kv_len, e), vd(DType::kF32, sp.kv_len, e);
+    kd.Fill(rng);
+    vd.Fill(rng);
+    int shared_tokens = 0;
+    const int pages = (sp.kv_len + page_size - 1) / page_size;
+    if (sp.shares_prefix_of >= 0) {
+      const int src = sp.shares_prefix_of;
+      const int full = std::min(specs[src].kv_len, sp.kv_len) / page_size;
+      shared_tokens = full * page_size;
+      for (int p = 0; p < full; ++p) tables[s].push_back(tables[src][p]);
+      for (int t = 0; t < shared_tokens; ++t)
+        for (int c = 0; c < e; ++c) kd.set(t, c, keys[src].get(t, c)), vd.set(t, c, values[src].get(t, c));
+    }
+    while (int(tables[s].size()) < pages) {
+      tables[s].push_back(free_pages.back());
+      free_pages.pop_back();
+    }
+    // Store the non-shared tokens through the backend.
+    std::vector<int64_t> slots;
+    HostTensor ks(DType::kF32, sp.kv_len - shared_tokens, e), vs(DType::kF32, sp.kv_len - shared_tokens, e);
+    for (int t = shared_tokens; t < sp.kv_len; ++t) {
+      slots.push_back(int64_t(tables[s][t / page_size]) * page_size + t % page_size);
+      for (int c = 0; c < e; ++c) ks.set(t - shared_tokens, c, kd.get(t, c)), vs.set(t - shared_tokens, c, vd.get(t, c));
+    }
+    if (!slots.empty()) b->StoreKv(ks.view(), vs.view(), kv.view, slots.data());
+    // Round the dense copy as the cache stores it.
+    for (int t = 0; t < sp.kv_len; ++t)
+      for (int c = 0; c < e; ++c) {
+        HostTensor r(kv_dtype, 1, 2);
+        r.set(0, 0, kd.get(t, c));
+        r.set(0, 1, vd.get(t, c));
+        kd.set(t, c, r.get(0, 0));
+        vd.set(t, c, r.get(0, 1));
+      }
+    keys.push_back(kd);
+    values.push_back(vd);
+    seqs[s] = AttentionSeq{q_start, sp.q_len, sp.kv_len, nullptr};
+    q_start += sp.q_len;
+  }
+  for (int s = 0; s < num_seqs; ++s) seqs[s].page_table = tables[s].data();
+
+  AttentionParams params{heads, kv_heads, hd, 1.f / std::sqrt(float(hd)), window};
+  b->PagedAttention(q.view(), kv.view, seqs.data(), num_seqs, params, out.view());
+
+  const int group = heads / kv_heads;
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int i = 0; i < specs[s].q_len; ++i) {
+      const int row = seqs[s].q_start + i;
+      const int pos = specs[s].kv_len - specs[s].q_len + i;
+      const int lo = window > 0 ? std::max(0, pos - window + 1) : 0;
+      for (int h = 0; h < heads; ++h) {
+        const int g = h / group;
+        std::vector<double> sc;
+        double mx = -1e300;
+        for (int p = lo; p <= pos; ++p) {
+          double d = 0;
+          for (int c = 0; c < hd; ++c) d += double(q.get(row, h * hd + c)) * keys[s].get(p, g * hd + c);
+          sc.push_back(d * params.scale);
+          mx = std::max(mx, sc.back());
+        }
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int c = 0; c < hd; ++c) {
+          double ref = 0;
+          for (int p = lo; p <= pos; ++p) ref += sc[p - lo] / sum * values[s].get(p, g * hd + c);
+          ASSERT_NEAR(out.get(row, h * hd + c), ref, 2e-5)
+              << "seq " << s << " token " << i << " head " << h << " dim " << c << " page_size " << page_size;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, PagedAttentionMatchesDense) {
+  // Prefill, decode, chunked prefill (q_len < kv_len) and a sequence that
+  // shares the first pages of another, in one batch.
+  const std::vector<SeqSpec> batch = {{37, 37}, {1, 50}, {9, 70}, {3, 45, 0}, {1, 1}};
+  for (int page_size : {1, 4, 16}) {
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      CheckAttention(backend_.get(), t, page_size, 6, 2, 64, 0, batch, rng_);
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, PagedAttentionSlidingWindowAndShapes) {
+  const std::vector<SeqSpec> batch = {{20, 20}, {1, 77}, {5, 40}};
+  CheckAttention(backend_.get(), DType::kF32, 4, 4, 4, 40, 8, batch, rng_);   // MHA, odd head_dim, window
+  CheckAttention(backend_.get(), DType::kF16, 16, 20, 1, 32, 0, batch, rng_);  // group of 20 > 16: chunked
+  CheckAttention(backend_.get(), DType::kBF16, 1, 8, 2, 128, 33, batch, rng_);
+}
+
+// ---- SIMD levels against the scalar reference path ----
+
+TEST_P(CpuBackendTest, AgreesWithScalarKernels) {
+  auto scalar = MakeBackend("scalar", 1);
+  for (DType wt : {DType::kBF16, DType::kF32}) {
+    for (int64_t n : {1, 3, 20}) {
+      HostTensor x(DType::kF32, n, 896), w(wt, 200, 896), o1(DType::kF32, n, 200), o2(DType::kF32, n, 200);
+      x.Fill(rng_);
+      w.Fill(rng_, 0.1f);
+      backend_->Linear(x.view(), w.view(), nullptr, o1.view());
+      scalar->Linear(x.view(), w.view(), nullptr, o2.view());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < 200; ++j) ASSERT_NEAR(o1.get(r, j), o2.get(r, j), 1e-4) << r << "," << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, CpuBackendTest, ::testing::ValuesIn(SupportedIsas()),
+                         [](const auto& info) { return info.param; });
+
+// ---- options ----
+
+TEST(CpuBackendOptionsTest, RejectsBadOptions) {
+  CpuBackendOptions o;
+  o.isa = "neon";
+  EXPECT_EQ(CreateCpuBackend(o).status().code(), StatusCode::kInvalidArgument);
+  o.isa = "scalar";
+  o.matmul_precision = "bf16";
+  auto r = CreateCpuBackend(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("matmul_precision"), std::string::npos) << r.status().message();
+  o.matmul_precision = "fp8";
+  EXPECT_EQ(CreateCpuBackend(o).status().code(), StatusCode::kInvalidArgument);
+  o.matmul_precision = "fp32";
+  o.num_threads = -1;
+  EXPECT_EQ(CreateCpuBackend(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBackendOptionsTest, AutoUsesAllCpusByDefault) {
+  auto b = CreateCpuBackend(CpuBackendOptions{});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE((*b)->Name().find("threads"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata

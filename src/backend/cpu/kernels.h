@@ -1,0 +1,77 @@
+// The CPU backend's kernel table: one set of hot loops per instruction-set
+// level (scalar, AVX2, AVX-512), chosen once at backend creation. Each set is
+// its own translation unit compiled with that level's flags
+// (backend/simd_flags.cmake). Only plain data crosses this header, so no
+// SIMD-compiled inline code can leak into baseline code via the linker.
+//
+// The scalar set is the reference the SIMD sets are tested against.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace strata::cpu {
+
+// Linear: out[r, j] = x[r, :] . w[j, :] (+ bias[j]) for r < n.
+struct LinearArgs {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t n = 0;  // rows of x / out
+  int64_t k = 0;  // reduction length
+  const void* w = nullptr;
+  DType w_dtype = DType::kF32;
+  int64_t w_stride = 0;
+  const float* bias = nullptr;  // F32 or null
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  // For gemm_bf16 only: x rounded to bf16, row stride xb_stride (>= k
+  // rounded up to even, padding zero).
+  const uint16_t* xb = nullptr;
+  int64_t xb_stride = 0;
+};
+
+// One query token of one sequence attending to KV positions
+// [first_pos, last_pos] (inclusive) through its page table, for query heads
+// [first_head, first_head + num_heads), which all read kv head kv_head.
+struct AttentionRowArgs {
+  const float* q = nullptr;  // the token's query row; head h at q + h * head_dim
+  float* out = nullptr;      // the token's output row, same layout
+  const KvLayerView* layer = nullptr;
+  const int32_t* page_table = nullptr;
+  int32_t first_pos = 0;
+  int32_t last_pos = 0;
+  int32_t kv_head = 0;
+  int32_t first_head = 0;
+  int32_t num_heads = 0;  // <= kMaxAttentionGroup
+  int32_t head_dim = 0;   // <= kMaxHeadDim
+  float scale = 0.f;
+};
+
+inline constexpr int64_t kMaxGemvRows = 4;
+inline constexpr int kMaxAttentionGroup = 16;
+inline constexpr int kMaxHeadDim = 512;
+// Bytes of per-thread scratch a gemm call may use.
+inline constexpr size_t kGemmScratchBytes = 1 << 20;
+
+struct CpuKernels {
+  const char* name;
+  // Few-row Linear (n <= kMaxGemvRows), output columns [m0, m1). Memory bound.
+  void (*gemv)(const LinearArgs& a, int64_t m0, int64_t m1);
+  // Many-row Linear, output columns [m0, m1), all n rows. `scratch` holds
+  // kGemmScratchBytes, 64-byte aligned, owned by the calling thread.
+  void (*gemm)(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch);
+  // As gemm but multiplies bf16-rounded activations (a.xb) with bf16-rounded
+  // weights, accumulating in F32. Null when the level lacks it.
+  void (*gemm_bf16)(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch);
+  // Column alignment that keeps gemm's panels whole when splitting [0, m).
+  int64_t gemm_cols_align;
+  void (*attention_row)(const AttentionRowArgs& a);
+};
+
+const CpuKernels* ScalarKernels();
+const CpuKernels* Avx2Kernels();
+const CpuKernels* Avx512Kernels();
+
+}  // namespace strata::cpu
