@@ -1,0 +1,425 @@
+#include "model/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Defaults of transformers' configuration classes
+// (transformers/models/<type>/configuration_<type>.py) for the fields that
+// differ between model types. Fields a real checkpoint always sets
+// (vocab_size, hidden_size, ...) are required here instead of defaulted.
+struct TypeDefaults {
+  const char* model_type;
+  const char* architecture;             // when "architectures" is absent
+  int64_t max_position_embeddings;
+  int64_t num_key_value_heads;          // when the key is absent; 0: num_attention_heads
+  int64_t head_dim;                     // when absent or null; 0: hidden_size / heads
+  std::optional<int64_t> bos_token_id;  // when the key is absent
+  std::optional<int64_t> eos_token_id;
+  bool reads_attention_bias;  // llama, qwen3: "attention_bias" field
+  bool always_qkv_bias;       // qwen2: q/k/v biases are hard-wired
+  bool reads_mlp_bias;        // llama
+  enum { kNoWindow, kMistralWindow, kQwenWindow } window;
+};
+
+constexpr TypeDefaults kTypes[] = {
+    {"llama", "LlamaForCausalLM", 2048, 0, 0, 1, 2, true, false, true, TypeDefaults::kNoWindow},
+    {"mistral", "MistralForCausalLM", 4096 * 32, 8, 0, 1, 2, false, false, false,
+     TypeDefaults::kMistralWindow},
+    {"qwen2", "Qwen2ForCausalLM", 32768, 32, 0, std::nullopt, std::nullopt, false, true, false,
+     TypeDefaults::kQwenWindow},
+    {"qwen3", "Qwen3ForCausalLM", 32768, 32, 128, std::nullopt, std::nullopt, true, false, false,
+     TypeDefaults::kQwenWindow},
+};
+
+// Typed access to one JSON object with errors that name the file and field.
+class Fields {
+ public:
+  Fields(const Json& j, std::string path, std::string prefix = "")
+      : j_(j), path_(std::move(path)), prefix_(std::move(prefix)) {}
+
+  // Present and not null.
+  bool Has(const char* key) const {
+    auto it = j_.find(key);
+    return it != j_.end() && !it->is_null();
+  }
+  bool Contains(const char* key) const { return j_.contains(key); }
+  const Json& at(const char* key) const { return j_.at(key); }
+
+  Status Error(const char* key, const std::string& want) const {
+    std::string got = j_.contains(key) ? j_.at(key).dump() : "nothing";
+    if (got.size() > 80) got = got.substr(0, 77) + "...";
+    return InvalidArgument(path_ + ": field '" + prefix_ + key + "' must be " + want + ", got " +
+                           got);
+  }
+  Status Missing(const char* key, const std::string& want) const {
+    return InvalidArgument(path_ + ": required field '" + prefix_ + key + "' (" + want +
+                           ") is missing");
+  }
+
+  // Leaves *out unchanged when the field is absent or null, unless required.
+  Status Int(const char* key, int64_t* out, bool required = false) const {
+    if (!Has(key)) return required ? Missing(key, "an integer") : OkStatus();
+    const Json& v = j_.at(key);
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return Error(key, "an integer that fits in 64 bits");
+      }
+      *out = v.get<int64_t>();
+      return OkStatus();
+    }
+    // 4096.0 is a whole number written by some converters; 4096.5 is not.
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) {
+        *out = static_cast<int64_t>(d);
+        return OkStatus();
+      }
+    }
+    return Error(key, "an integer");
+  }
+  Status Positive(const char* key, int64_t* out, bool required = false) const {
+    RETURN_IF_ERROR(Int(key, out, required));
+    if (Has(key) && *out <= 0) return Error(key, "a positive integer");
+    return OkStatus();
+  }
+  Status Double(const char* key, double* out) const {
+    if (!Has(key)) return OkStatus();
+    const Json& v = j_.at(key);
+    if (!v.is_number()) return Error(key, "a number");
+    *out = v.get<double>();
+    if (!std::isfinite(*out)) return Error(key, "a finite number");
+    return OkStatus();
+  }
+  Status Bool(const char* key, bool* out) const {
+    if (!Has(key)) return OkStatus();
+    const Json& v = j_.at(key);
+    if (!v.is_boolean()) return Error(key, "true or false");
+    *out = v.get<bool>();
+    return OkStatus();
+  }
+  Status String(const char* key, std::string* out, bool required = false) const {
+    if (!Has(key)) return required ? Missing(key, "a string") : OkStatus();
+    const Json& v = j_.at(key);
+    if (!v.is_string()) return Error(key, "a string");
+    *out = v.get<std::string>();
+    return OkStatus();
+  }
+  // An int or a list of ints (eos_token_id). Null gives an empty list.
+  Status IntOrList(const char* key, std::vector<int64_t>* out) const {
+    if (!Contains(key)) return OkStatus();
+    const Json& v = j_.at(key);
+    out->clear();
+    if (v.is_null()) return OkStatus();
+    auto one = [&](const Json& e) -> bool {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0) return false;
+      out->push_back(e.get<int64_t>());
+      return true;
+    };
+    if (v.is_array()) {
+      for (const auto& e : v) {
+        if (!one(e)) return Error(key, "a token id or a list of token ids (non-negative integers)");
+      }
+      return OkStatus();
+    }
+    if (!one(v)) return Error(key, "a token id or a list of token ids (non-negative integers)");
+    return OkStatus();
+  }
+  Status OptionalTokenId(const char* key, std::optional<int64_t>* out) const {
+    if (!Contains(key)) return OkStatus();
+    if (j_.at(key).is_null()) {
+      out->reset();
+      return OkStatus();
+    }
+    int64_t v = 0;
+    RETURN_IF_ERROR(Int(key, &v));
+    if (v < 0) return Error(key, "a non-negative token id");
+    *out = v;
+    return OkStatus();
+  }
+
+ private:
+  const Json& j_;
+  std::string path_;
+  std::string prefix_;
+};
+
+StatusOr<Json> ParseObject(const std::string& text, const std::string& path) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    return InvalidArgument(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) {
+    return InvalidArgument(path + ": must be a JSON object, got " + std::string(j.type_name()));
+  }
+  return j;
+}
+
+// Reads the rope settings from either dialect:
+//   published: "rope_theta": 500000.0, "rope_scaling": {"rope_type"|"type": ..., "factor": ...}
+//   transformers 5: "rope_parameters": {"rope_type": ..., "rope_theta": ..., "factor": ...}
+Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
+  Fields top(j, path);
+  RETURN_IF_ERROR(top.Double("rope_theta", &rope->theta));
+  RETURN_IF_ERROR(top.Double("partial_rotary_factor", &rope->partial_rotary_factor));
+
+  const char* key = nullptr;
+  if (top.Has("rope_parameters")) key = "rope_parameters";
+  else if (top.Has("rope_scaling")) key = "rope_scaling";
+  if (key != nullptr) {
+    const Json& p = j.at(key);
+    if (!p.is_object()) return top.Error(key, "an object or null");
+    // transformers 5 nests one dict per layer type for models that mix
+    // attention kinds (e.g. {"full_attention": {...}, "sliding_attention": {...}}).
+    if (!p.contains("rope_type") && !p.contains("type") && !p.empty() && p.begin()->is_object()) {
+      return Unimplemented(path + ": per-layer-type '" + key +
+                           "' (one rope setting per attention kind) is not supported");
+    }
+    Fields f(p, path, std::string(key) + ".");
+    if (f.Has("rope_type")) RETURN_IF_ERROR(f.String("rope_type", &rope->type));
+    else if (f.Has("type")) RETURN_IF_ERROR(f.String("type", &rope->type));
+    RETURN_IF_ERROR(f.Double("rope_theta", &rope->theta));
+    RETURN_IF_ERROR(f.Double("partial_rotary_factor", &rope->partial_rotary_factor));
+    if (rope->type == "linear" || rope->type == "llama3") {
+      if (!f.Has("factor")) return f.Missing("factor", "a number, the rope scaling factor");
+      RETURN_IF_ERROR(f.Double("factor", &rope->factor));
+      if (rope->factor <= 0) return f.Error("factor", "a positive number");
+    }
+    if (rope->type == "llama3") {
+      const char* kWant = "a number (llama3 rope scaling)";
+      if (!f.Has("low_freq_factor")) return f.Missing("low_freq_factor", kWant);
+      if (!f.Has("high_freq_factor")) return f.Missing("high_freq_factor", kWant);
+      if (!f.Has("original_max_position_embeddings")) {
+        return f.Missing("original_max_position_embeddings", "an integer (llama3 rope scaling)");
+      }
+      RETURN_IF_ERROR(f.Double("low_freq_factor", &rope->low_freq_factor));
+      RETURN_IF_ERROR(f.Double("high_freq_factor", &rope->high_freq_factor));
+      RETURN_IF_ERROR(
+          f.Positive("original_max_position_embeddings", &rope->original_max_position_embeddings));
+      if (rope->low_freq_factor <= 0 || rope->high_freq_factor <= rope->low_freq_factor) {
+        return InvalidArgument(path + ": " + key +
+                               " needs 0 < low_freq_factor < high_freq_factor, got " +
+                               std::to_string(rope->low_freq_factor) + " and " +
+                               std::to_string(rope->high_freq_factor));
+      }
+    }
+  }
+  if (rope->type != "default" && rope->type != "linear" && rope->type != "llama3") {
+    return Unimplemented(path + ": rope type '" + rope->type +
+                         "' is not supported (supported: default, linear, llama3)");
+  }
+  if (rope->theta <= 0) {
+    return InvalidArgument(path + ": rope_theta must be positive, got " + std::to_string(rope->theta));
+  }
+  if (rope->partial_rotary_factor <= 0 || rope->partial_rotary_factor > 1) {
+    return InvalidArgument(path + ": partial_rotary_factor must be in (0, 1], got " +
+                           std::to_string(rope->partial_rotary_factor));
+  }
+  return OkStatus();
+}
+
+// Sliding-window attention as transformers decides it per model type.
+Status ParseSlidingWindow(const Json& j, const std::string& path, const TypeDefaults& t,
+                          ModelConfig* c) {
+  Fields f(j, path);
+  c->sliding_window = 0;
+  if (t.window == TypeDefaults::kNoWindow) return OkStatus();
+  int64_t window = 4096;  // both classes' default when the key is absent
+  if (f.Contains("sliding_window") && j.at("sliding_window").is_null()) window = 0;
+  RETURN_IF_ERROR(f.Int("sliding_window", &window));
+  if (window < 0) return f.Error("sliding_window", "a non-negative integer or null");
+  if (t.window == TypeDefaults::kMistralWindow) {  // every layer slides when set
+    c->sliding_window = window;
+    return OkStatus();
+  }
+
+  // Qwen2/Qwen3: the window exists only with use_sliding_window, and then
+  // only layers >= max_window_layers slide; transformers 5 may spell the
+  // per-layer choice out in "layer_types".
+  bool use = false;
+  RETURN_IF_ERROR(f.Bool("use_sliding_window", &use));
+  if (!use) window = 0;
+  int64_t sliding_layers = 0;
+  if (f.Has("layer_types")) {
+    const Json& lt = j.at("layer_types");
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c->num_hidden_layers) {
+      return f.Error("layer_types", "a list with one attention kind per layer (" +
+                                        std::to_string(c->num_hidden_layers) + ")");
+    }
+    for (const auto& e : lt) {
+      if (!e.is_string()) return f.Error("layer_types", "a list of strings");
+      const std::string kind = e.get<std::string>();
+      if (kind == "sliding_attention") ++sliding_layers;
+      else if (kind != "full_attention")
+        return Unimplemented(path + ": layer type '" + kind + "' is not supported");
+    }
+  } else {
+    int64_t max_window_layers = 28;
+    RETURN_IF_ERROR(f.Int("max_window_layers", &max_window_layers));
+    sliding_layers = std::max<int64_t>(0, c->num_hidden_layers - std::max<int64_t>(0, max_window_layers));
+  }
+  if (window == 0 || sliding_layers == 0) return OkStatus();
+  if (sliding_layers != c->num_hidden_layers) {
+    return Unimplemented(path + ": sliding-window attention on only " +
+                         std::to_string(sliding_layers) + " of " +
+                         std::to_string(c->num_hidden_layers) +
+                         " layers (use_sliding_window with max_window_layers or layer_types) "
+                         "is not supported");
+  }
+  c->sliding_window = window;
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path) {
+  ASSIGN_OR_RETURN(Json j, ParseObject(json_text, path));
+  Fields f(j, path);
+  ModelConfig c;
+
+  RETURN_IF_ERROR(f.String("model_type", &c.model_type, /*required=*/true));
+  const TypeDefaults* t = nullptr;
+  for (const auto& d : kTypes) {
+    if (c.model_type == d.model_type) t = &d;
+  }
+  if (t == nullptr) {
+    return Unimplemented(path + ": model_type '" + c.model_type +
+                         "' is not supported (supported: llama, mistral, qwen2, qwen3)");
+  }
+  if (f.Has("architectures")) {
+    const Json& a = j.at("architectures");
+    if (!a.is_array() || a.empty() || !a[0].is_string()) {
+      return f.Error("architectures", "a non-empty list of class names");
+    }
+    c.architecture = a[0].get<std::string>();
+  } else {
+    c.architecture = t->architecture;  // what AutoModelForCausalLM would pick
+  }
+
+  RETURN_IF_ERROR(f.Positive("vocab_size", &c.vocab_size, true));
+  RETURN_IF_ERROR(f.Positive("hidden_size", &c.hidden_size, true));
+  RETURN_IF_ERROR(f.Positive("intermediate_size", &c.intermediate_size, true));
+  RETURN_IF_ERROR(f.Positive("num_hidden_layers", &c.num_hidden_layers, true));
+  RETURN_IF_ERROR(f.Positive("num_attention_heads", &c.num_attention_heads, true));
+
+  c.num_key_value_heads = f.Contains("num_key_value_heads") || t->num_key_value_heads == 0
+                              ? c.num_attention_heads
+                              : t->num_key_value_heads;
+  RETURN_IF_ERROR(f.Positive("num_key_value_heads", &c.num_key_value_heads));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return InvalidArgument(path + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                           ") must be a multiple of num_key_value_heads (" +
+                           std::to_string(c.num_key_value_heads) + ")");
+  }
+  if (f.Has("head_dim")) {
+    RETURN_IF_ERROR(f.Positive("head_dim", &c.head_dim));
+  } else if (t->head_dim != 0) {
+    c.head_dim = t->head_dim;
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      return InvalidArgument(path + ": hidden_size (" + std::to_string(c.hidden_size) +
+                             ") must be a multiple of num_attention_heads (" +
+                             std::to_string(c.num_attention_heads) + ") when head_dim is not given");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+
+  c.max_position_embeddings = t->max_position_embeddings;
+  RETURN_IF_ERROR(f.Positive("max_position_embeddings", &c.max_position_embeddings));
+  c.rms_norm_eps = 1e-6;
+  RETURN_IF_ERROR(f.Double("rms_norm_eps", &c.rms_norm_eps));
+  if (c.rms_norm_eps <= 0) return f.Error("rms_norm_eps", "a positive number");
+  RETURN_IF_ERROR(f.String("hidden_act", &c.hidden_act));
+  RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &c.tie_word_embeddings));
+
+  c.attention_bias = t->always_qkv_bias;
+  if (t->reads_attention_bias) RETURN_IF_ERROR(f.Bool("attention_bias", &c.attention_bias));
+  if (t->reads_mlp_bias) RETURN_IF_ERROR(f.Bool("mlp_bias", &c.mlp_bias));
+
+  RETURN_IF_ERROR(ParseSlidingWindow(j, path, *t, &c));
+
+  // "dtype" (transformers 5) wins over "torch_dtype" (published checkpoints).
+  const char* dtype_key = f.Has("dtype") ? "dtype" : "torch_dtype";
+  RETURN_IF_ERROR(f.String(dtype_key, &c.dtype));
+  if (c.dtype != "bfloat16" && c.dtype != "float16" && c.dtype != "float32") {
+    return Unimplemented(path + ": " + dtype_key + " '" + c.dtype +
+                         "' is not supported (supported: bfloat16, float16, float32)");
+  }
+
+  RETURN_IF_ERROR(ParseRope(j, path, &c.rope));
+
+  c.bos_token_id = t->bos_token_id;
+  RETURN_IF_ERROR(f.OptionalTokenId("bos_token_id", &c.bos_token_id));
+  if (t->eos_token_id) c.eos_token_ids = {*t->eos_token_id};
+  RETURN_IF_ERROR(f.IntOrList("eos_token_id", &c.eos_token_ids));
+  return c;
+}
+
+StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open (is this a Hugging Face model directory?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return IoError(path + ": read failed");
+  return ParseModelConfig(ss.str(), path);
+}
+
+StatusOr<GenerationConfig> ParseGenerationConfig(const std::string& json_text,
+                                                 const std::string& path) {
+  ASSIGN_OR_RETURN(Json j, ParseObject(json_text, path));
+  Fields f(j, path);
+  GenerationConfig g;
+  RETURN_IF_ERROR(f.IntOrList("eos_token_id", &g.eos_token_ids));
+  RETURN_IF_ERROR(f.OptionalTokenId("bos_token_id", &g.bos_token_id));
+
+  auto opt_double = [&](const char* key, std::optional<double>* out) -> Status {
+    if (!f.Has(key)) return OkStatus();
+    double v = 0;
+    RETURN_IF_ERROR(f.Double(key, &v));
+    *out = v;
+    return OkStatus();
+  };
+  auto opt_int = [&](const char* key, std::optional<int64_t>* out) -> Status {
+    if (!f.Has(key)) return OkStatus();
+    int64_t v = 0;
+    RETURN_IF_ERROR(f.Int(key, &v));
+    *out = v;
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(opt_double("temperature", &g.temperature));
+  RETURN_IF_ERROR(opt_double("top_p", &g.top_p));
+  RETURN_IF_ERROR(opt_int("top_k", &g.top_k));
+  RETURN_IF_ERROR(opt_double("min_p", &g.min_p));
+  RETURN_IF_ERROR(opt_double("repetition_penalty", &g.repetition_penalty));
+  RETURN_IF_ERROR(opt_int("max_new_tokens", &g.max_new_tokens));
+  if (f.Has("do_sample")) {
+    bool v = false;
+    RETURN_IF_ERROR(f.Bool("do_sample", &v));
+    g.do_sample = v;
+  }
+
+  if (g.temperature && *g.temperature < 0) return f.Error("temperature", "a number >= 0");
+  if (g.top_p && (*g.top_p <= 0 || *g.top_p > 1)) return f.Error("top_p", "a number in (0, 1]");
+  if (g.top_k && *g.top_k < 0) return f.Error("top_k", "an integer >= 0 (0: no limit)");
+  if (g.min_p && (*g.min_p < 0 || *g.min_p > 1)) return f.Error("min_p", "a number in [0, 1]");
+  if (g.repetition_penalty && *g.repetition_penalty <= 0) {
+    return f.Error("repetition_penalty", "a positive number");
+  }
+  if (g.max_new_tokens && *g.max_new_tokens <= 0) {
+    return f.Error("max_new_tokens", "a positive integer");
+  }
+  return g;
+}
+
+}  // namespace strata
