@@ -1,0 +1,16 @@
+// The subcommands of `strata`. Each takes its arguments after the command
+// name and returns a process exit code (cli.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace strata::cli {
+
+using Args = std::vector<std::string>;
+
+int GenerateCommand(const Args& args);
+int DemoModelCommand(const Args& args);
+int BenchCommand(const Args& args);
+
+}  // namespace strata::cli

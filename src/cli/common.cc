@@ -1,0 +1,94 @@
+#include "cli/common.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "cli/cli.h"
+
+namespace strata::cli {
+
+int Fail(const std::string& cmd, const Status& st) {
+  std::fprintf(stderr, "strata %s: error: %s\n", cmd.c_str(), st.message().c_str());
+  switch (st.code()) {
+    case StatusCode::kNotFound: return kExitNoInput;
+    case StatusCode::kDataLoss:
+    case StatusCode::kUnimplemented:
+    case StatusCode::kInvalidArgument: return kExitData;
+    default: return kExitFailure;
+  }
+}
+
+int UsageError(const std::string& cmd, const Status& st) {
+  std::fprintf(stderr, "strata %s: %s\n(see strata %s --help)\n", cmd.c_str(), st.message().c_str(),
+               cmd.c_str());
+  return kExitUsage;
+}
+
+void ModelFlags::Register(FlagSet& f) {
+  f.String("model-path", &model_path,
+           "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); "
+           "default: the embedded demo model");
+  f.Int("threads", &threads, "CPU threads for compute (0: all cores)", 0, 4096);
+  f.String("cpu-isa", &isa, "highest CPU instruction set: auto, avx512, avx2, scalar");
+  f.String("matmul-precision", &matmul_precision,
+           "fp32 (exact, default) or bf16 (activations rounded to bf16; faster prefill)");
+  f.Int("chunked-prefill-size", &max_batch_tokens, "most tokens one forward step carries", 1, 1 << 20);
+}
+
+namespace {
+
+void ProgressBar(size_t done, size_t total) {
+  static int last = -1;
+  const int pct = total ? static_cast<int>(done * 100 / total) : 100;
+  if (pct == last) return;
+  last = pct;
+  const int width = 30, filled = pct * width / 100;
+  std::fprintf(stderr, "\rloading weights [%.*s%*s] %3d%% %.2f/%.2f GiB", filled,
+               "##############################", width - filled, "", pct, done / 1073741824.0,
+               total / 1073741824.0);
+  if (done >= total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+double ResidentGiB() {
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    long size = 0;
+    if (std::fscanf(f, "%ld %ld", &size, &pages) != 2) pages = 0;
+    std::fclose(f);
+  }
+  return pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1073741824.0;
+}
+
+}  // namespace
+
+StatusOr<LoadedStack> LoadForCli(const std::string& cmd, const ModelFlags& flags) {
+  LoadedStack s;
+  std::string dir = flags.model_path;
+  if (dir.empty()) {
+    ASSIGN_OR_RETURN(dir, EnsureDemoModel());
+    std::fprintf(stderr, "strata %s: no --model-path given; using the embedded demo model at %s\n",
+                 cmd.c_str(), dir.c_str());
+  }
+  CpuBackendOptions bo;
+  bo.num_threads = static_cast<int>(flags.threads);
+  bo.isa = flags.isa;
+  bo.matmul_precision = flags.matmul_precision;
+  ASSIGN_OR_RETURN(s.backend, CreateCpuBackend(bo));
+  LoadOptions lo;
+  lo.model.max_batch_tokens = static_cast<int32_t>(flags.max_batch_tokens);
+  if (isatty(STDERR_FILENO)) lo.progress = &ProgressBar;
+  ASSIGN_OR_RETURN(s.model, LoadModelDir(dir, *s.backend, lo));
+  const auto& m = *s.model;
+  std::fprintf(stderr,
+               "strata %s: loaded %s (%s, %ld layers, %.2f GiB of weights) in %.2f s; "
+               "resident memory %.2f GiB; backend %s\n",
+               cmd.c_str(), dir.c_str(), m.config.architecture.c_str(),
+               static_cast<long>(m.config.num_hidden_layers), m.weight_bytes / 1073741824.0,
+               m.load_seconds, ResidentGiB(), s.backend->Name().c_str());
+  return s;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,42 @@
+// Pieces every model-serving subcommand shares: turning a Status into a
+// message and exit code, and loading a model directory (or the embedded demo
+// model) with progress on a terminal.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/model_dir.h"
+#include "util/flags.h"
+#include "util/status.h"
+
+namespace strata::cli {
+
+// Prints "strata <cmd>: error: <message>" to stderr and returns the exit
+// code for the status: NotFound 66, DataLoss/InvalidArgument in input files
+// 65, Unimplemented 65, otherwise 1.
+int Fail(const std::string& cmd, const Status& status);
+// Usage error (bad flags): prints the message and a --help hint; returns 64.
+int UsageError(const std::string& cmd, const Status& status);
+
+struct ModelFlags {
+  std::string model_path;  // empty: the demo model
+  int64_t threads = 0;
+  std::string isa = "auto";
+  std::string matmul_precision = "fp32";
+  int64_t max_batch_tokens = 512;
+  void Register(FlagSet& flags);
+};
+
+struct LoadedStack {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LoadedModel> model;
+};
+
+// Resolves the demo model when no --model-path is given (saying so in one
+// line on stderr), creates the CPU backend, loads the model with a progress
+// bar when stderr is a terminal, and reports load time and memory.
+StatusOr<LoadedStack> LoadForCli(const std::string& cmd, const ModelFlags& flags);
+
+}  // namespace strata::cli
