@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Strata builds and tests with (docs/dependencies.md
+# says why each is there). Idempotent; skips apt entirely when all are present.
+set -euo pipefail
+build_pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev)
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev nodejs npm)
+want=("${build_pkgs[@]}")
+[ "${1:-}" = "--test" ] && want+=("${test_pkgs[@]}")
+missing=()
+for p in "${want[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+# Node from elsewhere (e.g. a newer install) satisfies the test's needs too.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

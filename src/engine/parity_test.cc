@@ -1,0 +1,208 @@
+// Parity with Hugging Face transformers: tiny random checkpoints of every
+// supported architecture and config dialect (tests/fixtures/models, made by
+// tools/reference/make_model_fixtures.py on the GPU machine) must give the
+// same greedy tokens and top-k logprobs (within 1e-3, fp32 compute) as the
+// reference, through the real loader, tokenizer, chat template and engine.
+// After a step whose reference top-2 margin is a near-tie, the rest of that
+// sequence is not compared (either token is a correct answer there).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+const char* kModels[] = {"llama_default", "llama_linear", "llama3_rope", "mistral", "qwen2", "qwen3"};
+constexpr double kTol = 1e-3;
+
+std::string FixtureDir(const std::string& name) {
+  return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+}
+
+json LoadGolden(const std::string& name) {
+  std::ifstream in(FixtureDir(name) + "/golden.json");
+  return json::parse(in);
+}
+
+struct Stack {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<Engine> engine;
+};
+
+Stack Load(const std::string& name, const std::string& isa = "auto", int32_t page_size = 16,
+           int32_t chunk = 256) {
+  Stack s;
+  CpuBackendOptions bo;
+  bo.num_threads = 2;
+  bo.isa = isa;
+  auto b = CreateCpuBackend(bo);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  s.backend = std::move(*b);
+  LoadOptions lo;
+  lo.model.max_batch_tokens = chunk;
+  auto m = LoadModelDir(FixtureDir(name), *s.backend, lo);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (!m.ok()) return s;
+  s.model = std::move(*m);
+  EngineOptions eo;
+  eo.page_size = page_size;
+  eo.chunked_prefill_size = chunk;
+  eo.max_running_requests = 16;
+  eo.max_total_tokens = 16 * 2048;
+  auto e = Engine::Create(*s.model, *s.backend, eo);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (e.ok()) s.engine = std::move(*e);
+  return s;
+}
+
+GenerationRequest GreedyRequest(const json& c) {
+  GenerationRequest r;
+  r.prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+  r.params.temperature = 0;
+  r.params.ignore_eos = true;
+  r.params.logprobs = 10;
+  r.params.max_tokens = static_cast<int>(c["output_ids"].size());
+  return r;
+}
+
+// Compares one generated sequence with the reference; returns steps compared.
+int CompareSteps(const std::string& what, const json& steps, const GenerationResult& got,
+                 double near_tie) {
+  int compared = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i >= got.steps.size()) {
+      ADD_FAILURE() << what << ": stopped after " << got.steps.size() << " tokens, reference has "
+                    << steps.size();
+      return compared;
+    }
+    const json& ref = steps[i];
+    const StepOutput& out = got.steps[i];
+    for (const json& alt : ref["top"]) {
+      const int32_t id = alt[0];
+      const double lp = alt[1];
+      bool found = false;
+      for (const TokenLogprob& t : out.top_logprobs) {
+        if (t.token_id != id) continue;
+        found = true;
+        EXPECT_NEAR(t.logprob, lp, kTol) << what << " step " << i << " token " << id;
+      }
+      EXPECT_TRUE(found) << what << " step " << i << ": reference top token " << id
+                         << " not in Strata's top " << out.top_logprobs.size();
+    }
+    ++compared;
+    if (ref["margin"].get<double>() < near_tie) break;  // either token is right
+    EXPECT_EQ(out.token, ref["token"].get<int32_t>()) << what << " step " << i;
+    if (out.token != ref["token"].get<int32_t>()) break;
+  }
+  return compared;
+}
+
+class ParityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ParityTest, GreedyTokensAndLogprobsMatchTransformers) {
+  const std::string name = GetParam();
+  json golden = LoadGolden(name);
+  Stack s = Load(name);
+  ASSERT_TRUE(s.engine);
+  const double near_tie = golden["near_tie"];
+  int total = 0;
+  for (const json& c : golden["cases"]) {
+    std::vector<GenerationRequest> reqs;
+    reqs.push_back(GreedyRequest(c));
+    auto res = s.engine->Generate(std::move(reqs));
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    total += CompareSteps(name + " prompt_len " + std::to_string(c["prompt_ids"].size()), c["steps"],
+                          (*res)[0], near_tie);
+  }
+  EXPECT_GT(total, 100) << "too few steps compared: fixtures full of near-ties?";
+  EXPECT_EQ(s.engine->pool().allocator().num_used(), 0);
+}
+
+// All prompts at once: continuous batching, chunked prefill mixed with
+// decode, different page size. Same answers as alone.
+TEST_P(ParityTest, BatchedMatchesReference) {
+  const std::string name = GetParam();
+  json golden = LoadGolden(name);
+  Stack s = Load(name, "auto", /*page_size=*/1, /*chunk=*/96);
+  ASSERT_TRUE(s.engine);
+  std::vector<GenerationRequest> reqs;
+  for (const json& c : golden["cases"]) reqs.push_back(GreedyRequest(c));
+  auto res = s.engine->Generate(std::move(reqs));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  for (size_t i = 0; i < golden["cases"].size(); ++i)
+    CompareSteps(name + " batched case " + std::to_string(i), golden["cases"][i]["steps"], (*res)[i],
+                 golden["near_tie"]);
+  EXPECT_EQ(s.engine->pool().allocator().num_used(), 0);
+  EXPECT_TRUE(s.engine->pool().allocator().CheckIntegrity().ok());
+}
+
+// Text in, text out: the tokenizer and detokenizer agree with HF too.
+TEST_P(ParityTest, TextPromptsMatchTransformers) {
+  const std::string name = GetParam();
+  json golden = LoadGolden(name);
+  Stack s = Load(name);
+  ASSERT_TRUE(s.engine);
+  for (const json& c : golden["text_cases"]) {
+    const std::string prompt = c["prompt"];
+    std::vector<int32_t> ids = s.model->tokenizer->Encode(prompt, true);
+    EXPECT_EQ(ids, c["prompt_ids"].get<std::vector<int32_t>>()) << prompt;
+    std::vector<GenerationRequest> reqs;
+    reqs.push_back(GreedyRequest(c));
+    auto res = s.engine->Generate(std::move(reqs));
+    ASSERT_TRUE(res.ok());
+    int n = CompareSteps(name + " text '" + prompt + "'", c["steps"], (*res)[0], golden["near_tie"]);
+    if (n == static_cast<int>(c["steps"].size()))
+      EXPECT_EQ(s.model->tokenizer->Decode((*res)[0].output, true), c["output_text"].get<std::string>());
+  }
+}
+
+// Chat prompts: the model's own template, rendered as transformers does.
+TEST_P(ParityTest, ChatPromptsMatchTransformers) {
+  const std::string name = GetParam();
+  json golden = LoadGolden(name);
+  Stack s = Load(name);
+  ASSERT_TRUE(s.engine);
+  ASSERT_TRUE(s.model->chat_template) << "fixture has a chat template";
+  for (const json& c : golden["chat_cases"]) {
+    ChatTemplateInputs in;
+    in.messages = c["messages"];
+    in.add_generation_prompt = c["add_generation_prompt"];
+    in.bos_token = s.model->tokenizer->bos_token();
+    in.eos_token = s.model->tokenizer->eos_token();
+    auto text = s.model->chat_template->Render(in);
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    EXPECT_EQ(*text, c["rendered"].get<std::string>());
+    EXPECT_EQ(s.model->tokenizer->Encode(*text, false), c["prompt_ids"].get<std::vector<int32_t>>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ParityTest, ::testing::ValuesIn(kModels),
+                         [](const auto& info) { return info.param; });
+
+// Every instruction-set level this CPU has gives the reference answers.
+TEST(ParityIsaTest, EveryIsaMatchesOnQwen3) {
+  json golden = LoadGolden("qwen3");
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    CpuBackendOptions bo;
+    bo.isa = isa;
+    if (!CreateCpuBackend(bo).ok()) continue;  // CPU lacks it
+    Stack s = Load("qwen3", isa);
+    ASSERT_TRUE(s.engine);
+    const json& c = golden["cases"][5];  // 200-token prompt
+    std::vector<GenerationRequest> reqs;
+    reqs.push_back(GreedyRequest(c));
+    auto res = s.engine->Generate(std::move(reqs));
+    ASSERT_TRUE(res.ok());
+    CompareSteps(std::string("qwen3 isa ") + isa, c["steps"], (*res)[0], golden["near_tie"]);
+  }
+}
+
+}  // namespace
+}  // namespace strata
