@@ -127,7 +127,7 @@ TEST_P(CpuBackendTest, LinearCrossesGemmBlocks) {
   CheckLinear(backend_.get(), DType::kF32, {30, 257, 100}, false, true, rng_);
 }
 
-TEST(CpuBackendBf16Matmul, DISABLED_MatchesBf16RoundedReference) {
+TEST(CpuBackendBf16Matmul, MatchesBf16RoundedReference) {
   if (!cpu::DetectCpuFeatures().avx512_bf16) GTEST_SKIP() << "no AVX512_BF16";
   auto b = MakeBackend("avx512", 2, "bf16");
   std::mt19937 rng(7);

@@ -1,0 +1,203 @@
+// CPU backend micro-benchmarks, each next to the roofline it is bounded by:
+//   MemRead      streaming sum over a 1 GiB buffer: the memory read bandwidth
+//                that bounds decode (GEMV reads every weight once per step).
+//   Gemv         Linear with 1 row (decode) over bf16 weights at the shapes of
+//                Qwen2.5-0.5B and Llama-3.2-1B; GB/s of weight bytes read.
+//                Weights are replicated to >= 512 MiB and cycled, so they come
+//                from DRAM as in a real decode step, not from L3.
+//   FmaPeak      register-only FMA (and vdpbf16ps) throughput: the compute
+//                roofline for prefill.
+//   Gemm         Linear with 512 rows (prefill) in fp32 and bf16 precision;
+//                GFLOP/s.
+// Run: build-cpu/src/cpu_ops_bench [--benchmark_filter=Gemv]
+#include <benchmark/benchmark.h>
+// GCC 12 intrinsics headers trip false -W(maybe-)uninitialized warnings.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace strata {
+namespace {
+
+struct Shape {
+  const char* model;
+  const char* name;
+  int64_t m, k;  // weight rows (outputs) x cols (inputs)
+};
+
+constexpr Shape kShapes[] = {
+    {"qwen2.5-0.5b", "qkv", 1152, 896},       {"qwen2.5-0.5b", "o", 896, 896},
+    {"qwen2.5-0.5b", "gate_up", 9728, 896},   {"qwen2.5-0.5b", "down", 896, 4864},
+    {"qwen2.5-0.5b", "lm_head", 151936, 896}, {"llama3.2-1b", "qkv", 3072, 2048},
+    {"llama3.2-1b", "o", 2048, 2048},         {"llama3.2-1b", "gate_up", 16384, 2048},
+    {"llama3.2-1b", "down", 2048, 8192},      {"llama3.2-1b", "lm_head", 128256, 2048},
+};
+
+std::unique_ptr<Backend> MakeBackend(int threads, const std::string& precision = "fp32") {
+  CpuBackendOptions o;
+  o.num_threads = threads;
+  o.matmul_precision = precision;
+  auto b = CreateCpuBackend(o);
+  if (!b.ok()) return nullptr;
+  return std::move(b).value();
+}
+
+struct Aligned {
+  void* p;
+  explicit Aligned(size_t bytes) : p(std::aligned_alloc(64, (bytes + 63) / 64 * 64)) {}
+  ~Aligned() { std::free(p); }
+};
+
+void FillBf16(uint16_t* p, size_t n) {
+  uint32_t s = 12345;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = FloatToBf16((static_cast<float>(s >> 8) / 16777216.f - 0.5f) * 0.1f);
+  }
+}
+
+void BM_MemRead(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr size_t kBytes = size_t{1} << 30;
+  Aligned buf(kBytes);
+  std::memset(buf.p, 1, kBytes);
+  cpu::ThreadPool pool(threads);
+  const uint64_t* words = static_cast<const uint64_t*>(buf.p);
+  const int64_t n = kBytes / 8, chunks = 64;
+  std::vector<uint64_t> sums(chunks);
+  for (auto _ : state) {
+    pool.ParallelFor(chunks, [&](int64_t c, int) {
+      uint64_t s = 0;
+      for (int64_t i = c * (n / chunks); i < (c + 1) * (n / chunks); ++i) s += words[i];
+      sums[c] = s;
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(kBytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Gemv(benchmark::State& state, Shape shape) {
+  const int threads = static_cast<int>(state.range(0));
+  auto backend = MakeBackend(threads);
+  const size_t elems = shape.m * shape.k, bytes = elems * 2;
+  const size_t copies = std::max<size_t>(1, ((size_t{512} << 20) + bytes - 1) / bytes);
+  std::vector<std::unique_ptr<Aligned>> w;
+  for (size_t c = 0; c < copies; ++c) {
+    w.push_back(std::make_unique<Aligned>(bytes));
+    FillBf16(static_cast<uint16_t*>(w.back()->p), elems);
+  }
+  std::vector<float> x(shape.k, 0.01f), out(shape.m);
+  size_t i = 0;
+  for (auto _ : state) {
+    Tensor wt{w[i++ % copies]->p, DType::kBF16, shape.m, shape.k, 0};
+    backend->Linear(Tensor{x.data(), DType::kF32, 1, shape.k, 0}, wt, nullptr,
+                    Tensor{out.data(), DType::kF32, 1, shape.m, 0});
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(backend->Name());
+}
+
+void BM_Gemm(benchmark::State& state, Shape shape, std::string precision) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t n = 512;
+  auto backend = MakeBackend(threads, precision);
+  if (!backend) {
+    state.SkipWithError(("matmul_precision " + precision + " unsupported here").c_str());
+    return;
+  }
+  Aligned w(shape.m * shape.k * 2);
+  FillBf16(static_cast<uint16_t*>(w.p), shape.m * shape.k);
+  std::vector<float> x(n * shape.k, 0.01f), out(n * shape.m);
+  for (auto _ : state) {
+    backend->Linear(Tensor{x.data(), DType::kF32, n, shape.k, 0}, Tensor{w.p, DType::kBF16, shape.m, shape.k, 0},
+                    nullptr, Tensor{out.data(), DType::kF32, n, shape.m, 0});
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * shape.m * shape.k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(backend->Name());
+}
+
+// Register-only throughput: 24 independent accumulator chains.
+__attribute__((target("avx512f"))) float FmaLoop(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[12]));
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float DpBf16Loop(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3a80);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[12]));
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+void BM_FmaPeak(benchmark::State& state, bool bf16) {
+  const auto& f = cpu::DetectCpuFeatures();
+  if (!f.avx512 || (bf16 && !f.avx512_bf16)) {
+    state.SkipWithError("CPU lacks the instructions");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  cpu::ThreadPool pool(threads);
+  constexpr int64_t kIters = 1 << 20;
+  std::vector<float> sink(threads);
+  for (auto _ : state) {
+    pool.ParallelFor(threads, [&](int64_t t, int) { sink[t] = bf16 ? DpBf16Loop(kIters) : FmaLoop(kIters); });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  // Per FMA lane: 2 flops; vdpbf16ps does 2 multiply-adds per f32 lane.
+  const double flops = double(threads) * kIters * 24 * 16 * 2 * (bf16 ? 2 : 1);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void RegisterAll() {
+  auto threads = [](benchmark::internal::Benchmark* b) { b->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond); };
+  threads(benchmark::RegisterBenchmark("MemRead", BM_MemRead));
+  for (const Shape& s : kShapes) {
+    threads(benchmark::RegisterBenchmark((std::string("Gemv/") + s.model + "/" + s.name).c_str(), BM_Gemv, s));
+  }
+  threads(benchmark::RegisterBenchmark("FmaPeak/fp32", BM_FmaPeak, false));
+  threads(benchmark::RegisterBenchmark("FmaPeak/bf16", BM_FmaPeak, true));
+  for (const Shape& s : kShapes) {
+    if (std::string(s.name) == "lm_head") continue;  // prefill computes logits for one row
+    for (const char* p : {"fp32", "bf16"}) {
+      threads(benchmark::RegisterBenchmark((std::string("Gemm512/") + p + "/" + s.model + "/" + s.name).c_str(),
+                                           BM_Gemm, s, std::string(p)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  strata::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
