@@ -9,7 +9,9 @@
 // Thread-safety: a parsed ChatTemplate is immutable; Render is reentrant.
 #pragma once
 
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,20 +22,33 @@ namespace strata {
 
 class ChatTemplateImpl;
 
+// Everything a template sees. JSON values are ordered_json so dict key order
+// survives into tojson output exactly as the request sent it (transformers
+// keeps Python dict order; a sorted std::map would reorder tool schemas).
 struct ChatTemplateInputs {
-  nlohmann::json messages = nlohmann::json::array();  // [{"role":..., "content":...}, ...]
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{"role":..., "content":...}, ...]
   bool add_generation_prompt = true;
-  nlohmann::json tools;  // null when absent
+  nlohmann::ordered_json tools;  // null when absent (the template still sees `tools` defined as none)
   // Extra variables (chat_template_kwargs), e.g. {"enable_thinking": false}.
-  nlohmann::json extra = nlohmann::json::object();
-  std::string bos_token;
-  std::string eos_token;
+  // They may not redefine messages, tools, documents or add_generation_prompt.
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  std::string bos_token;  // "" = the tokenizer has none (undefined in the template)
+  std::string eos_token;  // likewise
+  // Local time strftime_now() formats; unset = the system clock. Tests pin it.
+  std::optional<std::tm> now;
 };
 
 class ChatTemplate {
  public:
+  // Parses `source` (jinja2 syntax). InvalidArgument naming the line for
+  // syntax errors and for anything the engine does not support (unknown
+  // tags, filters or tests), so a model with such a template fails to load.
   static StatusOr<std::shared_ptr<const ChatTemplate>> Parse(const std::string& source);
   ~ChatTemplate();
+  // The prompt text apply_chat_template(tokenize=False) would produce.
+  // InvalidArgument for raise_exception() (its message verbatim) and for
+  // runtime errors (undefined used as an object, type errors), which come
+  // from the request's messages not fitting the template.
   StatusOr<std::string> Render(const ChatTemplateInputs& inputs) const;
 
  private:

@@ -1,0 +1,59 @@
+// Interpreter of the Jinja engine: walks a parsed Program with jinja2's
+// runtime semantics (scoping: a for-loop iteration and a macro call get
+// their own scope, if-blocks do not; `loop` variables; undefined values that
+// print as "" but fail when used as objects).
+//
+// One Interpreter renders once; it is cheap to build. It borrows the
+// Program, which must outlive it. Not thread-safe; use one per Render.
+#pragma once
+
+#include <ctime>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "model/jinja_ast.h"
+#include "model/jinja_builtins.h"
+#include "model/jinja_value.h"
+
+namespace strata::jinja {
+
+class Interpreter {
+ public:
+  // `context`: the variables the template sees (messages, tools, ...).
+  // `now`: the local time strftime_now() formats.
+  Interpreter(const Program& program, const Dict& context, const std::tm& now);
+
+  // Throws RenderError.
+  std::string Render();
+
+  // For builtins: calls a function value (macro, builtin, bound method).
+  Value Call(const Value& callee, CallArgs& args);
+  const std::tm& now() const { return now_; }
+
+ private:
+  struct Frame {
+    std::unordered_map<std::string, Value> vars;
+    std::shared_ptr<Frame> parent;
+  };
+  using FramePtr = std::shared_ptr<Frame>;
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  Flow Exec(const Body& body, const FramePtr& frame, std::string& out);
+  Flow ExecFor(const Stmt& s, const FramePtr& frame, std::string& out);
+  void Assign(const std::vector<std::string>& targets, const Value& v, const FramePtr& frame, int line);
+  Value DefineMacro(const Stmt& s, const FramePtr& frame);
+
+  Value Eval(const Expr& e, const FramePtr& frame);
+  Value Lookup(const std::string& name, const FramePtr& frame) const;
+  CallArgs EvalArgs(const Expr& e, size_t first, const FramePtr& frame);
+  Value Binary(const std::string& op, const Value& a, const Value& b);
+  Value ApplyFilters(const std::vector<ExprPtr>& filters, Value v, const FramePtr& frame);
+
+  const Program& program_;
+  std::tm now_;
+  FramePtr root_;
+  int call_depth_ = 0;
+};
+
+}  // namespace strata::jinja
