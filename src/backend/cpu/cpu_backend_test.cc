@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels.h"
 
 namespace strata {
 namespace {
@@ -136,6 +137,57 @@ TEST(CpuBackendBf16Matmul, MatchesBf16RoundedReference) {
     CheckLinear(b.get(), wt, {800, 520, 40}, false, false, rng, /*bf16_inputs=*/true);
     // Decode-sized calls stay exact F32.
     CheckLinear(b.get(), wt, {2, 64, 33}, true, false, rng, /*bf16_inputs=*/false);
+  }
+}
+
+// Both bf16 kernels directly (the backend picks only one of them): blocks of
+// 32 rows plus a row tail, a k tail that is not a multiple of 32, a partial
+// column panel, bias, and accumulation over several k blocks.
+TEST(CpuBackendBf16Matmul, VnniAndAmxKernelsMatchReference) {
+  const auto& f = cpu::DetectCpuFeatures();
+  if (!f.avx512_bf16) GTEST_SKIP() << "no AVX512_BF16";
+  std::vector<std::pair<const char*, decltype(cpu::CpuKernels::gemm)>> kernels = {
+      {"vdpbf16ps", cpu::Avx512Kernels()->gemm_bf16}};
+  if (f.amx_bf16 && cpu::RequestAmxPermission()) kernels.push_back({"amx", cpu::Avx512Kernels()->gemm_bf16_amx});
+  std::mt19937 rng(11);
+  const int64_t n = 70, k = 1100, m = 50;
+  HostTensor x(DType::kF32, n, k), w(DType::kBF16, m, k), bias(DType::kF32, 1, m);
+  x.Fill(rng);
+  w.Fill(rng, 0.5f);
+  bias.Fill(rng);
+  const int64_t xbs = (k + 31) / 32 * 32;
+  std::vector<uint16_t> xb(n * xbs, 0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) xb[r * xbs + c] = FloatToBf16(x.get(r, c));
+  std::vector<char> scratch(cpu::kGemmScratchBytes + 64);
+  void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+  for (auto [name, gemm] : kernels) {
+    HostTensor out(DType::kF32, n, m);
+    cpu::LinearArgs a;
+    a.x = reinterpret_cast<const float*>(x.bytes.data());
+    a.x_stride = k;
+    a.n = n;
+    a.k = k;
+    a.w = w.bytes.data();
+    a.w_dtype = DType::kBF16;
+    a.w_stride = k;
+    a.bias = reinterpret_cast<const float*>(bias.bytes.data());
+    a.out = reinterpret_cast<float*>(out.bytes.data());
+    a.out_stride = m;
+    a.xb = xb.data();
+    a.xb_stride = xbs;
+    gemm(a, 0, 32, aligned);  // one full panel
+    gemm(a, 32, m, aligned);  // a partial one
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < m; ++j) {
+        double ref = bias.get(0, j), mag = std::abs(ref);
+        for (int64_t i = 0; i < k; ++i) {
+          const double p = double(Bf16ToFloat(xb[r * xbs + i])) * w.get(j, i);
+          ref += p;
+          mag += std::abs(p);
+        }
+        ASSERT_NEAR(out.get(r, j), ref, 2e-6 * mag + 1e-6) << name << " at " << r << "," << j;
+      }
   }
 }
 

@@ -65,6 +65,10 @@ struct CpuKernels {
   // As gemm but multiplies bf16-rounded activations (a.xb) with bf16-rounded
   // weights, accumulating in F32. Null when the level lacks it.
   void (*gemm_bf16)(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch);
+  // gemm_bf16 on AMX tiles: same arithmetic, different summation order.
+  // Only where DetectCpuFeatures().amx_bf16 and RequestAmxPermission().
+  // a.xb rows must be zero-padded to a multiple of 32 columns.
+  void (*gemm_bf16_amx)(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch);
   // Column alignment that keeps gemm's panels whole when splitting [0, m).
   int64_t gemm_cols_align;
   void (*attention_row)(const AttentionRowArgs& a);

@@ -45,6 +45,7 @@ const CpuKernels kAvx2Kernels = {
     .gemv = Gemv,
     .gemm = Gemm,
     .gemm_bf16 = nullptr,
+    .gemm_bf16_amx = nullptr,
     .gemm_cols_align = kNr,
     .attention_row = AttendRow,
 };

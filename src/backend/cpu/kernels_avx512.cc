@@ -46,14 +46,16 @@ inline Vec VLoad(const Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(rein
 // The panel stores pairs: panel[p][c] = (w[c][2p], w[c][2p+1]) as one 32-bit
 // word, kNr columns wide; x pairs are broadcast as 32-bit words.
 constexpr int64_t kBf16Kc = 512;  // k per block (even)
-static_assert(kBf16Kc / 2 * kNr * 4 <= kGemmScratchBytes, "panel must fit scratch");
+static_assert(kBf16Kc / 2 * kNr * 4 + 48 * kNr * 4 <= kGemmScratchBytes, "panel must fit scratch");
 
 inline uint16_t WeightBf16(float v) { return RoundToBf16(v); }
 inline uint16_t WeightBf16(Bf16 v) { return v.bits; }
 inline uint16_t WeightBf16(Half v) { return RoundToBf16(ToFloat(v)); }
 
+// Packs pairs [0, (kc + 1) / 2) and zero-fills up to `padded_pairs`.
 template <typename W>
-void PackPanelBf16(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, int64_t kc, uint32_t* panel) {
+void PackPanelBf16(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, int64_t kc, int64_t padded_pairs,
+                   uint32_t* panel) {
   const int64_t pairs = (kc + 1) / 2;
   const W* w = static_cast<const W*>(a.w) + k0;
   for (int c = 0; c < ncols; ++c) {
@@ -63,9 +65,10 @@ void PackPanelBf16(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, int64
       panel[p * kNr + c] = WeightBf16(wr[2 * p]) | static_cast<uint32_t>(WeightBf16(wr[2 * p + 1])) << 16;
     }
     if (p < pairs) panel[p * kNr + c] = WeightBf16(wr[2 * p]);  // odd kc: pad the pair with 0
+    for (p = pairs; p < padded_pairs; ++p) panel[p * kNr + c] = 0;
   }
   for (int c = ncols; c < kNr; ++c)
-    for (int64_t p = 0; p < pairs; ++p) panel[p * kNr + c] = 0;
+    for (int64_t p = 0; p < padded_pairs; ++p) panel[p * kNr + c] = 0;
 }
 
 template <int MR>
@@ -105,20 +108,118 @@ constexpr auto MakeMicroKernelsBf16(std::integer_sequence<int, Is...>) {
   return std::array<MicroKernelBf16Fn, sizeof...(Is)>{&MicroKernelBf16<Is + 1>...};
 }
 
-template <typename W>
+// ---- AMX-BF16 ----
+//
+// A 32x32 output block is four 16x16 F32 accumulator tiles (tmm0-3); each
+// step of 32 k loads two 16x32 bf16 x tiles (tmm4-5, straight from xb) and
+// two 16-pair x 16-column weight tiles (tmm6-7, straight from the pair-packed
+// panel, whose row stride is kNr words) and issues four tdpbf16ps.
+// Rows left over (< 32) go to the AVX512_BF16 microkernel on the same panel.
+constexpr int kAmxRows = 32;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile"))) void AmxBegin() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  // GCC 12 does not treat ldtilecfg as reading its operand and drops the
+  // stores above without this barrier.
+  __asm__ volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile"))) void AmxEnd() { _tile_release(); }
+
+// c: 32 rows x 32 F32 columns, row stride cs floats. init: accumulate onto
+// c (kAccumulate), start from zero, or start from the 16-row block `bias16`.
+enum class AmxInit { kZero, kAccumulate, kBias };
+
+__attribute__((target("amx-tile,amx-bf16"))) void AmxBlock(const uint16_t* x, int64_t xs, const uint32_t* panel,
+                                                            int64_t padded_pairs, float* c, int64_t cs,
+                                                            AmxInit init, const float* bias16) {
+  const int64_t cb = cs * 4;
+  if (init == AmxInit::kAccumulate) {
+    _tile_loadd(0, c, cb);
+    _tile_loadd(1, c + 16, cb);
+    _tile_loadd(2, c + 16 * cs, cb);
+    _tile_loadd(3, c + 16 * cs + 16, cb);
+  } else if (init == AmxInit::kBias) {
+    _tile_loadd(0, bias16, kNr * 4);
+    _tile_loadd(1, bias16 + 16, kNr * 4);
+    _tile_loadd(2, bias16, kNr * 4);
+    _tile_loadd(3, bias16 + 16, kNr * 4);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const int64_t xb = xs * 2;
+  for (int64_t p = 0; p < padded_pairs; p += 16) {
+    _tile_loadd(4, x + 2 * p, xb);
+    _tile_loadd(5, x + 16 * xs + 2 * p, xb);
+    _tile_loadd(6, panel + p * kNr, kNr * 4);
+    _tile_loadd(7, panel + p * kNr + 16, kNr * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, cb);
+  _tile_stored(1, c + 16, cb);
+  _tile_stored(2, c + 16 * cs, cb);
+  _tile_stored(3, c + 16 * cs + 16, cb);
+}
+
+template <typename W, bool kAmx>
 void GemmBf16T(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
   static constexpr auto kernels = MakeMicroKernelsBf16(std::make_integer_sequence<int, kGemmMr>());
+  // scratch: panel | 32x32 output staging block | 16x32 bias rows
   uint32_t* panel = static_cast<uint32_t*>(scratch);
+  float* stage = reinterpret_cast<float*>(panel + kBf16Kc / 2 * kNr);
+  float* bias16 = stage + kAmxRows * kNr;
+  if (kAmx) AmxBegin();
   for (int64_t n0 = 0; n0 < a.n; n0 += kGemmNc) {
     const int64_t n1 = n0 + kGemmNc < a.n ? n0 + kGemmNc : a.n;
     for (int64_t k0 = 0; k0 < a.k; k0 += kBf16Kc) {
       const int64_t kc = a.k - k0 < kBf16Kc ? a.k - k0 : kBf16Kc;
       const int64_t pairs = (kc + 1) / 2;
+      const int64_t padded_pairs = kAmx ? (pairs + 15) / 16 * 16 : pairs;
       for (int64_t j0 = m0; j0 < m1; j0 += kNr) {
         const int ncols = static_cast<int>(m1 - j0 < kNr ? m1 - j0 : kNr);
-        PackPanelBf16<W>(a, j0, ncols, k0, kc, panel);
+        PackPanelBf16<W>(a, j0, ncols, k0, kc, padded_pairs, panel);
         const float* bias = a.bias ? a.bias + j0 : nullptr;
-        for (int64_t r0 = n0; r0 < n1; r0 += kGemmMr) {
+        int64_t r0 = n0;
+        if (kAmx) {
+          const AmxInit init = k0 > 0 ? AmxInit::kAccumulate : bias ? AmxInit::kBias : AmxInit::kZero;
+          if (init == AmxInit::kBias) {
+            for (int r = 0; r < 16; ++r)
+              for (int c = 0; c < kNr; ++c) bias16[r * kNr + c] = c < ncols ? bias[c] : 0.f;
+          }
+          for (; r0 + kAmxRows <= n1; r0 += kAmxRows) {
+            const uint16_t* x = a.xb + r0 * a.xb_stride + k0;
+            float* out = a.out + r0 * a.out_stride + j0;
+            if (ncols == kNr) {
+              AmxBlock(x, a.xb_stride, panel, padded_pairs, out, a.out_stride, init, bias16);
+              continue;
+            }
+            for (int r = 0; r < kAmxRows && init == AmxInit::kAccumulate; ++r)
+              for (int c = 0; c < ncols; ++c) stage[r * kNr + c] = out[r * a.out_stride + c];
+            AmxBlock(x, a.xb_stride, panel, padded_pairs, stage, kNr, init, bias16);
+            for (int r = 0; r < kAmxRows; ++r)
+              for (int c = 0; c < ncols; ++c) out[r * a.out_stride + c] = stage[r * kNr + c];
+          }
+        }
+        for (; r0 < n1; r0 += kGemmMr) {
           const int mr = static_cast<int>(n1 - r0 < kGemmMr ? n1 - r0 : kGemmMr);
           kernels[mr - 1](a.xb + r0 * a.xb_stride + k0, a.xb_stride, panel, pairs, a.out + r0 * a.out_stride + j0,
                           a.out_stride, ncols, bias, k0 > 0);
@@ -126,13 +227,23 @@ void GemmBf16T(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
       }
     }
   }
+  if (kAmx) AmxEnd();
 }
 
 void GemmBf16(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
   switch (a.w_dtype) {
-    case DType::kF32: return GemmBf16T<float>(a, m0, m1, scratch);
-    case DType::kBF16: return GemmBf16T<Bf16>(a, m0, m1, scratch);
-    case DType::kF16: return GemmBf16T<Half>(a, m0, m1, scratch);
+    case DType::kF32: return GemmBf16T<float, false>(a, m0, m1, scratch);
+    case DType::kBF16: return GemmBf16T<Bf16, false>(a, m0, m1, scratch);
+    case DType::kF16: return GemmBf16T<Half, false>(a, m0, m1, scratch);
+    default: __builtin_trap();
+  }
+}
+
+void GemmBf16Amx(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
+  switch (a.w_dtype) {
+    case DType::kF32: return GemmBf16T<float, true>(a, m0, m1, scratch);
+    case DType::kBF16: return GemmBf16T<Bf16, true>(a, m0, m1, scratch);
+    case DType::kF16: return GemmBf16T<Half, true>(a, m0, m1, scratch);
     default: __builtin_trap();
   }
 }
@@ -142,6 +253,7 @@ const CpuKernels kAvx512Kernels = {
     .gemv = Gemv,
     .gemm = Gemm,
     .gemm_bf16 = GemmBf16,
+    .gemm_bf16_amx = GemmBf16Amx,
     .gemm_cols_align = kNr,
     .attention_row = AttendRow,
 };

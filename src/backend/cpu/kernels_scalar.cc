@@ -84,6 +84,7 @@ const CpuKernels kScalarKernels = {
     .gemv = Gemv,
     .gemm = Gemm,
     .gemm_bf16 = nullptr,
+    .gemm_bf16_amx = nullptr,
     .gemm_cols_align = 16,
     .attention_row = AttendRow,
 };
