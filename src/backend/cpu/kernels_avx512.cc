@@ -36,6 +36,55 @@ inline Vec VLoad(const Bf16* p) {
 }
 inline Vec VLoad(const Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 
+// In-register transpose of 16 rows of 16 32-bit words: afterwards r[t]
+// holds word t of every input row. Unpacks interleave within 128-bit lanes,
+// then two rounds of lane shuffles gather each column.
+inline void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // rows 4g..4g+3: r[4g + c] lane L = column 4L + c
+    r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i s0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    const __m512i s1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+    const __m512i s2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i s3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+    t[c] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+    t[8 + c] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
+    t[12 + c] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Vector part of PackPanel (see kernels_simd.inc): whole 16x16 blocks of a
+// full-width panel; returns how many kk it packed (the rest is scalar).
+template <typename W>
+int64_t PackPanelVector(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, int64_t kc, float* panel) {
+  if (ncols != 2 * kLanes) return 0;
+  const W* w = static_cast<const W*>(a.w) + k0;
+  const int64_t kv = kc / 16 * 16;
+  for (int cb = 0; cb < 2 * kLanes; cb += 16) {
+    for (int64_t kb = 0; kb < kv; kb += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(VLoad(w + (j0 + cb + i) * a.w_stride + kb));
+      Transpose16x16(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(panel + (kb + i) * 2 * kLanes + cb, r[i]);
+    }
+  }
+  return kv;
+}
+#define STRATA_HAVE_PACK_PANEL_VECTOR 1
+
 #include "backend/cpu/kernels_simd.inc"
 #include "backend/cpu/kernels_attention.inc"
 
@@ -47,20 +96,44 @@ inline Vec VLoad(const Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(rein
 // word, kNr columns wide; x pairs are broadcast as 32-bit words.
 constexpr int64_t kBf16Kc = 512;  // k per block (even)
 static_assert(kBf16Kc / 2 * kNr * 4 + 48 * kNr * 4 <= kGemmScratchBytes, "panel must fit scratch");
+static_assert(kBf16Kc % 32 == 0, "AMX steps of 32 k must tile a k block");
 
 inline uint16_t WeightBf16(float v) { return RoundToBf16(v); }
 inline uint16_t WeightBf16(Bf16 v) { return v.bits; }
 inline uint16_t WeightBf16(Half v) { return RoundToBf16(ToFloat(v)); }
 
 // Packs pairs [0, (kc + 1) / 2) and zero-fills up to `padded_pairs`.
+// 16 pairs (32 elements) of one weight row as bf16 words, low element first.
+inline __m512i LoadPairs(const Bf16* p) { return _mm512_loadu_si512(p); }
+inline __m512i LoadPairs(const float* p) {
+  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p));
+}
+inline __m512i LoadPairs(const Half* p) {
+  return (__m512i)_mm512_cvtne2ps_pbh(VLoad(p + 16), VLoad(p));
+}
+
 template <typename W>
 void PackPanelBf16(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, int64_t kc, int64_t padded_pairs,
                    uint32_t* panel) {
   const int64_t pairs = (kc + 1) / 2;
   const W* w = static_cast<const W*>(a.w) + k0;
+  int64_t pv = 0;  // pairs packed by whole 16x16 blocks
+  if (ncols == kNr) {
+    pv = kc / 32 * 16;
+    for (int cb = 0; cb < kNr; cb += 16) {
+      for (int64_t pb = 0; pb < pv; pb += 16) {
+        __m512i r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) r[i] = LoadPairs(w + (j0 + cb + i) * a.w_stride + 2 * pb);
+        Transpose16x16(r);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(panel + (pb + i) * kNr + cb, r[i]);
+      }
+    }
+  }
   for (int c = 0; c < ncols; ++c) {
     const W* wr = w + (j0 + c) * a.w_stride;
-    int64_t p = 0;
+    int64_t p = pv;
     for (; p < kc / 2; ++p) {
       panel[p * kNr + c] = WeightBf16(wr[2 * p]) | static_cast<uint32_t>(WeightBf16(wr[2 * p + 1])) << 16;
     }
@@ -180,49 +253,77 @@ __attribute__((target("amx-tile,amx-bf16"))) void AmxBlock(const uint16_t* x, in
   _tile_stored(3, c + 16 * cs + 16, cb);
 }
 
+// Loop nest as Gemm, with a group of panels packed together: for AMX the
+// 32-row x block (32 x kc bf16) is then reused from L1 by every panel of the
+// group, and each tile step's 4 KB of operands stays off L2's bandwidth.
+template <bool kAmx>
+struct Bf16Blocking {
+  static constexpr int64_t kKc = kAmx ? 256 : kBf16Kc;
+  static constexpr int kGroup = kAmx ? 8 : 1;
+  static constexpr int64_t kPanelWords = kKc / 2 * kNr;  // pairs padded to 16 fit: kKc % 32 == 0
+};
+static_assert(Bf16Blocking<true>::kGroup * (Bf16Blocking<true>::kPanelWords * 4 + 16 * kNr * 4) +
+                      kAmxRows * kNr * 4 <= kGemmScratchBytes,
+              "AMX panels must fit scratch");
+
 template <typename W, bool kAmx>
 void GemmBf16T(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
+  using B = Bf16Blocking<kAmx>;
   static constexpr auto kernels = MakeMicroKernelsBf16(std::make_integer_sequence<int, kGemmMr>());
-  // scratch: panel | 32x32 output staging block | 16x32 bias rows
-  uint32_t* panel = static_cast<uint32_t*>(scratch);
-  float* stage = reinterpret_cast<float*>(panel + kBf16Kc / 2 * kNr);
-  float* bias16 = stage + kAmxRows * kNr;
+  // scratch: kGroup panels | kGroup 16-row bias blocks | 32x32 staging block
+  uint32_t* panels = static_cast<uint32_t*>(scratch);
+  float* bias16 = reinterpret_cast<float*>(panels + B::kGroup * B::kPanelWords);
+  float* stage = bias16 + B::kGroup * 16 * kNr;
   if (kAmx) AmxBegin();
   for (int64_t n0 = 0; n0 < a.n; n0 += kGemmNc) {
     const int64_t n1 = n0 + kGemmNc < a.n ? n0 + kGemmNc : a.n;
-    for (int64_t k0 = 0; k0 < a.k; k0 += kBf16Kc) {
-      const int64_t kc = a.k - k0 < kBf16Kc ? a.k - k0 : kBf16Kc;
+    for (int64_t k0 = 0; k0 < a.k; k0 += B::kKc) {
+      const int64_t kc = a.k - k0 < B::kKc ? a.k - k0 : B::kKc;
       const int64_t pairs = (kc + 1) / 2;
       const int64_t padded_pairs = kAmx ? (pairs + 15) / 16 * 16 : pairs;
-      for (int64_t j0 = m0; j0 < m1; j0 += kNr) {
-        const int ncols = static_cast<int>(m1 - j0 < kNr ? m1 - j0 : kNr);
-        PackPanelBf16<W>(a, j0, ncols, k0, kc, padded_pairs, panel);
-        const float* bias = a.bias ? a.bias + j0 : nullptr;
-        int64_t r0 = n0;
-        if (kAmx) {
-          const AmxInit init = k0 > 0 ? AmxInit::kAccumulate : bias ? AmxInit::kBias : AmxInit::kZero;
-          if (init == AmxInit::kBias) {
+      for (int64_t g0 = m0; g0 < m1; g0 += B::kGroup * kNr) {
+        const int np = static_cast<int>((m1 - g0 + kNr - 1) / kNr < B::kGroup ? (m1 - g0 + kNr - 1) / kNr : B::kGroup);
+        for (int p = 0; p < np; ++p) {
+          const int64_t j0 = g0 + p * kNr;
+          const int ncols = static_cast<int>(m1 - j0 < kNr ? m1 - j0 : kNr);
+          PackPanelBf16<W>(a, j0, ncols, k0, kc, padded_pairs, panels + p * B::kPanelWords);
+          if (kAmx && a.bias && k0 == 0) {
             for (int r = 0; r < 16; ++r)
-              for (int c = 0; c < kNr; ++c) bias16[r * kNr + c] = c < ncols ? bias[c] : 0.f;
-          }
-          for (; r0 + kAmxRows <= n1; r0 += kAmxRows) {
-            const uint16_t* x = a.xb + r0 * a.xb_stride + k0;
-            float* out = a.out + r0 * a.out_stride + j0;
-            if (ncols == kNr) {
-              AmxBlock(x, a.xb_stride, panel, padded_pairs, out, a.out_stride, init, bias16);
-              continue;
-            }
-            for (int r = 0; r < kAmxRows && init == AmxInit::kAccumulate; ++r)
-              for (int c = 0; c < ncols; ++c) stage[r * kNr + c] = out[r * a.out_stride + c];
-            AmxBlock(x, a.xb_stride, panel, padded_pairs, stage, kNr, init, bias16);
-            for (int r = 0; r < kAmxRows; ++r)
-              for (int c = 0; c < ncols; ++c) out[r * a.out_stride + c] = stage[r * kNr + c];
+              for (int c = 0; c < kNr; ++c) bias16[(p * 16 + r) * kNr + c] = c < ncols ? a.bias[j0 + c] : 0.f;
           }
         }
-        for (; r0 < n1; r0 += kGemmMr) {
-          const int mr = static_cast<int>(n1 - r0 < kGemmMr ? n1 - r0 : kGemmMr);
-          kernels[mr - 1](a.xb + r0 * a.xb_stride + k0, a.xb_stride, panel, pairs, a.out + r0 * a.out_stride + j0,
-                          a.out_stride, ncols, bias, k0 > 0);
+        int64_t r0 = n0;
+        if (kAmx) {
+          const AmxInit init = k0 > 0 ? AmxInit::kAccumulate : a.bias ? AmxInit::kBias : AmxInit::kZero;
+          for (; r0 + kAmxRows <= n1; r0 += kAmxRows) {
+            const uint16_t* x = a.xb + r0 * a.xb_stride + k0;
+            for (int p = 0; p < np; ++p) {
+              const int64_t j0 = g0 + p * kNr;
+              const int ncols = static_cast<int>(m1 - j0 < kNr ? m1 - j0 : kNr);
+              const uint32_t* panel = panels + p * B::kPanelWords;
+              const float* b16 = bias16 + p * 16 * kNr;
+              float* out = a.out + r0 * a.out_stride + j0;
+              if (ncols == kNr) {
+                AmxBlock(x, a.xb_stride, panel, padded_pairs, out, a.out_stride, init, b16);
+                continue;
+              }
+              for (int r = 0; r < kAmxRows && init == AmxInit::kAccumulate; ++r)
+                for (int c = 0; c < ncols; ++c) stage[r * kNr + c] = out[r * a.out_stride + c];
+              AmxBlock(x, a.xb_stride, panel, padded_pairs, stage, kNr, init, b16);
+              for (int r = 0; r < kAmxRows; ++r)
+                for (int c = 0; c < ncols; ++c) out[r * a.out_stride + c] = stage[r * kNr + c];
+            }
+          }
+        }
+        for (int p = 0; p < np; ++p) {
+          const int64_t j0 = g0 + p * kNr;
+          const int ncols = static_cast<int>(m1 - j0 < kNr ? m1 - j0 : kNr);
+          const float* bias = a.bias ? a.bias + j0 : nullptr;
+          for (int64_t r = r0; r < n1; r += kGemmMr) {
+            const int mr = static_cast<int>(n1 - r < kGemmMr ? n1 - r : kGemmMr);
+            kernels[mr - 1](a.xb + r * a.xb_stride + k0, a.xb_stride, panels + p * B::kPanelWords, pairs,
+                            a.out + r * a.out_stride + j0, a.out_stride, ncols, bias, k0 > 0);
+          }
         }
       }
     }
