@@ -1,0 +1,185 @@
+// Sampling the next token from one request's F32 logits, on the host.
+//
+// Order of operations (vLLM / Hugging Face semantics):
+//   1. logprobs, if asked, from the RAW logits: log_softmax before any
+//      penalty or temperature. This is vLLM's default (--logprobs-mode
+//      raw_logprobs, since the V1 engine); its old V0 engine and HF's
+//      output_scores report processed values instead.
+//   2. repetition_penalty (HF/CTRL style) over every token seen in the prompt
+//      AND the output: a positive logit is divided by the penalty, a
+//      negative one multiplied. Applied once per distinct token.
+//   3. frequency_penalty * count + presence_penalty * (count > 0) subtracted
+//      (OpenAI style), counting OUTPUT tokens only.
+//   4. temperature < 1e-5 (vLLM's epsilon) means greedy: argmax of the
+//      penalized logits, ties to the lowest token id; nothing below runs and
+//      no random number is drawn.
+//   5. logits / temperature, then top-k, top-p, min-p in that order, each
+//      over the distribution the previous step left, as HF's
+//      TemperatureLogitsWarper -> TopK -> TopP -> MinP chain does:
+//      - top_k keeps every token whose logit is >= the k-th largest (ties
+//        at the boundary all stay, as in HF and vLLM);
+//      - top_p keeps a token when the probability mass of the tokens before
+//        it (descending probability, ties by lower id) is < top_p, so the
+//        smallest prefix whose mass reaches top_p, renormalised after top-k;
+//      - min_p keeps tokens with p >= min_p * p_max.
+//      vLLM applies min_p before top-k/top-p; SGLang applies top-p to the
+//      mass before top-k. These differ only in which tail tokens survive
+//      when several filters are combined; Strata follows HF.
+//   6. one uniform draw from the request's own RNG, inverse CDF over the
+//      kept tokens (in double precision).
+//
+// Reproducibility: each request owns a Sampler and so its RNG, which
+// advances exactly once per non-greedy Sample(). The same seed, params and
+// logits give the same tokens whatever else is in the batch, on any machine
+// (the generator and the double conversion are Strata's, not the C++
+// library's implementation-defined distributions).
+//
+// Cost for a vocabulary V: one pass for logprobs (online log-sum-exp and a
+// size-N heap), one copy plus O(distinct history tokens) for penalties,
+// O(V) for top-k (nth_element) and min-p, and a sort only of the tokens
+// that can be in the top-p prefix (grown geometrically). No full-vocabulary
+// sort unless top-p on its own must cover most of a flat distribution.
+//
+// Thread-safety: a Sampler is used by one thread at a time (it keeps
+// scratch buffers); different requests' Samplers are independent.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "util/status.h"
+
+namespace strata {
+
+// OpenAI's top_logprobs limit and vLLM's default --max-logprobs.
+inline constexpr int kMaxLogprobs = 20;
+// Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
+inline constexpr float kGreedyTemperature = 1e-5f;
+
+struct SamplingParams {
+  float temperature = 1.f;  // < kGreedyTemperature (e.g. 0): greedy
+  int top_k = -1;           // -1 or 0: off
+  float top_p = 1.f;        // (0, 1]; 1: off
+  float min_p = 0.f;        // [0, 1]; 0: off
+  float repetition_penalty = 1.f;  // > 0; 1: off. Prompt and output tokens.
+  float frequency_penalty = 0.f;   // [-2, 2]; output tokens only
+  float presence_penalty = 0.f;    // [-2, 2]; output tokens only
+  std::optional<uint64_t> seed;    // unset: a random seed per request
+  std::vector<int32_t> stop_token_ids;  // finish on these (besides EOS), enforced by the engine
+  bool ignore_eos = false;              // keep generating past EOS, enforced by the engine
+  int logprobs = -1;  // -1: none; N >= 0: the sampled token's logprob plus the top N
+  int max_tokens = 16;  // output tokens at most (vLLM's default), enforced by the engine
+
+  bool IsGreedy() const { return temperature < kGreedyTemperature; }
+  // True when Sample() reads the TokenHistory; the engine may skip keeping
+  // one otherwise.
+  bool UsesPenalties() const {
+    return repetition_penalty != 1.f || frequency_penalty != 0.f || presence_penalty != 0.f;
+  }
+  // Every out-of-range field in one InvalidArgument naming the fields (with
+  // their OpenAI/vLLM names) and the allowed range; OK otherwise.
+  Status Validate() const;
+};
+
+// What the penalties need from a request's tokens: for each distinct token,
+// whether the prompt holds it and how often the output does. Updated
+// incrementally (AddOutputToken per generated token) so sampling never
+// rescans the sequence. Ids need not be < vocab: Sample() ignores ids
+// outside the logits.
+class TokenHistory {
+ public:
+  TokenHistory() = default;
+  explicit TokenHistory(std::span<const int32_t> prompt) { AddPromptTokens(prompt); }
+
+  // For chunked prompts: call once per chunk, in any order.
+  void AddPromptTokens(std::span<const int32_t> tokens);
+  void AddOutputToken(int32_t token);
+
+  struct Counts {
+    bool in_prompt = false;
+    int32_t output_count = 0;
+  };
+  const std::unordered_map<int32_t, Counts>& counts() const { return counts_; }
+  int64_t num_output_tokens() const { return num_output_tokens_; }
+
+ private:
+  std::unordered_map<int32_t, Counts> counts_;
+  int64_t num_output_tokens_ = 0;
+};
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.f;
+};
+
+struct SampleResult {
+  int32_t token_id = 0;
+  // Filled only when SamplingParams::logprobs >= 0 (raw log_softmax):
+  float logprob = 0.f;  // of token_id
+  int64_t rank = 0;     // tokens with logprob >= this one's, itself included (vLLM's rank)
+  std::vector<TokenLogprob> top_logprobs;  // top N, logprob desc, ties by lower id
+};
+
+// Steps 2 and 3 above, in place: the penalties of params over history.
+// Ids in history outside [0, vocab) are ignored.
+void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits, int64_t vocab);
+
+struct TokenProb {
+  int32_t token_id = 0;
+  double prob = 0;
+};
+
+class Sampler {
+ public:
+  // Seed: params.seed if set; else default_seed if set (an engine started
+  // with a global seed passes a distinct one per request, so whole runs
+  // replay); else a random seed.
+  // REQUIRES: params.Validate() is OK.
+  Sampler(const SamplingParams& params, std::optional<uint64_t> default_seed);
+
+  // Picks the next token. history is read only when params.UsesPenalties().
+  // Logits that are NaN never win; if no logit is finite the result is the
+  // greedy argmax (token 0 when all are -inf or NaN).
+  // REQUIRES: vocab >= 1; logits has vocab entries.
+  SampleResult Sample(const float* logits, int64_t vocab, const TokenHistory& history);
+
+  // The distribution a non-greedy Sample() would draw from (steps 2-5):
+  // the kept tokens with their renormalised probabilities, in draw order.
+  // Draws nothing. For tests and debugging; greedy params give the argmax
+  // with probability 1.
+  std::vector<TokenProb> Distribution(const float* logits, int64_t vocab, const TokenHistory& history);
+
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float weight;  // exp((logit - max) / temperature), unnormalised
+  };
+
+  // xoshiro256** seeded through splitmix64: small, fast, fully specified.
+  uint64_t NextU64();
+  double NextUniform();  // [0, 1) with 53 random bits
+
+  // Penalized logits: logits itself when no penalty applies, else a copy.
+  const float* Penalize(const float* logits, int64_t vocab, const TokenHistory& history);
+  // Fills candidates_ with the tokens temperature/top-k/top-p/min-p keep,
+  // returning how many of its leading entries are kept; 0 when no logit is
+  // finite (the caller falls back to argmax).
+  size_t BuildCandidates(const float* x, int64_t vocab);
+  void ComputeLogprobs(const float* logits, int64_t vocab, SampleResult* out);
+
+  SamplingParams params_;
+  uint64_t seed_ = 0;
+  uint64_t rng_[4] = {};
+  // Scratch reused across steps (grown to the vocabulary on first use).
+  std::vector<float> penalized_;
+  std::vector<float> values_;
+  std::vector<Candidate> candidates_;
+};
+
+}  // namespace strata
