@@ -1,0 +1,166 @@
+// End-to-end tests of the real `strata` binary: flags, help, exit codes,
+// offline generation against the transformers goldens, the demo model, and
+// errors for broken model directories.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/cli_e2e_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    tmp_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(tmp_); }
+
+  Result Run(const std::vector<std::string>& args, const std::string& env = "") {
+    std::string cmd = env + " " + Quote(STRATA_BINARY);
+    for (const auto& a : args) cmd += " " + Quote(a);
+    cmd += " 2>" + Quote(tmp_ + "/stderr");
+    Result r;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+    int status = pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream e(tmp_ + "/stderr");
+    std::stringstream ss;
+    ss << e.rdbuf();
+    r.err = ss.str();
+    return r;
+  }
+  static std::string Fixture(const std::string& name) {
+    return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+  }
+
+  std::string tmp_;
+};
+
+TEST_F(CliTest, VersionAndUsage) {
+  Result r = Run({"--version"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("strata "));
+  r = Run({});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_THAT(r.err, HasSubstr("usage"));
+  r = Run({"frobnicate"});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_THAT(r.err, HasSubstr("unknown command"));
+}
+
+TEST_F(CliTest, EverySubcommandHasHelp) {
+  for (const char* c : {"generate", "demo-model", "bench"}) {
+    Result r = Run({c, "--help"});
+    EXPECT_EQ(r.code, 0) << c;
+    EXPECT_THAT(r.out, HasSubstr("usage: strata")) << c;
+  }
+  Result r = Run({"generate", "--help"});
+  EXPECT_THAT(r.out, HasSubstr("--model-path"));
+  EXPECT_THAT(r.out, HasSubstr("--temperature"));
+}
+
+TEST_F(CliTest, UnknownFlagSuggestsTheNearestOne) {
+  Result r = Run({"generate", "--max-token", "5"});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_THAT(r.err, HasSubstr("did you mean --max-tokens"));
+  r = Run({"generate", "--prompt", "x", "--temperature", "-1"});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_THAT(r.err, HasSubstr("--temperature"));
+}
+
+TEST_F(CliTest, GenerateMatchesTransformersGolden) {
+  std::ifstream in(Fixture("qwen3") + "/golden.json");
+  auto golden = nlohmann::json::parse(in);
+  const auto& c = golden["cases"][3];  // 17-token prompt
+  std::string ids;
+  for (int id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  Result r = Run({"generate", "--model-path", Fixture("qwen3"), "--prompt-ids", ids, "--max-tokens",
+                  std::to_string(c["output_ids"].size()), "--ignore-eos", "--logprobs", "5", "--json",
+                  "--threads", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["output_ids"], c["output_ids"]);
+  EXPECT_EQ(j["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], c["prompt_ids"].size());
+  ASSERT_EQ(j["logprobs"].size(), c["steps"].size());
+  for (size_t i = 0; i < c["steps"].size(); ++i)
+    EXPECT_NEAR(j["logprobs"][i]["logprob"].get<double>(), c["steps"][i]["logprob"].get<double>(), 1e-3);
+  EXPECT_THAT(r.err, HasSubstr("loaded"));
+}
+
+TEST_F(CliTest, GenerateTextAndChatPrompts) {
+  Result r = Run({"generate", "--model-path", Fixture("llama3_rope"), "--prompt", "Hello there",
+                  "--max-tokens", "8", "--ignore-eos"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("generated 8 tokens"));
+  r = Run({"generate", "--model-path", Fixture("qwen3"), "--chat", "Hi!", "--system", "Be brief.",
+           "--max-tokens", "4", "--temperature", "0.8", "--seed", "7", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto a = nlohmann::json::parse(r.out);
+  r = Run({"generate", "--model-path", Fixture("qwen3"), "--chat", "Hi!", "--system", "Be brief.",
+           "--max-tokens", "4", "--temperature", "0.8", "--seed", "7", "--json"});
+  auto b = nlohmann::json::parse(r.out);
+  EXPECT_EQ(a["output_ids"], b["output_ids"]) << "same seed, same output";
+}
+
+TEST_F(CliTest, DemoModelIsUsedWhenNoModelPathAndSaysSo) {
+  const std::string env = "STRATA_HOME=" + Quote(tmp_ + "/home");
+  Result r = Run({"generate", "--prompt", "Once upon a time", "--max-tokens", "6", "--ignore-eos"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("using the embedded demo model"));
+  Result again = Run({"generate", "--prompt", "Once upon a time", "--max-tokens", "6", "--ignore-eos"}, env);
+  EXPECT_EQ(r.out, again.out) << "greedy and deterministic";
+}
+
+TEST_F(CliTest, DemoModelCommandWritesAHuggingFaceDirectory) {
+  Result r = Run({"demo-model", "--out", tmp_ + "/demo"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                        "generation_config.json"})
+    EXPECT_TRUE(fs::exists(tmp_ + "/demo/" + f)) << f;
+  r = Run({"generate", "--model-path", tmp_ + "/demo", "--prompt-ids", "1,2,3", "--max-tokens", "3",
+           "--ignore-eos", "--json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(CliTest, BadModelDirectoriesGiveClearErrorsAndExitCodes) {
+  Result r = Run({"generate", "--model-path", tmp_ + "/nope", "--prompt", "x"});
+  EXPECT_EQ(r.code, 66);
+  EXPECT_THAT(r.err, HasSubstr("does not exist"));
+
+  fs::copy(Fixture("llama_default"), tmp_ + "/m", fs::copy_options::recursive);
+  fs::resize_file(tmp_ + "/m/model.safetensors", 4096);
+  r = Run({"generate", "--model-path", tmp_ + "/m", "--prompt", "x"});
+  EXPECT_EQ(r.code, 65);
+  EXPECT_THAT(r.err, HasSubstr("truncated"));
+  EXPECT_THAT(r.err, HasSubstr("model.safetensors"));
+}
+
+}  // namespace
