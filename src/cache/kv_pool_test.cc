@@ -1,5 +1,7 @@
 #include "cache/kv_pool.h"
 
+#include "cache/page_table.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -178,6 +180,87 @@ TEST(KvPoolTest, SizedFromTokenBudget) {
   auto pool = KvPool::Create(layout, *pages, backend);
   ASSERT_TRUE(pool.ok());
   EXPECT_EQ((*pool)->num_pages() * (*pool)->page_size(), 96);
+}
+
+// With the real CPU backend: StoreKv through the pool's views into the slots
+// a PageTable hands out lands where KvLayerView's layout says, in that layer
+// only, and a child sharing a prefix writes only its own pages.
+TEST(KvPoolTest, CpuBackendStoreKvFollowsPageTableSlots) {
+  CpuBackendOptions o;
+  o.num_threads = 1;
+  auto backend = CreateCpuBackend(o);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  KvLayout layout;
+  layout.page_size = 4;
+  layout.groups.push_back(PoolGroupSpec{"full", 2, 2, 8, DType::kBF16});
+  auto pool_or = KvPool::Create(layout, 6, **backend);
+  ASSERT_TRUE(pool_or.ok()) << pool_or.status().ToString();
+  KvPool& pool = **pool_or;
+  const int64_t e = 2 * 8;  // kv_heads * head_dim
+  const size_t tensor_bytes = layout.BytesPerPagePerTensor(0) * 6;
+  for (int l = 0; l < 2; ++l) {
+    std::memset(pool.Layer(0, l).k, 0, tensor_bytes);
+    std::memset(pool.Layer(0, l).v, 0, tensor_bytes);
+  }
+
+  std::vector<int32_t> taken;
+  ASSERT_TRUE(pool.allocator().Allocate(1, &taken).ok());  // page 0 belongs to someone else
+  PageTable parent(4);
+  ASSERT_TRUE(parent.Reserve(10, pool.allocator()).ok());  // pages 1, 2, 3
+  parent.SetNumTokens(10);
+
+  // Token t's K row holds t * 16 + c, V row -(t * 16 + c): integers below
+  // 256, exact in bf16.
+  auto store = [&](const PageTable& t, int64_t begin, int64_t end, float add) {
+    const int64_t n = end - begin;
+    std::vector<float> k(static_cast<size_t>(n * e)), v(k.size());
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t c = 0; c < e; ++c) {
+        k[i * e + c] = static_cast<float>((begin + i) * 16 + c) + add;
+        v[i * e + c] = -k[i * e + c];
+      }
+    }
+    std::vector<int64_t> slots(static_cast<size_t>(n));
+    t.Slots(begin, end, slots.data());
+    (*backend)->StoreKv(Tensor{k.data(), DType::kF32, n, e, 0}, Tensor{v.data(), DType::kF32, n, e, 0},
+                        pool.Layer(0, 1), slots.data());
+  };
+  // Element c of token pos, read by the documented layout
+  // [page][offset][kv_head][head_dim] from the view's base.
+  auto read = [&](const void* base, const PageTable& t, int64_t pos, int64_t c) {
+    const int64_t page = t.pages()[pos / 4];
+    const auto* bf = static_cast<const uint16_t*>(base);
+    return Bf16ToFloat(bf[(page * 4 + pos % 4) * e + c]);
+  };
+
+  store(parent, 0, 10, 0.f);
+  for (int64_t pos = 0; pos < 10; ++pos) {
+    for (int64_t c = 0; c < e; ++c) {
+      ASSERT_EQ(read(pool.Layer(0, 1).k, parent, pos, c), pos * 16 + c) << pos << "," << c;
+      ASSERT_EQ(read(pool.Layer(0, 1).v, parent, pos, c), -(pos * 16 + c));
+      ASSERT_EQ(read(pool.Layer(0, 0).k, parent, pos, c), 0.f) << "layer 0 written";
+    }
+  }
+
+  // The child shares the first full page, then writes positions 4..7 of
+  // its own: the parent's page for those positions stays as it was.
+  PageTable child(4);
+  child.AdoptSharedPrefix(std::span<const int32_t>(parent.pages().data(), 1), pool.allocator());
+  ASSERT_TRUE(child.Reserve(8, pool.allocator()).ok());
+  child.SetNumTokens(8);
+  ASSERT_NE(child.pages()[1], parent.pages()[1]);
+  store(child, 4, 8, 0.5f);  // 64.5 .. 127.5: still exact in bf16
+  EXPECT_EQ(read(pool.Layer(0, 1).k, child, 4, 0), 64.5f);
+  EXPECT_EQ(read(pool.Layer(0, 1).k, child, 7, 15), 127.5f);
+  EXPECT_EQ(read(pool.Layer(0, 1).k, parent, 4, 0), 64.f);  // the parent's page is untouched
+  EXPECT_EQ(read(pool.Layer(0, 1).k, child, 0, 3), 3.f);  // shared page, written by the parent
+  parent.Release(pool.allocator());
+  EXPECT_EQ(pool.allocator().refcount(child.pages()[0]), 1);
+  EXPECT_EQ(read(pool.Layer(0, 1).k, child, 2, 5), 37.f);
+  child.Release(pool.allocator());
+  pool.allocator().Unref(taken[0]);
+  EXPECT_EQ(pool.allocator().num_used(), 0);
+  EXPECT_TRUE(pool.allocator().CheckIntegrity().ok());
 }
 
 }  // namespace
