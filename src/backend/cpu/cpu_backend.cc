@@ -174,7 +174,7 @@ class CpuBackend final : public Backend {
         const float* g = gate.row<float>(r);
         const float* u = up.row<float>(r);
         float* o = out.row<float>(r);
-        for (int64_t c = 0; c < out.cols; ++c) o[c] = g[c] / (1.f + std::exp(-g[c])) * u[c];
+        kernels_->silu_mul(g, u, o, out.cols);
       }
     });
   }

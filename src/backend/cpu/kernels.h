@@ -72,6 +72,8 @@ struct CpuKernels {
   // Column alignment that keeps gemm's panels whole when splitting [0, m).
   int64_t gemm_cols_align;
   void (*attention_row)(const AttentionRowArgs& a);
+  // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate or up.
+  void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
 };
 
 const CpuKernels* ScalarKernels();

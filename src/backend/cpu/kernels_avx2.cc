@@ -30,6 +30,35 @@ inline float VSum(Vec v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+inline Vec VSub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec VDiv(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+inline Vec VMin(Vec a, Vec b) { return _mm256_min_ps(a, b); }
+inline Vec VMax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+inline Vec VRound(Vec a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+
+// Cephes-style expf: e^x = 2^n * e^r, n = round(x * log2(e)), |r| <= ln2/2,
+// e^r by a degree-6 polynomial.
+inline Vec VExpPoly(Vec x, Vec* n_out) {
+  x = VMin(VMax(x, VSet1(-87.f)), VSet1(88.f));
+  const Vec n = VRound(VMul(x, VSet1(1.44269504088896341f)));
+  Vec r = VFma(n, VSet1(-0.693359375f), x);
+  r = VFma(n, VSet1(2.12194440e-4f), r);
+  Vec p = VSet1(1.9875691500e-4f);
+  p = VFma(p, r, VSet1(1.3981999507e-3f));
+  p = VFma(p, r, VSet1(8.3334519073e-3f));
+  p = VFma(p, r, VSet1(4.1665795894e-2f));
+  p = VFma(p, r, VSet1(1.6666665459e-1f));
+  p = VFma(p, r, VSet1(5.0000001201e-1f));
+  p = VFma(p, VMul(r, r), VAdd(r, VSet1(1.f)));
+  *n_out = n;
+  return p;
+}
+inline Vec VExp(Vec x) {
+  Vec n;
+  const Vec p = VExpPoly(x, &n);
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
 inline Vec VLoad(const float* p) { return _mm256_loadu_ps(p); }
 inline Vec VLoad(const Bf16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -48,6 +77,7 @@ const CpuKernels kAvx2Kernels = {
     .gemm_bf16_amx = nullptr,
     .gemm_cols_align = kNr,
     .attention_row = AttendRow,
+    .silu_mul = SiluMul,
 };
 
 }  // namespace

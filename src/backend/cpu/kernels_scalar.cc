@@ -34,7 +34,17 @@ void Scale(float* y, float c, int n) {
   for (int i = 0; i < n; ++i) y[i] *= c;
 }
 
+float ExpSubSum(float* s, float m, int n) {
+  float sum = 0.f;
+  for (int i = 0; i < n; ++i) sum += (s[i] = __builtin_expf(s[i] - m));
+  return sum;
+}
+
 #include "backend/cpu/kernels_attention.inc"
+
+void SiluMul(const float* g, const float* u, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = g[i] / (1.f + __builtin_expf(-g[i])) * u[i];
+}
 
 template <typename W>
 void GemvT(const LinearArgs& a, int64_t m0, int64_t m1) {
@@ -87,6 +97,7 @@ const CpuKernels kScalarKernels = {
     .gemm_bf16_amx = nullptr,
     .gemm_cols_align = 16,
     .attention_row = AttendRow,
+    .silu_mul = SiluMul,
 };
 
 }  // namespace
