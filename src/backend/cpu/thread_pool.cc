@@ -3,9 +3,9 @@
 namespace strata::cpu {
 namespace {
 
-// Spin iterations before sleeping; each is a `pause` (tens of ns). Long
+// Spin iterations before sleeping; each is a `pause` (~10-60 ns). Long
 // enough to bridge the gap between consecutive ops of one decode step.
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 4000;
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
