@@ -22,6 +22,7 @@ enum class ExprKind {
   kLiteral,   // value
   kName,      // name
   kList,      // args = items
+  kTuple,     // args = items: (a, b) or a, b
   kDict,      // args = key0, value0, key1, value1, ...
   kGetAttr,   // args[0].name
   kGetItem,   // args[0][args[1]]

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <functional>
@@ -330,7 +331,7 @@ Value GetAttr(const Value& obj, const std::string& name) {
           }
           List out;
           for (const auto& [k, v] : d.items) {
-            if (name == "items") out.emplace_back(List{Value(k), v});
+            if (name == "items") out.push_back(Value::MakeTuple(List{Value(k), v}));
             else if (name == "keys") out.emplace_back(k);
             else out.push_back(v);
           }
@@ -734,7 +735,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          if (v.is_undefined()) return Value(List{});
          if (!v.is_dict()) Fail("Can only get item pairs from a mapping.");
          List out;
-         for (const auto& [k, x] : v.as_dict().items) out.emplace_back(List{Value(k), x});
+         for (const auto& [k, x] : v.as_dict().items) out.push_back(Value::MakeTuple(List{Value(k), x}));
          return Value(std::move(out));
        }},
       {"dictsort",
@@ -744,7 +745,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          std::string by = a.Get(1, "by", Value("key")).Str();
          bool reverse = a.Get(2, "reverse", Value(false)).Truthy();
          List items;
-         for (const auto& [k, x] : v.as_dict().items) items.emplace_back(List{Value(k), x});
+         for (const auto& [k, x] : v.as_dict().items) items.push_back(Value::MakeTuple(List{Value(k), x}));
          return Value(SortedItems(std::move(items), reverse, case_sensitive, by == "value" ? "1" : "0"));
        }},
       {"replace",
@@ -840,10 +841,20 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
        [](const Value& v, CallArgs& a, Interpreter&) {
          int64_t prec = ToInt(a.Get(0, "precision", Value(0)), "round precision");
          std::string method = a.Get(1, "method", Value("common")).Str();
+         if (method == "common") {  // Python round(): exact value, ties to even
+           if (!v.is_float()) return v.is_bool() ? Value(static_cast<int64_t>(v.as_bool())) : Value(ToInt(v, "round"));
+           if (prec <= 0 || !std::isfinite(v.as_float())) {
+             double scale = std::pow(10.0, static_cast<double>(-prec));
+             return Value(std::nearbyint(v.as_float() / scale) * scale);
+           }
+           char buf[512];
+           std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::min<int64_t>(prec, 300)), v.as_float());
+           return Value(std::strtod(buf, nullptr));
+         }
+         if (method != "ceil" && method != "floor") Fail("method must be common, ceil or floor");
          double scale = std::pow(10.0, static_cast<double>(prec));
          double x = v.ToDouble() * scale;
-         double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
-         return Value(r / scale);
+         return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
        }},
       {"indent",
        [](const Value& v, CallArgs& a, Interpreter&) {

@@ -244,10 +244,11 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
         return e.value;
       case ExprKind::kName:
         return Lookup(e.name, frame);
-      case ExprKind::kList: {
+      case ExprKind::kList:
+      case ExprKind::kTuple: {
         List l;
         for (const auto& a : e.args) l.push_back(Eval(*a, frame));
-        return Value(std::move(l));
+        return e.kind == ExprKind::kTuple ? Value::MakeTuple(std::move(l)) : Value(std::move(l));
       }
       case ExprKind::kDict: {
         Dict d;

@@ -298,7 +298,7 @@ class Parser {
       items.push_back(with_condexpr ? ParseExpression() : ParseOr());
     }
     if (!comma) return std::move(items[0]);
-    auto e = Make(ExprKind::kList, line);
+    auto e = Make(ExprKind::kTuple, line);
     e->args = std::move(items);
     return e;
   }
@@ -503,7 +503,7 @@ class Parser {
           Next();
           if (IsOp(")")) {
             Next();
-            return Make(ExprKind::kList, line);  // () is an empty tuple
+            return Make(ExprKind::kTuple, line);  // ()
           }
           ExprPtr e = ParseTuple(true);
           ExpectOp(")");

@@ -32,6 +32,12 @@ Value Value::MakeNamespace(Dict d) {
   return v;
 }
 
+Value Value::MakeTuple(List l) {
+  Value v(std::move(l));
+  v.tuple_ = true;
+  return v;
+}
+
 Value Value::FromJson(const nlohmann::ordered_json& j) {
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
@@ -301,14 +307,15 @@ std::string Value::Repr() const {
     case Kind::kString:
       return PyStrRepr(as_string());
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       bool first = true;
       for (const Value& v : as_list()) {
         if (!first) out += ", ";
         first = false;
         out += v.Repr();
       }
-      return out + "]";
+      if (tuple_ && as_list().size() == 1) out += ",";
+      return out + (tuple_ ? ")" : "]");
     }
     case Kind::kDict:
     case Kind::kNamespace: {
@@ -347,6 +354,7 @@ bool Value::Equals(const Value& o) const {
     case Kind::kString:
       return as_string() == o.as_string();
     case Kind::kList: {
+      if (tuple_ != o.tuple_) return false;  // Python: (1,) != [1]
       const List &a = as_list(), &b = o.as_list();
       if (a.size() != b.size()) return false;
       for (size_t i = 0; i < a.size(); ++i)

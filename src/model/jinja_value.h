@@ -71,6 +71,8 @@ class Value {
   Value(List l) : v_(std::make_shared<const List>(std::move(l))) {}
   Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}
   static Value MakeNamespace(Dict d);
+  // A Python tuple: a list that prints as (a, b) (items(), tuple literals).
+  static Value MakeTuple(List l);
   Value(Callable c) : v_(std::make_shared<const Callable>(std::move(c))) {}
 
   static Value FromJson(const nlohmann::ordered_json& j);
@@ -83,7 +85,8 @@ class Value {
   bool is_float() const { return kind() == Kind::kFloat; }
   bool is_number() const { return is_bool() || is_int() || is_float(); }  // Python: bool is a Number
   bool is_string() const { return kind() == Kind::kString; }
-  bool is_list() const { return kind() == Kind::kList; }
+  bool is_list() const { return kind() == Kind::kList; }  // lists and tuples
+  bool is_tuple() const { return tuple_; }
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_namespace() const { return kind() == Kind::kNamespace; }
   bool is_callable() const { return kind() == Kind::kCallable; }
@@ -126,6 +129,7 @@ class Value {
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const List>,
                std::shared_ptr<const Dict>, std::shared_ptr<Dict>, std::shared_ptr<const Callable>>
       v_;
+  bool tuple_ = false;
 };
 
 // Python float.__repr__ ("1.0", "0.1", "1e+16", "inf", "nan").
