@@ -183,6 +183,7 @@ class TokenizerImpl {
 
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
   std::string Decode(const int32_t* ids, size_t n, bool skip_special) const;
+  void RegisterAddedToken(AddedToken t);
   const std::string* TokenString(int32_t id) const;
   bool IsSpecial(int32_t id) const { return id >= 0 && id < static_cast<int32_t>(special_.size()) && special_[id]; }
   // True when text decoded from ids[0..n) may still change once more tokens
@@ -251,9 +252,7 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
         t.special = GetBool(a, "special", false);
         t.normalized = GetBool(a, "normalized", !t.special);
         if (t.id < 0) return InvalidArgument(file + ": added_tokens[" + std::to_string(k) + "].id is negative");
-        added_by_id_[t.id] = added_.size();
-        added_by_content_[t.content] = t.id;
-        added_.push_back(std::move(t));
+        RegisterAddedToken(std::move(t));
       }
     }
   } catch (const json::exception& e) {
@@ -401,6 +400,35 @@ Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where
   return Unimplemented(where + ": post-processor type \"" + type +
                        "\" is not supported (supported: TemplateProcessing, ByteLevel, Sequence, RobertaProcessing, "
                        "BertProcessing)");
+}
+
+// HF re-derives added-token ids when loading (AddedVocabulary::add_tokens):
+// a content already known (earlier added token, then model vocabulary) keeps
+// that id; a new one gets max(added ids) + 1, or the model vocabulary size
+// while all added ids are below it. The "id" in the file is only checked
+// (with a warning) by HF, so it is ignored here too; for published
+// tokenizers the two agree.
+void TokenizerImpl::RegisterAddedToken(AddedToken t) {
+  if (t.content.empty()) return;
+  for (const AddedToken& a : added_) {
+    if (a.content == t.content && a.single_word == t.single_word && a.lstrip == t.lstrip && a.rstrip == t.rstrip &&
+        a.normalized == t.normalized && a.special == t.special) {
+      return;  // identical token already registered
+    }
+  }
+  if (auto it = added_by_content_.find(t.content); it != added_by_content_.end()) {
+    t.id = it->second;
+  } else if (auto mid = model_->TokenToId(t.content)) {
+    t.id = *mid;
+  } else {
+    const int32_t model_size = static_cast<int32_t>(model_->vocab_count());
+    int32_t max_added = -1;
+    for (const auto& [id, idx] : added_by_id_) max_added = std::max(max_added, id);
+    t.id = max_added < 0 ? model_size : (max_added >= model_size || model_size == 0 ? max_added + 1 : model_size);
+  }
+  added_by_content_[t.content] = t.id;
+  added_by_id_[t.id] = added_.size();
+  added_.push_back(std::move(t));
 }
 
 const std::string* TokenizerImpl::TokenString(int32_t id) const {

@@ -45,6 +45,8 @@ class BpeModel {
   const std::string* IdToToken(int32_t id) const;
   // Largest id in the vocabulary (-1 if empty).
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+  // Number of vocabulary entries (HF get_vocab_size; ids may have gaps).
+  size_t vocab_count() const { return vocab_.size(); }
 
  private:
   BpeModel() = default;

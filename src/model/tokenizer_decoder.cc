@@ -180,13 +180,13 @@ class MetaspaceDecoder : public Decoder {
       size_t i = 0;
       while (i < t.size()) {
         if (t.compare(i, replacement.size(), replacement) == 0) {
-          out.push_back(' ');
+          // HF drops every replacement char of the first token, not just a leading one.
+          if (k != 0 || !strip_first) out.push_back(' ');
           i += replacement.size();
         } else {
           out.push_back(t[i++]);
         }
       }
-      if (k == 0 && strip_first && !out.empty() && out[0] == ' ') out.erase(0, 1);
       t.swap(out);
     }
   }

@@ -138,7 +138,9 @@ bool IsAlphanumeric(char32_t c) {
 }
 
 bool IsCombiningMark(char32_t c) {
-  return c >= 0x300 && utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_MN;
+  if (c < 0x300) return false;
+  auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_MC || cat == UTF8PROC_CATEGORY_ME;
 }
 
 namespace {

@@ -52,7 +52,7 @@ size_t CompleteUtf8Prefix(std::string_view s);
 bool IsWhitespace(char32_t c);    // White_Space property
 bool IsNumeric(char32_t c);       // general category Nd, Nl or No
 bool IsAlphanumeric(char32_t c);  // letters (L*) or numeric
-bool IsCombiningMark(char32_t c);  // general category Mn (HF StripAccents)
+bool IsCombiningMark(char32_t c);  // general category M* (HF StripAccents)
 
 // GPT-2 byte-level alphabet: every byte maps to one printable code point.
 // ByteLevelChar(b) is that code point as UTF-8; ByteLevelByte(cp) is the
