@@ -2,6 +2,7 @@
 // str/dict methods templates call (message.content.startswith(...)), and
 // transformers' globals (raise_exception, strftime_now, namespace, range).
 // Filter and test names are checked at parse time through HasFilter/HasTest.
+// Filters are in jinja_filters.cc, str methods in jinja_pystr.cc.
 // Thread-safety: stateless; functions may throw RenderError.
 #pragma once
 
@@ -35,6 +36,9 @@ Value GetAttr(const Value& obj, const std::string& name);
 // obj[key], with Python's negative indices; falls back to GetAttr for
 // string keys, as jinja2 does.
 Value GetItem(const Value& obj, const Value& key);
+// jinja2's environment.getattr for dotted paths ("function.name", "0"), as
+// selectattr, map and sort(attribute=) use them.
+Value AttrPath(const Value& item, const std::string& path);
 // obj[start:stop:step] on lists and strings (nulls are omitted bounds).
 Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 
