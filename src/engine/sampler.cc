@@ -1,7 +1,9 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -22,20 +24,123 @@ uint64_t SplitMix64(uint64_t* state) {
 
 inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-// Index of the largest logit, lowest id on ties; NaN never wins. 0 when no
-// entry compares (all NaN).
-int32_t Argmax(const float* x, int64_t vocab) {
-  int64_t best = -1;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (std::isnan(x[i])) continue;
-    if (best < 0 || x[i] > x[best]) best = i;
-  }
-  return static_cast<int32_t>(std::max<int64_t>(best, 0));
-}
-
 // True when token a (value va) ranks before token b: larger value, then
 // lower id.
 inline bool RanksBefore(float va, int32_t a, float vb, int32_t b) { return va > vb || (va == vb && a < b); }
+
+// ---- Vector helpers ----
+// The passes over the vocabulary use GCC/Clang vector extensions: 4 floats
+// per operation, SSE2 at the x86-64 baseline (NEON on ARM), without
+// intrinsics or run-time dispatch. Comparisons give 0 / -1 lanes; NaN compares false everywhere.
+using V4f = float __attribute__((vector_size(16)));
+using V4i = int32_t __attribute__((vector_size(16)));
+constexpr int64_t kLanes = 4;
+
+inline V4f Splat(float x) { return V4f{x, x, x, x}; }
+// Lanes [0, count) from p, the rest `pad`. REQUIRES: 0 < count <= kLanes.
+inline V4f Load(const float* p, int64_t count, float pad) {
+  V4f v;
+  if (count == kLanes) {  // constant size: one plain load, no memcpy call
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  v = Splat(pad);
+  std::memcpy(&v, p, static_cast<size_t>(count) * sizeof(float));
+  return v;
+}
+inline bool Any(V4i m) {
+  int32_t r = 0;
+  for (int j = 0; j < kLanes; ++j) r |= m[j];
+  return r != 0;
+}
+inline float HorizontalMax(V4f v) {
+  float m = v[0];
+  for (int j = 1; j < kLanes; ++j) m = v[j] > m ? v[j] : m;
+  return m;
+}
+inline double HorizontalSum(V4f v) {
+  double s = 0;
+  for (int j = 0; j < kLanes; ++j) s += v[j];
+  return s;
+}
+
+// exp(x) for x <= 0, relative error < 3e-7 (measured against libm over
+// [-87, 0] when written; the logprobs tests bound it too). Relies on IEEE
+// round-to-nearest and no -ffast-math reassociation (the magic number). Below
+// kMinExp the result is meaningless: callers mask those lanes to 0
+// (e^-87 ~ 1.6e-38 of the top token's weight). NaN lanes are clamped, then
+// masked by the caller.
+constexpr float kMinExp = -87.f;
+inline V4f ExpNonPositive(V4f x) {
+  x = x >= Splat(kMinExp) ? x : Splat(kMinExp);
+  const V4f magic = Splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+  const V4f n = (x * 1.44269504088896341f + magic) - magic;
+  const V4f r = x - n * 0.693145751953125f - n * 1.42860682030941723212e-6f;  // x - n ln2, two parts
+  V4f p = Splat(1.f / 720);  // Taylor to r^6: |r| <= ln2 / 2 keeps the error < 1.5e-7
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const V4i bits = (__builtin_convertvector(n, V4i) + 127) << 23;  // 2^n, n in [-126, 0]
+  return p * std::bit_cast<V4f>(bits);
+}
+
+// Largest non-NaN value; -inf when there is none.
+float MaxIgnoringNaN(const float* x, int64_t n) {
+  V4f m = Splat(kNegInf);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const V4f v = Load(x + i, std::min(kLanes, n - i), kNegInf);
+    m = v > m ? v : m;
+  }
+  return HorizontalMax(m);
+}
+
+// Index of the largest logit, lowest id on ties; NaN never wins. 0 when
+// every entry is NaN.
+int32_t Argmax(const float* x, int64_t vocab) {
+  const float max = MaxIgnoringNaN(x, vocab);
+  const float* hit = std::find(x, x + vocab, max);
+  return hit == x + vocab ? 0 : static_cast<int32_t>(hit - x);
+}
+
+// The k-th largest non-NaN value (-inf when fewer than k are not NaN).
+// k <= kHeapSelectMax: one pass with a k-entry min-heap, skipping whole
+// vectors that cannot enter it; larger k: nth_element on a copy.
+constexpr int64_t kHeapSelectMax = 1024;
+float KthLargest(const float* x, int64_t vocab, int64_t k, std::vector<float>* scratch) {
+  if (k > kHeapSelectMax) {
+    scratch->resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) (*scratch)[i] = std::isnan(x[i]) ? kNegInf : x[i];
+    std::nth_element(scratch->begin(), scratch->begin() + (k - 1), scratch->end(), std::greater<float>());
+    return (*scratch)[k - 1];
+  }
+  std::vector<float>& heap = *scratch;  // min-heap: front is the k-th largest so far
+  heap.clear();
+  int64_t i = 0;
+  for (; i < vocab && static_cast<int64_t>(heap.size()) < k; ++i) {
+    if (std::isnan(x[i])) continue;
+    heap.push_back(x[i]);
+    std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+  }
+  if (static_cast<int64_t>(heap.size()) < k) return kNegInf;
+  for (; i < vocab; i += kLanes) {
+    const int64_t count = std::min(kLanes, vocab - i);
+    if (!Any(Load(x + i, count, kNegInf) > Splat(heap.front()))) continue;
+    for (int64_t j = i; j < i + count; ++j) {
+      if (x[j] > heap.front()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+        heap.back() = x[j];
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+      }
+    }
+  }
+  return heap.front();
+}
+
+// Tokens per entry of block_mass_: the draw walks block sums, then one block.
+constexpr int64_t kWeightBlock = 256;
 
 }  // namespace
 
@@ -136,23 +241,8 @@ SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHist
     // One draw per call, whatever path runs below, so a seeded request's
     // stream depends only on its own steps.
     const double u = NextUniform();
-    const size_t kept = BuildCandidates(x, vocab);
-    if (kept == 0) {
-      result.token_id = Argmax(x, vocab);
-    } else {
-      double total = 0;
-      for (size_t i = 0; i < kept; ++i) total += candidates_[i].weight;
-      const double target = u * total;
-      double cum = 0;
-      result.token_id = candidates_[kept - 1].id;  // if rounding puts target on the sum
-      for (size_t i = 0; i < kept; ++i) {
-        cum += candidates_[i].weight;
-        if (target < cum) {
-          result.token_id = candidates_[i].id;
-          break;
-        }
-      }
-    }
+    const Kept kept = BuildCandidates(x, vocab);
+    result.token_id = kept.none ? Argmax(x, vocab) : Draw(kept, u * kept.mass);
   }
   if (params_.logprobs >= 0) ComputeLogprobs(logits, vocab, &result);
   return result;
@@ -161,52 +251,89 @@ SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHist
 std::vector<TokenProb> Sampler::Distribution(const float* logits, int64_t vocab, const TokenHistory& history) {
   STRATA_CHECK(vocab >= 1 && vocab <= std::numeric_limits<int32_t>::max()) << "vocab " << vocab;
   const float* x = Penalize(logits, vocab, history);
-  const size_t kept = params_.IsGreedy() ? 0 : BuildCandidates(x, vocab);
-  if (kept == 0) return {TokenProb{Argmax(x, vocab), 1.0}};
-  double total = 0;
-  for (size_t i = 0; i < kept; ++i) total += candidates_[i].weight;
+  Kept kept;
+  kept.none = true;
+  if (!params_.IsGreedy()) kept = BuildCandidates(x, vocab);
+  if (kept.none) return {TokenProb{Argmax(x, vocab), 1.0}};
   std::vector<TokenProb> out;
-  out.reserve(kept);
-  for (size_t i = 0; i < kept; ++i) out.push_back({candidates_[i].id, candidates_[i].weight / total});
+  if (kept.dense) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (weights_[i] > 0.f) out.push_back({static_cast<int32_t>(i), weights_[i] / kept.mass});
+    }
+  } else {
+    for (size_t i = 0; i < kept.count; ++i) out.push_back({candidates_[i].id, candidates_[i].weight / kept.mass});
+  }
   return out;
 }
 
-size_t Sampler::BuildCandidates(const float* x, int64_t vocab) {
-  float max = kNegInf;
-  for (int64_t i = 0; i < vocab; ++i) max = x[i] > max ? x[i] : max;  // NaN never > max
-  if (!std::isfinite(max)) return 0;
+Sampler::Kept Sampler::BuildCandidates(const float* x, int64_t vocab) {
+  Kept kept;
+  const float max = MaxIgnoringNaN(x, vocab);
+  if (!std::isfinite(max)) {
+    kept.none = true;
+    return kept;
+  }
   const float inv_t = 1.f / params_.temperature;
 
   // top-k: the k-th largest logit is the threshold; ties with it stay.
   float kth = kNegInf;
-  const int64_t k = params_.top_k;
-  if (k > 0 && k < vocab) {
-    values_.resize(static_cast<size_t>(vocab));
-    for (int64_t i = 0; i < vocab; ++i) values_[i] = std::isnan(x[i]) ? kNegInf : x[i];
-    std::nth_element(values_.begin(), values_.begin() + (k - 1), values_.end(), std::greater<float>());
-    kth = values_[k - 1];
-  }
+  if (params_.top_k > 0 && params_.top_k < vocab) kth = KthLargest(x, vocab, params_.top_k, &values_);
 
-  // Candidates: the top-k set minus what min-p removes. min-p compares
-  // p_i / p_max = weight_i, which renormalisation by top-k and top-p does not
-  // change, so it can filter here although it applies last. top-p needs the
-  // mass of the whole top-k set, min-p's removals included.
-  const float min_p = params_.min_p;
+  // Dense weights of the top-k set minus what min-p removes. min-p compares
+  // p_i / p_max = weight_i, which renormalisation by top-k and top-p does
+  // not change, so it can filter here although it applies last. top-p needs
+  // the mass of the whole top-k set, min-p's removals included.
+  const int64_t padded = (vocab + kLanes - 1) / kLanes * kLanes;
+  weights_.resize(static_cast<size_t>(padded));
+  block_mass_.assign(static_cast<size_t>((vocab + kWeightBlock - 1) / kWeightBlock), 0.0);
+  const V4f vmax = Splat(max), vkth = Splat(kth), vmin_p = Splat(params_.min_p), zero = Splat(0.f);
   double top_k_mass = 0;
-  candidates_.clear();
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (!(x[i] >= kth)) continue;  // also drops NaN
-    const float w = std::exp((x[i] - max) * inv_t);
-    top_k_mass += w;
-    if (w > 0.f && w >= min_p) candidates_.push_back({static_cast<int32_t>(i), w});
+  for (int64_t b = 0; b < vocab; b += kWeightBlock) {
+    V4f in_k_sum = zero, kept_sum = zero;
+    for (int64_t i = b; i < std::min(vocab, b + kWeightBlock); i += kLanes) {
+      const V4f v = Load(x + i, std::min(kLanes, vocab - i), kNegInf);
+      const V4f d = (v - vmax) * inv_t;
+      const V4i in_k = (v >= vkth) & (d >= Splat(kMinExp));  // NaN and -inf fail
+      const V4f e = in_k ? ExpNonPositive(d) : zero;
+      in_k_sum += e;
+      const V4f w = (e >= vmin_p) & (e > zero) ? e : zero;
+      kept_sum += w;
+      std::memcpy(&weights_[i], &w, sizeof w);  // padded: a whole vector fits
+    }
+    top_k_mass += HorizontalSum(in_k_sum);
+    block_mass_[b / kWeightBlock] = HorizontalSum(kept_sum);
+    kept.mass += block_mass_[b / kWeightBlock];
   }
-  if (params_.top_p >= 1.f) return candidates_.size();
+  if (params_.top_p >= 1.f) return kept;
 
   // top-p: keep a token while the mass before it (weight desc, id asc) is
-  // below top_p of the top-k mass. Since min-p only removes a tail, walking
-  // its survivors walks the top-k order. Sort only as far as the walk goes.
-  auto before = [](const Candidate& a, const Candidate& b) { return RanksBefore(a.weight, a.id, b.weight, b.id); };
+  // below top_p of the top-k mass. Collect tokens by falling weight bands
+  // (w >= 1/16, then 1/4096, ...) until the collected mass reaches the
+  // limit: each band is the next stretch of the order, so only it needs
+  // sorting. Since min-p only removes a tail, walking its survivors walks
+  // the top-k order.
   const double limit = static_cast<double>(params_.top_p) * top_k_mass;
+  candidates_.clear();
+  double collected = 0;
+  float hi = std::numeric_limits<float>::infinity();
+  for (float lo = 1.f / 16; collected < limit; lo = lo < 1e-30f ? 0.f : lo / 256) {
+    const V4f vlo = Splat(lo), vhi = Splat(hi);
+    for (int64_t i = 0; i < padded; i += kLanes) {
+      V4f w;
+      std::memcpy(&w, &weights_[i], sizeof w);
+      if (!Any((w >= vlo) & (w < vhi) & (w > zero))) continue;
+      for (int64_t j = i; j < i + kLanes; ++j) {
+        const float wj = weights_[j];
+        if (wj >= lo && wj < hi && wj > 0.f) {
+          candidates_.push_back({static_cast<int32_t>(j), wj});
+          collected += wj;
+        }
+      }
+    }
+    if (lo == 0.f) break;  // everything with weight is collected
+    hi = lo;
+  }
+  auto before = [](const Candidate& a, const Candidate& b) { return RanksBefore(a.weight, a.id, b.weight, b.id); };
   size_t sorted = 0;
   double mass = 0;
   size_t i = 0;
@@ -219,30 +346,79 @@ size_t Sampler::BuildCandidates(const float* x, int64_t vocab) {
     }
     mass += candidates_[i].weight;
   }
-  return std::max<size_t>(i, 1);
+  kept.dense = false;
+  kept.count = std::max<size_t>(i, 1);
+  kept.mass = 0;
+  for (size_t c = 0; c < kept.count; ++c) kept.mass += candidates_[c].weight;
+  return kept;
+}
+
+int32_t Sampler::Draw(const Kept& kept, double target) const {
+  double cum = 0;
+  if (!kept.dense) {
+    for (size_t i = 0; i < kept.count; ++i) {
+      cum += candidates_[i].weight;
+      if (target < cum) return candidates_[i].id;
+    }
+    return candidates_[kept.count - 1].id;  // rounding put target on the sum
+  }
+  const int64_t vocab = static_cast<int64_t>(block_mass_.size()) * kWeightBlock;
+  int64_t last = -1;  // last token with weight seen, for the rounding case
+  for (size_t b = 0; b < block_mass_.size(); ++b) {
+    if (target >= cum + block_mass_[b]) {
+      cum += block_mass_[b];
+      continue;
+    }
+    const int64_t end = std::min<int64_t>(static_cast<int64_t>(weights_.size()), (b + 1) * kWeightBlock);
+    for (int64_t i = static_cast<int64_t>(b) * kWeightBlock; i < end; ++i) {
+      if (weights_[i] <= 0.f) continue;
+      cum += weights_[i];
+      last = i;
+      if (target < cum) return static_cast<int32_t>(i);
+    }
+  }
+  if (last >= 0) return static_cast<int32_t>(last);
+  for (int64_t i = std::min<int64_t>(vocab, static_cast<int64_t>(weights_.size())) - 1; i >= 0; --i) {
+    if (weights_[i] > 0.f) return static_cast<int32_t>(i);
+  }
+  return 0;  // unreachable: the top token always has weight 1
 }
 
 void Sampler::ComputeLogprobs(const float* logits, int64_t vocab, SampleResult* out) {
-  const size_t n = static_cast<size_t>(std::min<int64_t>(params_.logprobs, vocab));
+  const int64_t n = std::min<int64_t>(params_.logprobs, vocab);
   const float chosen = logits[out->token_id];
-  // Pass 1: max, rank of the chosen token, and the top n in a min-heap
-  // whose front is the worst kept (a scan in id order keeps lower ids on
-  // ties, so only strictly larger values replace it).
+  const float max = MaxIgnoringNaN(logits, vocab);
+
+  // Log-sum-exp and the chosen token's rank (tokens with logit >= its own).
+  V4f sum = Splat(0.f);
+  V4i ge = V4i{};
+  const V4f vmax = Splat(max), vchosen = Splat(chosen);
+  for (int64_t i = 0; i < vocab; i += kLanes) {
+    const V4f v = Load(logits + i, std::min(kLanes, vocab - i), std::nanf(""));
+    const V4f d = v - vmax;
+    sum += d >= Splat(kMinExp) ? ExpNonPositive(d) : Splat(0.f);
+    ge -= v >= vchosen;  // true lanes are -1
+  }
+  int64_t rank = 0;
+  for (int j = 0; j < kLanes; ++j) rank += ge[j];
+  const double lse = std::isfinite(max) ? static_cast<double>(max) + std::log(HorizontalSum(sum)) : max;
+  out->logprob = static_cast<float>(static_cast<double>(chosen) - lse);
+  out->rank = std::max<int64_t>(rank, 1);
+
+  // The top n in a heap whose front is the worst kept. Scanning in id order
+  // keeps lower ids on ties, so only strictly larger values replace it, and
+  // a vector with no lane above the front is skipped whole.
+  out->top_logprobs.clear();
+  if (n <= 0) return;
   std::vector<std::pair<float, int32_t>> heap;
-  heap.reserve(n);
-  // With "ranks before" as the heap's less-than, the front is the worst.
+  heap.reserve(static_cast<size_t>(n));
   auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return RanksBefore(a.first, a.second, b.first, b.second);
   };
-  float max = kNegInf;
-  int64_t rank = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
+  auto offer = [&](int64_t i) {
     const float v = logits[i];
-    if (std::isnan(v)) continue;
-    max = v > max ? v : max;
-    rank += v >= chosen;
-    if (n == 0) continue;
-    if (heap.size() < n) {
+    if (std::isnan(v)) return;
+    if (static_cast<int64_t>(heap.size()) < n) {
       heap.push_back({v, static_cast<int32_t>(i)});
       std::push_heap(heap.begin(), heap.end(), better);
     } else if (v > heap.front().first) {
@@ -250,20 +426,15 @@ void Sampler::ComputeLogprobs(const float* logits, int64_t vocab, SampleResult* 
       heap.back() = {v, static_cast<int32_t>(i)};
       std::push_heap(heap.begin(), heap.end(), better);
     }
+  };
+  int64_t i = 0;
+  for (; i < vocab && static_cast<int64_t>(heap.size()) < n; ++i) offer(i);
+  for (; i < vocab; i += kLanes) {
+    const int64_t count = std::min(kLanes, vocab - i);
+    if (!Any(Load(logits + i, count, kNegInf) > Splat(heap.front().first))) continue;
+    for (int64_t j = i; j < i + count; ++j) offer(j);
   }
-  // Pass 2: log-sum-exp.
-  double sum = 0;
-  if (std::isfinite(max)) {
-    for (int64_t i = 0; i < vocab; ++i) {
-      const float v = logits[i];
-      if (v > kNegInf) sum += std::exp(v - max);  // skips NaN and -inf
-    }
-  }
-  const double lse = static_cast<double>(max) + std::log(sum);
-  out->logprob = static_cast<float>(static_cast<double>(chosen) - lse);
-  out->rank = std::max<int64_t>(rank, 1);
   std::sort_heap(heap.begin(), heap.end(), better);  // best first
-  out->top_logprobs.clear();
   out->top_logprobs.reserve(heap.size());
   for (const auto& [v, id] : heap) out->top_logprobs.push_back({id, static_cast<float>(static_cast<double>(v) - lse)});
 }

@@ -167,10 +167,20 @@ class Sampler {
 
   // Penalized logits: logits itself when no penalty applies, else a copy.
   const float* Penalize(const float* logits, int64_t vocab, const TokenHistory& history);
-  // Fills candidates_ with the tokens temperature/top-k/top-p/min-p keep,
-  // returning how many of its leading entries are kept; 0 when no logit is
-  // finite (the caller falls back to argmax).
-  size_t BuildCandidates(const float* x, int64_t vocab);
+
+  // The tokens temperature/top-k/top-p/min-p keep, with unnormalised
+  // weights exp((logit - max) / temperature). Dense: weights_[i] for every
+  // token (0 when removed). Sparse (top-p): candidates_[0 .. count), in
+  // draw order. none: no logit is finite (the caller takes the argmax).
+  struct Kept {
+    bool none = false;
+    bool dense = true;
+    size_t count = 0;  // sparse only
+    double mass = 0;   // sum of the kept weights
+  };
+  Kept BuildCandidates(const float* x, int64_t vocab);
+  // The kept token at cumulative mass target (0 <= target < kept.mass).
+  int32_t Draw(const Kept& kept, double target) const;
   void ComputeLogprobs(const float* logits, int64_t vocab, SampleResult* out);
 
   SamplingParams params_;
@@ -178,7 +188,9 @@ class Sampler {
   uint64_t rng_[4] = {};
   // Scratch reused across steps (grown to the vocabulary on first use).
   std::vector<float> penalized_;
-  std::vector<float> values_;
+  std::vector<float> values_;        // top-k selection for large k
+  std::vector<float> weights_;       // dense weights, padded to whole vectors
+  std::vector<double> block_mass_;   // sums of weights_ per kWeightBlock tokens
   std::vector<Candidate> candidates_;
 };
 

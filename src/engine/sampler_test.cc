@@ -367,6 +367,34 @@ TEST(SamplerTest, LargeVocabularyTopP) {
   EXPECT_TRUE(std::any_of(dist.begin(), dist.end(), [&](const TokenProb& tp) { return tp.token_id == t; }));
 }
 
+TEST(SamplerTest, LargeVocabularyTopKMatchesReference) {
+  // Heap selection (k <= 1024, skipping vectors) and nth_element (larger k)
+  // both find the k-th largest logit; duplicates at the boundary all stay.
+  const int64_t vocab = 100003;  // not a multiple of the vector width
+  std::mt19937 gen(8);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> logits(vocab);
+  for (float& l : logits) l = std::round(nd(gen) * 64) / 64;  // many exact ties
+  logits[vocab - 1] = 10.f;                                     // the max in the tail lanes
+  logits[5] = std::nanf("");
+  std::vector<float> sorted;
+  for (float l : logits) {
+    if (!std::isnan(l)) sorted.push_back(l);
+  }
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  for (int k : {1, 50, 1024, 1025, 5000}) {
+    SamplingParams p = Random();
+    p.top_k = k;
+    p.temperature = 8.f;  // keep every weight far above underflow
+    Sampler s(p, std::nullopt);
+    auto dist = s.Distribution(logits.data(), vocab, kNoHistory);
+    const float kth = sorted[k - 1];
+    const size_t want = static_cast<size_t>(std::count_if(sorted.begin(), sorted.end(), [&](float l) { return l >= kth; }));
+    EXPECT_EQ(dist.size(), want) << "k=" << k;
+    for (const TokenProb& tp : dist) ASSERT_GE(logits[tp.token_id], kth) << "k=" << k;
+  }
+}
+
 // ---- penalties ----
 
 TEST(PenaltiesTest, RepetitionPenaltyOverPromptAndOutput) {
