@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -18,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-const char* kModels[] = {"llama_default", "llama_linear", "llama3_rope", "mistral", "qwen2", "qwen3"};
+const std::vector<std::string> kModels = {"llama_default", "llama_linear", "llama3_rope", "mistral", "qwen2", "qwen3"};
 constexpr double kTol = 1e-3;
 
 std::string FixtureDir(const std::string& name) {
