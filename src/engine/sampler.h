@@ -34,11 +34,13 @@
 // (the generator and the double conversion are Strata's, not the C++
 // library's implementation-defined distributions).
 //
-// Cost for a vocabulary V: one pass for logprobs (online log-sum-exp and a
-// size-N heap), one copy plus O(distinct history tokens) for penalties,
-// O(V) for top-k (nth_element) and min-p, and a sort only of the tokens
-// that can be in the top-p prefix (grown geometrically). No full-vocabulary
-// sort unless top-p on its own must cover most of a flat distribution.
+// Cost for a vocabulary V (measured by sampler_bench at V = 151,936: about
+// 0.1 ms greedy, 0.4-0.6 ms with filters, per token on one core): a few
+// vectorised O(V) passes (max, masked exp weights, log-sum-exp) and no
+// full-vocabulary sort. top-k: a k-entry heap that skips whole vectors
+// (nth_element for k > 1024). top-p: tokens collected by falling weight
+// bands until the mass suffices, so only that prefix is sorted. Penalties:
+// one copy plus O(distinct history tokens).
 //
 // Thread-safety: a Sampler is used by one thread at a time (it keeps
 // scratch buffers); different requests' Samplers are independent.
