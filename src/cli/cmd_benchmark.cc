@@ -46,6 +46,32 @@ double MeasureReadBandwidth(size_t bytes, int threads) {
   return best;
 }
 
+// strata bench bandwidth: the roofline's denominator on its own, so a peer
+// engine run in another process can be measured next to the same yardstick.
+int BandwidthCommand(const Args& args) {
+  const std::string cmd = "bench bandwidth";
+  int64_t threads = 0, mib = 1024;
+  bool json = false;
+  FlagSet f(cmd, "Measures streaming memory read bandwidth (best of 3 passes over --mib MiB).");
+  f.Int("threads", &threads, "reading threads (0: all hardware threads)", 0, 1024);
+  f.Int("mib", &mib, "buffer size in MiB (keep it well above the last-level cache)", 1, 1 << 20);
+  f.Bool("json", &json, "print results as one JSON object");
+  Status st = f.Parse(args);
+  if (!st.ok()) return UsageError(cmd, st);
+  if (f.help_requested()) {
+    std::printf("%s", f.Help().c_str());
+    return kExitOk;
+  }
+  const int n = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::thread::hardware_concurrency());
+  const double bw = MeasureReadBandwidth(static_cast<size_t>(mib) << 20, n);
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"threads", n}, {"bytes", mib << 20}, {"read_bandwidth_gb_s", bw}}.dump().c_str());
+  } else {
+    std::printf("threads %d  read bandwidth %.1f GB/s\n", n, bw);
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int BenchCommand(const Args& args) {
@@ -54,11 +80,14 @@ int BenchCommand(const Args& args) {
     std::printf(
         "usage: strata bench <kind> [flags]\n\nkinds:\n"
         "  engine   prefill and decode tokens/s of one sequence on the CPU, with the measured\n"
-        "           memory bandwidth roofline (strata bench engine --help)\n");
+        "           memory bandwidth roofline (strata bench engine --help)\n"
+        "  bandwidth  the memory read bandwidth alone, as bench engine measures it, for\n"
+        "           comparing other engines against the same roofline (strata bench bandwidth --help)\n");
     return args.empty() ? kExitUsage : kExitOk;
   }
+  if (args[0] == "bandwidth") return BandwidthCommand(Args(args.begin() + 1, args.end()));
   if (args[0] != "engine")
-    return UsageError(cmd, InvalidArgument("unknown benchmark '" + args[0] + "' (known: engine)"));
+    return UsageError(cmd, InvalidArgument("unknown benchmark '" + args[0] + "' (known: engine, bandwidth)"));
   ModelFlags mf;
   int64_t prompt_len = 512, gen_len = 64, reps = 3;
   bool json = false;

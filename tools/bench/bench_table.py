@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Markdown table from cpu_vs_llamacpp.sh's JSON-lines results (stdlib only).
+
+Each input line is one engine run:
+  {"shape", "threads", "round", "engine", "prefill_tok_s", "decode_tok_s",
+   "bw_gb_s", "weight_bytes", "loadavg"}
+A run's roofline is its own adjacent bandwidth / weight bytes (batch-1 decode
+reads every weight once per token); the table shows medians over rounds.
+"""
+
+import json
+import statistics
+import sys
+
+
+def main(path):
+    runs = [json.loads(line) for line in open(path) if line.strip()]
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["shape"], r["threads"]), {}).setdefault(r["engine"], []).append(r)
+    med = statistics.median
+    print("| shape | threads | engine | prefill tok/s | decode tok/s | read bw GB/s "
+          "| decode roofline tok/s | decode / roofline | vs llama.cpp (prefill, decode) | runs | load avg |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (shape, threads), by_engine in groups.items():
+        stats = {}
+        for engine, rs in by_engine.items():
+            roof = [r["bw_gb_s"] * 1e9 / r["weight_bytes"] for r in rs]
+            stats[engine] = {
+                "prefill": med(r["prefill_tok_s"] for r in rs),
+                "decode": med(r["decode_tok_s"] for r in rs),
+                "bw": med(r["bw_gb_s"] for r in rs),
+                "roof": med(roof),
+                "ratio": med(r["decode_tok_s"] / x for r, x in zip(rs, roof)),
+                "n": len(rs),
+                "load": (min(r["loadavg"] for r in rs), max(r["loadavg"] for r in rs)),
+            }
+        peer = stats.get("llama.cpp")
+        for engine in sorted(stats, key=lambda e: e != "strata"):
+            s = stats[engine]
+            vs = "—"
+            if peer and engine != "llama.cpp":
+                vs = f"{s['prefill'] / peer['prefill']:.2f}×, {s['decode'] / peer['decode']:.2f}×"
+            print(f"| {shape} | {threads} | {engine} | {s['prefill']:.1f} | {s['decode']:.2f} "
+                  f"| {s['bw']:.1f} | {s['roof']:.2f} | {s['ratio']:.2f} | {vs} | {s['n']} "
+                  f"| {s['load'][0]:.1f}–{s['load'][1]:.1f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: bench_table.py RESULTS.jsonl")
+    main(sys.argv[1])
