@@ -16,38 +16,40 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  stop_.store(true, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  stop_.store(true);
+  generation_.fetch_add(1);
   generation_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::Run(int64_t num_tasks, TaskFn fn, void* ctx) {
-  fn_ = fn;
-  ctx_ = ctx;
-  num_tasks_ = num_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  busy_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
-  RunTasks(0);
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (busy_workers_.load(std::memory_order_acquire) == 0) return;
-    CpuRelax();
-  }
+void ThreadPool::RunJobTasks(Job& job, int thread) {
   for (;;) {
-    int busy = busy_workers_.load(std::memory_order_acquire);
-    if (busy == 0) return;
-    busy_workers_.wait(busy, std::memory_order_acquire);
+    const int64_t task = job.next_task.fetch_add(1, std::memory_order_relaxed);
+    if (task >= job.num_tasks) return;
+    job.fn(job.ctx, task, thread);
+    job.done_tasks.fetch_add(1, std::memory_order_release);
   }
 }
 
-void ThreadPool::RunTasks(int thread) {
-  for (;;) {
-    int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= num_tasks_) return;
-    fn_(ctx_, task, thread);
+void ThreadPool::Run(int64_t num_tasks, TaskFn fn, void* ctx) {
+  Job job;
+  job.fn = fn;
+  job.ctx = ctx;
+  job.num_tasks = num_tasks;
+  job_.store(&job);  // seq_cst: ordered before the worker's join (below)
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  RunJobTasks(job, 0);
+  // Tasks other threads took: wait for them to finish.
+  for (int i = 0; job.done_tasks.load(std::memory_order_acquire) < num_tasks; ++i) {
+    if (i < kSpinIterations) CpuRelax();
+    else std::this_thread::yield();
   }
+  // Retire the job. A worker that joins after this store sees null; one that
+  // joined before is counted in active_workers_ and leaves at once (no tasks
+  // are left), so this wait is a few instructions long.
+  job_.store(nullptr);
+  while (active_workers_.load() != 0) CpuRelax();
 }
 
 void ThreadPool::WorkerLoop(int thread) {
@@ -63,9 +65,10 @@ void ThreadPool::WorkerLoop(int thread) {
       gen = generation_.load(std::memory_order_acquire);
     }
     seen = gen;
-    if (stop_.load(std::memory_order_relaxed)) return;
-    RunTasks(thread);
-    if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_workers_.notify_one();
+    if (stop_.load()) return;
+    active_workers_.fetch_add(1);  // seq_cst: join, then look at the job
+    if (Job* job = job_.load()) RunJobTasks(*job, thread);
+    active_workers_.fetch_sub(1);
   }
 }
 

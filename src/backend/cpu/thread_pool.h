@@ -5,6 +5,10 @@
 // Tasks are handed out dynamically (one atomic counter), so uneven tasks
 // balance. Decode issues ~10 small ops per layer, so dispatch is cheap:
 // workers spin briefly on a generation counter before sleeping on it.
+// The caller waits for the tasks, not for the workers: when a worker is
+// descheduled (a busy machine), the caller runs every task itself instead of
+// waiting for that worker to wake up. A worker only ever blocks the caller
+// during the few instructions between joining a job and finding it drained.
 //
 // Thread-safety: ParallelFor must not be called concurrently or re-entrantly
 // (the backend issues ops from one thread). The pool owns its threads and
@@ -46,17 +50,24 @@ class ThreadPool {
  private:
   using TaskFn = void (*)(void* ctx, int64_t task, int thread);
   void Run(int64_t num_tasks, TaskFn fn, void* ctx);
-  void RunTasks(int thread);
   void WorkerLoop(int thread);
 
+  // One ParallelFor call; lives on the caller's stack.
+  struct Job {
+    TaskFn fn;
+    void* ctx;
+    int64_t num_tasks;
+    alignas(64) std::atomic<int64_t> next_task{0};
+    alignas(64) std::atomic<int64_t> done_tasks{0};
+  };
+  void RunJobTasks(Job& job, int thread);
+
   std::vector<std::thread> workers_;
-  // The current job; written by the caller before generation_ is bumped.
-  TaskFn fn_ = nullptr;
-  void* ctx_ = nullptr;
-  int64_t num_tasks_ = 0;
-  alignas(64) std::atomic<int64_t> next_task_{0};
+  alignas(64) std::atomic<Job*> job_{nullptr};
   alignas(64) std::atomic<uint32_t> generation_{0};
-  alignas(64) std::atomic<int> busy_workers_{0};
+  // Workers between loading job_ and leaving it; the caller waits for 0
+  // before its Job goes out of scope.
+  alignas(64) std::atomic<int> active_workers_{0};
   std::atomic<bool> stop_{false};
 };
 
