@@ -493,7 +493,12 @@ Status ParsePreTokenizerInto(const json& j, const std::string& where,
   }
   if (type == "Whitespace") {
     auto p = std::make_shared<SplitPreTokenizer>();
-    ASSIGN_OR_RETURN(p->pattern.regex, Regex::Compile("\\w+|[^\\w\\s]+", where));
+    // HF: \w+|[^\w\s]+ in Oniguruma, whose Unicode \w (UTS #18) also covers
+    // marks and the joiners U+200C/U+200D; spelled out for PCRE2.
+    ASSIGN_OR_RETURN(p->pattern.regex,
+                     Regex::Compile("[\\p{L}\\p{M}\\p{N}\\p{Pc}\\x{200C}\\x{200D}]+|"
+                                    "[^\\p{L}\\p{M}\\p{N}\\p{Pc}\\x{200C}\\x{200D}\\s]+",
+                                    where));
     p->behavior = Behavior::kRemoved;
     p->invert = true;
     out.push_back(std::move(p));

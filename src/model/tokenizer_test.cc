@@ -138,7 +138,7 @@ TEST_P(GoldenTest, IncrementalDecoderConcatenatesToDecode) {
 
 INSTANTIATE_TEST_SUITE_P(Hf, GoldenTest,
                          ::testing::Values("qwen3", "deepseek_v3", "llama3", "spm_legacy", "spm_metaspace", "bl_misc",
-                                           "bl_behaviors"));
+                                           "bl_behaviors", "bl_nfkc", "sfx_bpe", "pfx_bpe"));
 
 TEST(TokenizerTest, RealTokenizerMetadata) {
   auto qwen = Load("qwen3");

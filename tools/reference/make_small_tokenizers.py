@@ -16,6 +16,13 @@ and Split behaviours the real tokenizers do not use:
                 GPT-2 regex and add_prefix_space; TemplateProcessing $A <eos>.
   bl_behaviors: NFC, Replace(string); Split MergedWithNext / Contiguous /
                 Removed+invert, ByteLevel without regex.
+  bl_nfkc:      NFKC + Lowercase; Punctuation, WhitespaceSplit, ByteLevel;
+                RobertaProcessing.
+And two character-level ones for the BPE options nobody above uses:
+  sfx_bpe:      end_of_word_suffix "</w>", unk without fusing, NFD +
+                StripAccents, Whitespace pre-tokenizer, BPEDecoder.
+  pfx_bpe:      continuing_subword_prefix "##", fused unk, WhitespaceSplit,
+                no decoder (tokens joined by spaces).
 
 The vocabularies and merges come from a tiny deterministic BPE training run on
 the text below. Pure Python, no dependencies; output is deterministic.
@@ -242,10 +249,93 @@ def bl_behaviors():
     }, {"eos_token": "<|end|>", "tokenizer_class": "PreTrainedTokenizerFast"}
 
 
+def bl_nfkc():
+    m = bytelevel_model()
+    n = len(m["vocab"])
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [added(n, "<s>"), added(n + 1, "</s>")],
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Punctuation", "behavior": "Isolated"}, {"type": "WhitespaceSplit"},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "post_processor": {"type": "RobertaProcessing", "sep": ["</s>", n + 1], "cls": ["<s>", n],
+                           "trim_offsets": True, "add_prefix_space": False},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": m,
+    }, {"bos_token": "<s>", "eos_token": "</s>", "tokenizer_class": "PreTrainedTokenizerFast"}
+
+
+def char_model(prefix, suffix, fuse_unk):
+    words = collections.Counter(re.findall(r"[A-Za-z]+|[0-9]+|[^\sA-Za-z0-9]", TRAIN.lower()))
+    seqs = {}
+    for w in words:
+        sq = [c if i == 0 else prefix + c for i, c in enumerate(w)]
+        sq[-1] += suffix
+        seqs[w] = sq
+    vocab = {"[UNK]": 0}
+    for sq in seqs.values():
+        for t in sq:
+            vocab.setdefault(t, len(vocab))
+    merges = []
+    for _ in range(150):
+        pairs = collections.Counter()
+        for w, n in words.items():
+            for a, b in zip(seqs[w], seqs[w][1:]):
+                pairs[(a, b)] += n
+        if not pairs:
+            break
+        best = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        merged = best[0] + best[1][len(prefix):]
+        merges.append(best)
+        vocab.setdefault(merged, len(vocab))
+        for w in words:
+            sq, out, i = seqs[w], [], 0
+            while i < len(sq):
+                if i + 1 < len(sq) and (sq[i], sq[i + 1]) == best:
+                    out.append(merged)
+                    i += 2
+                else:
+                    out.append(sq[i])
+                    i += 1
+            seqs[w] = out
+    return {"type": "BPE", "dropout": None, "unk_token": "[UNK]", "continuing_subword_prefix": prefix or None,
+            "end_of_word_suffix": suffix or None, "fuse_unk": fuse_unk, "byte_fallback": False,
+            "ignore_merges": False, "vocab": vocab, "merges": [[a, b] for a, b in merges]}
+
+
+def sfx_bpe():
+    m = char_model("", "</w>", False)
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [added(0, "[UNK]")],
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"},
+                                                           {"type": "Lowercase"}]},
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": {"type": "BPEDecoder", "suffix": "</w>"},
+        "model": m,
+    }, {"unk_token": "[UNK]", "tokenizer_class": "PreTrainedTokenizerFast"}
+
+
+def pfx_bpe():
+    m = char_model("##", "", True)
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [added(0, "[UNK]")],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": m,
+    }, {"unk_token": "[UNK]", "tokenizer_class": "PreTrainedTokenizerFast"}
+
+
 def main():
     out = sys.argv[1]
     for name, (tok, cfg) in (("spm_legacy", legacy()), ("spm_metaspace", metaspace()),
-                             ("bl_misc", bl_misc()), ("bl_behaviors", bl_behaviors())):
+                             ("bl_misc", bl_misc()), ("bl_behaviors", bl_behaviors()), ("bl_nfkc", bl_nfkc()),
+                             ("sfx_bpe", sfx_bpe()), ("pfx_bpe", pfx_bpe())):
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:

@@ -4,7 +4,7 @@
 Runs on the GPU machine (tokenizers 0.23, transformers 5; no internet):
   python3 tools/reference/tokenizer_goldens.py <tokdata> <out>
 <tokdata>/<name>/tokenizer.json (+ tokenizer_config.json) for each tokenizer;
-texts from tests/fixtures/tokenizer/corpus.json. Writes <out>/<name>.golden.json:
+texts from tests/fixtures/tokenizer/corpus.json and corpus_extra.json. Writes <out>/<name>.golden.json:
   entries[i]: ids (encode add_special_tokens=True), ids_plain (False), decoded
               (decode(ids)), decoded_skip (skip_special_tokens=True), and
               ids_transformers (AutoTokenizer(<dir>).encode(text)) when it loads.
@@ -23,7 +23,21 @@ import tokenizers
 from tokenizers import Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORPUS = os.path.join(HERE, "..", "..", "tests", "fixtures", "tokenizer", "corpus.json")
+FIXTURES = os.path.join(HERE, "..", "..", "tests", "fixtures", "tokenizer")
+CORPUS = os.path.join(FIXTURES, "corpus.json")
+CORPUS_EXTRA = os.path.join(FIXTURES, "corpus_extra.json")  # goldens only, not in the bench text
+
+# Decode cases by token string (sequences whose tokens all exist in a tokenizer
+# are decoded): first-token Metaspace stripping, byte-fallback runs split by
+# (skipped) special tokens, incomplete byte sequences.
+DECODE_CASES = [
+    ["\u2581quick\u2581", "\u2581tokenizer"], ["\u2581\u2581", "\u2581quick\u2581"], ["<s>", "\u2581\u2581", "a"],
+    ["\u2581\u2581", "\u2581\u2581\u2581\u2581"], ["\u2581"], ["<s>", "\u2581"], ["a", "\u2581quick\u2581"],
+    ["<0xE4>", "<0xBD>", "<0xA0>", "\u2581a"], ["<0x41>", "<0x80>"], ["<0xE4>", "<s>", "<0xBD>", "<0xA0>"],
+    ["<0xE4>", "</s>", "<0xBD>"], ["<0x20>", "a"], ["<s>", "<0x20>", "a"], ["<unk>", "\u2581a"],
+    ["\u00e4\u00bd", "\u0142"], ["\u00e4\u00bd\u0142"], ["<|im_start|>", "\u00e4\u00bd"], ["\u00e4\u00bd", "<|im_end|>", "\u0142"],
+    ["<|begin_of_text|>", "\u0120Hello"], ["\u0120", "<eos>", "\u0120"],
+]
 
 
 def bench_text(texts):
@@ -66,11 +80,22 @@ def random_sequences(tok, name):
              "decoded_skip": tok.decode(s, skip_special_tokens=True)} for s in seqs]
 
 
+def fixed_sequences(tok):
+    out = []
+    for case in DECODE_CASES:
+        ids = [tok.token_to_id(t) for t in case]
+        if all(i is not None for i in ids):
+            out.append({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+                        "decoded_skip": tok.decode(ids, skip_special_tokens=True)})
+    return out
+
+
 def main():
     data, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
     texts = json.load(open(CORPUS, encoding="utf-8"))["texts"]
     text = bench_text(texts)
+    extra = json.load(open(CORPUS_EXTRA, encoding="utf-8"))["texts"] if os.path.exists(CORPUS_EXTRA) else []
     docs = text.split("\n")
     try:
         import transformers
@@ -90,7 +115,7 @@ def main():
             except Exception as e:  # noqa: BLE001
                 tf_error = repr(e)
         entries = []
-        for t in texts:
+        for t in texts + extra:
             ids = tok.encode(t, add_special_tokens=True).ids
             e = {"text": t, "ids": ids, "ids_plain": tok.encode(t, add_special_tokens=False).ids,
                  "decoded": tok.decode(ids, skip_special_tokens=False),
@@ -109,7 +134,7 @@ def main():
         result = {
             "name": name, "tokenizers_version": tokenizers.__version__, "transformers_version": tf_version,
             "transformers_class": type(tf).__name__ if tf is not None else None, "transformers_error": tf_error,
-            "entries": entries, "random_decode": random_sequences(tok, name),
+            "entries": entries, "random_decode": random_sequences(tok, name) + fixed_sequences(tok),
             "throughput": {"bench_bytes": nbytes, "bench_tokens": ntok, "docs": len(docs),
                            "cpu_count": os.cpu_count(),
                            "encode_one_string_MBps": nbytes / single / 1e6,
