@@ -108,8 +108,8 @@ TEST(ChatTemplateGoldens, EveryTemplateEveryCase) {
 
 // Every model template in the fixtures folder parses (model load succeeds).
 TEST(ChatTemplate, AllFixtureTemplatesParse) {
-  for (const char* name : {"llama3_1", "llama3_2", "qwen2_5", "qwen3", "deepseek_v3", "mistral_7b_instruct",
-                           "mistral_small_3_1"}) {
+  for (const char* name : {"llama3_1", "llama3_2", "qwen2_5", "qwen3", "deepseek_v3", "deepseek_v3_1",
+                           "mistral_7b_instruct", "mistral_small_3_1"}) {
     auto t = ChatTemplate::Parse(ReadText(FixtureDir() + name + ".jinja"));
     EXPECT_TRUE(t.ok()) << name << ": " << t.status().ToString();
   }

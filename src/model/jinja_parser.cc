@@ -291,7 +291,7 @@ class Parser {
         if (!IsOp(",")) break;
         Next();
         comma = true;
-        if (Cur().type == TokenType::kVarEnd || Cur().type == TokenType::kBlockEnd || IsOp("=") ||
+        if (Cur().type == TokenType::kVarEnd || Cur().type == TokenType::kBlockEnd || IsOp("=") || IsOp(")") ||
             (stop_at_if && IsName("if")))
           break;
       }

@@ -25,6 +25,39 @@ bool IsCased(uint32_t c) {
   return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
 
+// Appends the case mapping of cps[i] as Python does, including the
+// unconditional multi-character mappings of SpecialCasing.txt that matter
+// for Latin text (ß -> SS, ligatures, dotted İ) and the final-sigma rule.
+void AppendCased(std::string& out, const std::vector<uint32_t>& cps, size_t i, int how) {
+  struct Special {
+    uint32_t c;
+    const char* upper;
+    const char* title;
+  };
+  static const Special kSpecial[] = {
+      {0x00DF, "SS", "Ss"},         {0xFB00, "FF", "Ff"},   {0xFB01, "FI", "Fi"}, {0xFB02, "FL", "Fl"},
+      {0xFB03, "FFI", "Ffi"},       {0xFB04, "FFL", "Ffl"}, {0xFB05, "ST", "St"}, {0xFB06, "ST", "St"},
+      {0x0149, "\u02bcN", "\u02bcN"}, {0x01F0, "J\u030c", "J\u030c"},
+  };
+  uint32_t c = cps[i];
+  if (how != 0) {
+    for (const Special& sp : kSpecial)
+      if (sp.c == c) {
+        out += how == 1 ? sp.upper : sp.title;
+        return;
+      }
+  } else if (c == 0x0130) {  // İ -> i + combining dot above
+    out += "i\u0307";
+    return;
+  } else if (c == 0x03A3) {  // Σ -> ς at the end of a word
+    bool after_cased = i > 0 && IsCased(cps[i - 1]);
+    bool before_cased = i + 1 < cps.size() && IsCased(cps[i + 1]);
+    AppendUtf8(out, after_cased && !before_cased ? 0x03C2 : 0x03C3);
+    return;
+  }
+  AppendUtf8(out, MapCase(c, how));
+}
+
 bool IsAlpha(uint32_t c) {
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
@@ -34,14 +67,15 @@ bool IsAlpha(uint32_t c) {
 
 std::string MapString(const std::string& s, int how) {
   std::string out;
-  for (uint32_t c : DecodeUtf8(s)) AppendUtf8(out, MapCase(c, how));
+  std::vector<uint32_t> cps = DecodeUtf8(s);
+  for (size_t i = 0; i < cps.size(); ++i) AppendCased(out, cps, i, how);
   return out;
 }
 
 std::string PyCapitalize(const std::string& s) {
   std::vector<uint32_t> cps = DecodeUtf8(s);
   std::string out;
-  for (size_t i = 0; i < cps.size(); ++i) AppendUtf8(out, MapCase(cps[i], i == 0 ? 2 : 0));
+  for (size_t i = 0; i < cps.size(); ++i) AppendCased(out, cps, i, i == 0 ? 2 : 0);
   return out;
 }
 
@@ -50,9 +84,11 @@ namespace {
 std::string PyTitle(const std::string& s) {  // str.title()
   std::string out;
   bool prev_cased = false;
-  for (uint32_t c : DecodeUtf8(s)) {
+  std::vector<uint32_t> cps = DecodeUtf8(s);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    uint32_t c = cps[i];
     if (IsCased(c)) {
-      AppendUtf8(out, MapCase(c, prev_cased ? 0 : 2));
+      AppendCased(out, cps, i, prev_cased ? 0 : 2);
       prev_cased = true;
     } else {
       AppendUtf8(out, c);
@@ -68,13 +104,15 @@ std::string JinjaTitle(const std::string& s) {
   // jinja2's title filter: words start after runs of [-\s(\{\[<].
   std::string out;
   bool word_start = true;
-  for (uint32_t c : DecodeUtf8(s)) {
+  std::vector<uint32_t> cps = DecodeUtf8(s);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    uint32_t c = cps[i];
     bool sep = IsPyWhitespace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
     if (sep) {
       AppendUtf8(out, c);
       word_start = true;
     } else {
-      AppendUtf8(out, MapCase(c, word_start ? 1 : 0));
+      AppendCased(out, cps, i, word_start ? 1 : 0);
       word_start = false;
     }
   }
@@ -122,19 +160,18 @@ List Split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_r
       while (i < cps.size() && !IsPyWhitespace(cps[i])) ++i;
       words.emplace_back(b, i);
     }
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
+    // Past maxsplit words the rest is one piece that keeps its outer
+    // whitespace (trailing for split, leading for rsplit), as CPython does.
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit) {
       if (!from_right) {
         size_t b = words[static_cast<size_t>(maxsplit)].first;
         size_t e = cps.size();
-        while (e > b && IsPyWhitespace(cps[e - 1])) --e;
         words.resize(static_cast<size_t>(maxsplit));
         words.emplace_back(b, e);
       } else {
         size_t keep = static_cast<size_t>(maxsplit);
         size_t e = words[words.size() - keep - 1].second;
-        size_t b = 0;
-        while (b < e && IsPyWhitespace(cps[b])) ++b;
-        std::vector<std::pair<size_t, size_t>> w2{{b, e}};
+        std::vector<std::pair<size_t, size_t>> w2{{0, e}};  // the rest keeps its leading whitespace
         w2.insert(w2.end(), words.end() - static_cast<std::ptrdiff_t>(keep), words.end());
         words = std::move(w2);
       }

@@ -134,6 +134,9 @@ TEST(JinjaInterp, StrMethodsUseCodePoints) {
   EXPECT_EQ(Render("{{ s.split('</think>')[-1].lstrip('\\n') }}", {{"s", "<think>r</think>\n\nanswer"}}),
             "answer");
   EXPECT_EQ(Render("{{ '  a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}"), "['a', 'b']|['a', 'b,c']");
+  // After maxsplit the rest keeps its outer whitespace.
+  EXPECT_EQ(Render("{{ ' a  b '.rsplit(None, 1) }}|{{ 'a b '.split(None, 1) }}"), "[' a', 'b']|['a', 'b ']");
+  EXPECT_EQ(Render("{{ 'straße'.upper() }}|{{ 'İ'.lower()|length }}|{{ 'ΟΔΟΣ'.lower() }}"), "STRASSE|2|οδος");
 }
 
 }  // namespace

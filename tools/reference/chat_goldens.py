@@ -35,6 +35,7 @@ TEMPLATES = {
     "qwen2_5": QWEN,
     "qwen3": QWEN,
     "deepseek_v3": DEEPSEEK,
+    "deepseek_v3_1": DEEPSEEK,
     "mistral_7b_instruct": MISTRAL,
     "mistral_small_3_1": MISTRAL,
 }
@@ -148,6 +149,14 @@ PER_TEMPLATE = {
         case("tool_calls", [SYS, U_WEATHER, CALL_STR, TOOL_RESULT, A_AFTER_TOOL, U2]),
         case("tool_outputs_then_gen", [U_WEATHER, CALL_STR, TOOL_RESULT]),
     ],
+    "deepseek_v3_1": [
+        case("thinking_true", [SYS, U1, dict(THINK_A, content="<think>hmm</think>Hi!"), U2], extra={"thinking": True}),
+        case("enable_thinking_true", [U1], extra={"enable_thinking": True}),
+        case("prefix_thinking", [U1, {"role": "assistant", "content": "Partial", "prefix": True}], agp=False,
+             extra={"thinking": True}),
+        case("tool_calls", [SYS, U_WEATHER, CALL_STR, TOOL_RESULT, A_AFTER_TOOL, U2]),
+        case("tool_calls_with_content", [U_WEATHER, dict(CALL_STR, content="Checking."), TOOL_RESULT]),
+    ],
     "mistral_7b_instruct": [
         case("err_alternation", [U1, U2]),
         case("err_role", [U1, {"role": "tool", "content": "x"}]),
@@ -197,9 +206,21 @@ PROBES = {
     "strftime": "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%d %H:%M:%S %A %B %j %a %p %I %y %e') }}",
     "context_vars": "{{ tools is defined }}|{{ tools is none }}|{{ documents is defined }}|{{ documents }}|{{ bos_token is defined }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ messages|length }}|{{ messages[0].role }}",
     "dict_methods": "{% for k, v in d|items %}{{ k }}:{{ v }};{% endfor %}|{{ d.keys()|list }}|{{ d.values()|list|length }}|{{ d.items()|list|first }}|{{ msgs[2].extra is none }}|{{ msgs[0].missing is defined }}|{{ msgs[0]['missing'] is defined }}",
+    "ws_more": "  {% if true %}A{% endif %}\n\t{% if true %}\tB{% endif %}\n  {{ n }}{% if true %}\n C{% endif %}\n  {# c #}  D\n{% for i in items %}\n  {{- i }}\n{% endfor %}\n{%- if true %} E {% endif -%}\n\n F{% if true -%}\n\n  G\n{%- endif %}\u3000H {%- if true %}I{% endif %}",
+    "ws_set_block_newlines": "{% set x %}\n  line1\n  {% if true %}\n  line2\n  {% endif %}\n{% endset %}[{{ x }}]",
+    "more_values": "{{ 1/3 }}|{{ 10 // 3.0 }}|{{ 2 ** -1 }}|{{ -2 ** 2 }}|{{ 1e3 }}|{{ 3 * 1.5 }}|{{ 0.1 + 0.2 }}|{{ [1.0, -0.5] }}|{{ {'a': \"x'y\", 'b': 'q\"r'} }}|{{ 'tab\there' | tojson }}|{{ ('a',) }}|{{ () }}|{{ msgs|map(attribute='nope')|list }}|{{ none|string|upper }}|{{ 7|string|length }}|{{ [1, 2]|join(',') }}|{{ '%d items' ~ '' }}",
+    "more_loops": "{% for m in msgs %}{% for c in m.content %}{{ loop.index }}{{ c }}{% endfor %}:{{ loop.index }}{% if loop.previtem is defined %}p{% endif %};{% endfor %}|{% for k, v in d|dictsort if k != 'm' %}{{ k }}{{ loop.last }}{% endfor %}|{% for i in items %}{% endfor %}{{ i is defined }}|{% set total = 0 %}{% for i in items %}{% set total = total + i %}{{ total }}{% endfor %}{{ total }}|{% for x in range(3) %}{{ x }}{% endfor %}{% for x in range(1, 10, 3) %}{{ x }}{% endfor %}|{% for m in msgs if m.role == 'user' %}{{ m.content }}{{ loop.index }}/{{ loop.length }}{% else %}none{% endfor %}",
+    "more_strings": "{{ 'a-b_c d'.title() }}|{{ 'ÉCOLE'.lower() }}|{{ 'straße'.upper() }}|{{ '  x  '|trim('x ') }}|{{ 'xxhixx'.strip('x') }}|{{ 'a.b.c'.split('.')[-1] }}|{{ 'abc'.replace('', '-') }}|{{ 'Hello'[::-1] }}|{{ 'Hello'[1:-1] }}|{{ 'a' * 0 }}|{{ 'x' in ['x', 'y'] }}|{{ 'ab' < 'b' }}|{{ 'B' < 'a' }}|{{ 'hello world'.capitalize() }}|{{ '  lead'.lstrip() ~ '|' ~ 'trail  '.rstrip() }}|{{ 'x,y,,z'.split(',') }}|{{ ' a  b '.rsplit(None, 1) }}|{{ 'abc'.find('z') }}|{{ 'aaa'.count('a') }}|{{ 'İ'|lower|length }}|{{ 'ΟΔΟΣ ΣΑ'|lower }}|{{ 'ﬁne straße'|title }}|{{ 'a b  c  '.split(None, 1) }}",
+    "more_tests": "{{ items is iterable }}{{ d is iterable }}{{ none is iterable }}{{ 1.0 is integer }}{{ 1 is float }}{{ true is boolean }}{{ 'a' is sequence }}{{ d is sequence }}{{ n is not string }}{{ none is none }}{{ nothing is none }}{{ 6 is divisibleby(3) }}{{ 3 is even }}{{ 'x' is ne('y') }}{{ 2 is gt 1 }}{{ 2 is lt(1) }}{{ 2 is ge 2 }}{{ 'A' is upper }}{{ d.get is callable }}{{ d.m is mapping }}{{ msgs is not mapping }}{{ 'x' is in ['x'] }}{{ 1 is in [1.0] }}{{ 'k' is in d.m }}",
+    "namespace_and_macros": "{% set ns = namespace(a=1) %}{% macro bump() %}{% set ns.a = ns.a + 10 %}{{ ns.a }}{% endmacro %}{{ bump() }}{{ ns.a }}|{% macro m(a, b=none) %}{{ a }}{{ b is none }}{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(b=3, a=4) }}|{% macro outer() %}{{ n }}{% endmacro %}{{ outer() }}|{{ namespace(d) }}",
+    "generation_tag": "{% for m in msgs %}{% if m.role == 'assistant' %}{% generation %}[{{ m.content }}]{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}",
     "err_raise": "{{ raise_exception('Custom failure: ' ~ n) }}",
     "err_undefined_attr": "{{ nothing.attr }}",
     "err_add_str_int": "{{ 'a' + n }}",
+    "err_none_iter": "{% for x in none %}{% endfor %}",
+    "err_items_on_list": "{{ items|items|list }}",
+    "err_undefined_item": "{{ nothing['x'] }}",
+    "err_list_append": "{{ items.append(4) }}",
 }
 
 
