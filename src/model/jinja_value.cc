@@ -181,13 +181,30 @@ std::string PyStrip(const std::string& s, const Value& chars, bool left, bool ri
   auto strip_it = [&](uint32_t c) {
     return use_set ? std::find(set.begin(), set.end(), c) != set.end() : IsPyWhitespace(c);
   };
-  std::vector<uint32_t> cps = DecodeUtf8(s);
-  size_t b = 0, e = cps.size();
+  // Decode only at the two ends: contents can be long.
+  auto decode_at = [&](size_t i, size_t* len) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                          static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (n <= 0) {
+      *len = 1;
+      return uint32_t{0xFFFD};
+    }
+    *len = static_cast<size_t>(n);
+    return static_cast<uint32_t>(cp);
+  };
+  size_t b = 0, e = s.size(), n = 0;
   if (left)
-    while (b < e && strip_it(cps[b])) ++b;
-  if (right)
-    while (e > b && strip_it(cps[e - 1])) --e;
-  return EncodeUtf8(cps, b, e);
+    while (b < e && strip_it(decode_at(b, &n))) b += n;
+  if (right) {
+    while (e > b) {
+      size_t p = e - 1;
+      while (p > b && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+      if (!strip_it(decode_at(p, &n)) || p + n != e) break;
+      e = p;
+    }
+  }
+  return s.substr(b, e - b);
 }
 
 // ---- printing ---------------------------------------------------------------

@@ -66,8 +66,9 @@ class Value {
   Value(int64_t i) : v_(i) {}
   Value(int i) : v_(int64_t{i}) {}
   Value(double d) : v_(d) {}
-  Value(std::string s) : v_(std::move(s)) {}
-  Value(const char* s) : v_(std::string(s)) {}
+  // Strings are shared: contents can be long and templates copy values freely.
+  Value(std::string s) : v_(std::make_shared<const std::string>(std::move(s))) {}
+  Value(const char* s) : v_(std::make_shared<const std::string>(s)) {}
   Value(List l) : v_(std::make_shared<const List>(std::move(l))) {}
   Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}
   static Value MakeNamespace(Dict d);
@@ -96,7 +97,7 @@ class Value {
   double as_float() const { return std::get<double>(v_); }
   // Numeric value of a bool/int/float.
   double ToDouble() const;
-  const std::string& as_string() const { return std::get<std::string>(v_); }
+  const std::string& as_string() const { return *std::get<std::shared_ptr<const std::string>>(v_); }
   const List& as_list() const { return *std::get<std::shared_ptr<const List>>(v_); }
   const Dict& as_dict() const { return *std::get<std::shared_ptr<const Dict>>(v_); }
   Dict& namespace_dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
@@ -126,7 +127,7 @@ class Value {
   explicit Value(Undefined u) : v_(std::move(u)) {}
   explicit Value(None n) : v_(n) {}
 
-  std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const List>,
+  std::variant<Undefined, None, bool, int64_t, double, std::shared_ptr<const std::string>, std::shared_ptr<const List>,
                std::shared_ptr<const Dict>, std::shared_ptr<Dict>, std::shared_ptr<const Callable>>
       v_;
   bool tuple_ = false;
