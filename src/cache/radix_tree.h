@@ -114,7 +114,8 @@ class RadixTree {
   // Longest cached whole-page prefix of tokens. If the match ends inside a
   // node, that node is split there so the handle covers exactly the match.
   // Marks the matched nodes as used now (LRU) and counts one hit per node;
-  // adds num_tokens to hit_tokens and the rest of tokens.size() to miss_tokens.
+  // adds num_tokens to hit_tokens and the rest of tokens.size() to miss_tokens
+  // (so call it once per admission; PeekPrefixLength probes without counting).
   // The returned pages are only safe to use while the handle is locked: Lock
   // it before the next Insert or Evict. The caller that must compute at least
   // one token (for logits) passes the prompt without its last token.
