@@ -72,7 +72,8 @@ int64_t RadixTree::MatchPages(int32_t id, std::span<const int32_t> tokens) const
   int64_t m = 0;
   for (; m < max_pages; ++m) {
     const size_t off = static_cast<size_t>(m) * ps;
-    if (!std::equal(n.tokens.begin() + off, n.tokens.begin() + off + ps, tokens.begin() + off)) break;
+    if (!std::equal(n.tokens.begin() + off, n.tokens.begin() + off + ps, tokens.begin() + off))
+      break;
   }
   return m;
 }
@@ -134,8 +135,9 @@ int32_t RadixTree::Split(int32_t id, int64_t upper_pages) {
   lower.parent = up;
 
   // The parent's key for this subtree (its first page) is unchanged.
-  auto it = node(upper.parent).children.find(std::span<const int32_t>(upper.tokens.data(),
-                                                                      static_cast<size_t>(page_size_)));
+  auto it = node(upper.parent)
+                .children.find(
+                    std::span<const int32_t>(upper.tokens.data(), static_cast<size_t>(page_size_)));
   STRATA_CHECK(it != node(upper.parent).children.end() && it->second == id);
   it->second = up;
   upper.children.emplace(
@@ -226,8 +228,8 @@ RadixTree::InsertResult RadixTree::Insert(std::span<const int32_t> tokens,
   const size_t ps = static_cast<size_t>(page_size_);
   const size_t num_pages = tokens.size() / ps;
   STRATA_CHECK(pages.size() >= num_pages)
-      << "radix Insert of " << tokens.size() << " tokens (" << num_pages << " whole pages) with only "
-      << pages.size() << " page ids";
+      << "radix Insert of " << tokens.size() << " tokens (" << num_pages
+      << " whole pages) with only " << pages.size() << " page ids";
   const size_t limit = num_pages * ps;
 
   int32_t cur = kRoot;
@@ -252,7 +254,8 @@ RadixTree::InsertResult RadixTree::Insert(std::span<const int32_t> tokens,
     const int32_t leaf = NewNode();  // may reallocate nodes_
     Node& n = node(leaf);
     n.parent = cur;
-    n.tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(pos), tokens.begin() + static_cast<ptrdiff_t>(limit));
+    n.tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(pos),
+                    tokens.begin() + static_cast<ptrdiff_t>(limit));
     n.device_pages.assign(pages.begin() + static_cast<ptrdiff_t>(pos / ps),
                           pages.begin() + static_cast<ptrdiff_t>(num_pages));
     n.page_hashes.reserve(n.device_pages.size());
@@ -270,7 +273,8 @@ RadixTree::InsertResult RadixTree::Insert(std::span<const int32_t> tokens,
     }
     n.last_access = now;
     const int64_t added = n.num_pages();
-    node(cur).children.emplace(std::vector<int32_t>(n.tokens.begin(), n.tokens.begin() + page_size_), leaf);
+    node(cur).children.emplace(
+        std::vector<int32_t>(n.tokens.begin(), n.tokens.begin() + page_size_), leaf);
     if (parent_was_evictable_leaf) evictable_.erase({node(cur).last_access, cur});
     evictable_.insert({now, leaf});
     evictable_pages_ += added;
@@ -355,7 +359,8 @@ Status RadixTree::CheckIntegrity() const {
     const Node& n = node(id);
     const std::string where = "node " + Str(id);
     if (n.lock_ref < 0 || n.self_locks < 0) {
-      return fail(where + " has negative lock_ref " + Str(n.lock_ref) + " / self_locks " + Str(n.self_locks));
+      return fail(where + " has negative lock_ref " + Str(n.lock_ref) + " / self_locks " +
+                  Str(n.self_locks));
     }
     if (n.last_access > clock_) {
       return fail(where + " was last used at " + Str(static_cast<int64_t>(n.last_access)) +
@@ -371,7 +376,8 @@ Status RadixTree::CheckIntegrity() const {
       reached[static_cast<size_t>(child)] = 1;
       const Node& c = node(child);
       if (c.parent != id) return fail(cwhere + " names node " + Str(c.parent) + " as its parent");
-      if (key.size() != ps || c.tokens.size() < ps || !std::equal(key.begin(), key.end(), c.tokens.begin())) {
+      if (key.size() != ps || c.tokens.size() < ps ||
+          !std::equal(key.begin(), key.end(), c.tokens.begin())) {
         return fail(cwhere + " is keyed by tokens other than its first page's");
       }
       sum += c.lock_ref;
@@ -390,15 +396,15 @@ Status RadixTree::CheckIntegrity() const {
     ++nodes;
     const int64_t np = n.num_pages();
     if (np <= 0 || n.tokens.size() != static_cast<size_t>(np) * ps) {
-      return fail(where + " holds " + Str(static_cast<int64_t>(n.tokens.size())) + " tokens for " + Str(np) +
-                  " pages of " + Str(page_size_) + " (must be pages * page_size > 0)");
+      return fail(where + " holds " + Str(static_cast<int64_t>(n.tokens.size())) + " tokens for " +
+                  Str(np) + " pages of " + Str(page_size_) + " (must be pages * page_size > 0)");
     }
     if (n.residency != Residency::kDevice || !n.host_pages.empty()) {
       return fail(where + " is not device-resident (no host tier exists yet)");
     }
     if (n.page_hashes.size() != static_cast<size_t>(np)) {
-      return fail(where + " has " + Str(static_cast<int64_t>(n.page_hashes.size())) + " page hashes for " +
-                  Str(np) + " pages");
+      return fail(where + " has " + Str(static_cast<int64_t>(n.page_hashes.size())) +
+                  " page hashes for " + Str(np) + " pages");
     }
     uint64_t h = EndHash(n.parent);
     for (int64_t i = 0; i < np; ++i) {
@@ -407,17 +413,22 @@ Status RadixTree::CheckIntegrity() const {
       if (p < 0 || p >= allocator_->num_pages()) return fail(pwhere + " is out of range");
       if (seen_page[static_cast<size_t>(p)]) return fail(pwhere + " is stored twice in the tree");
       seen_page[static_cast<size_t>(p)] = 1;
-      if (!in_tree_[static_cast<size_t>(p)]) return fail(pwhere + " is missing from the page bitmap");
-      if (allocator_->refcount(p) < 1) return fail(pwhere + " is free in the allocator (refcount 0)");
-      h = ChainPageHash(h, std::span<const int32_t>(n.tokens).subspan(static_cast<size_t>(i) * ps, ps));
-      if (n.page_hashes[static_cast<size_t>(i)] != h) return fail(pwhere + " has a stale chained hash");
+      if (!in_tree_[static_cast<size_t>(p)])
+        return fail(pwhere + " is missing from the page bitmap");
+      if (allocator_->refcount(p) < 1)
+        return fail(pwhere + " is free in the allocator (refcount 0)");
+      h = ChainPageHash(
+          h, std::span<const int32_t>(n.tokens).subspan(static_cast<size_t>(i) * ps, ps));
+      if (n.page_hashes[static_cast<size_t>(i)] != h)
+        return fail(pwhere + " has a stale chained hash");
     }
     (n.lock_ref > 0 ? locked_pages : evictable_pages) += np;
     if (n.children.empty() && n.lock_ref == 0) expect_evictable.insert({n.last_access, id});
   }
 
   for (size_t id = 0; id < nodes_.size(); ++id) {
-    if (nodes_[id].alive && !reached[id]) return fail("node " + Str(static_cast<int64_t>(id)) + " is orphaned");
+    if (nodes_[id].alive && !reached[id])
+      return fail("node " + Str(static_cast<int64_t>(id)) + " is orphaned");
   }
   for (int32_t id : free_nodes_) {
     if (id <= kRoot || static_cast<size_t>(id) >= nodes_.size() || node(id).alive) {
@@ -426,7 +437,8 @@ Status RadixTree::CheckIntegrity() const {
   }
   for (size_t p = 0; p < in_tree_.size(); ++p) {
     if (in_tree_[p] && !seen_page[p]) {
-      return fail("page " + Str(static_cast<int64_t>(p)) + " is marked stored but no node holds it");
+      return fail("page " + Str(static_cast<int64_t>(p)) +
+                  " is marked stored but no node holds it");
     }
   }
   if (expect_evictable != evictable_) {
@@ -435,9 +447,9 @@ Status RadixTree::CheckIntegrity() const {
                 Str(static_cast<int64_t>(expect_evictable.size())) + " different ones");
   }
   if (nodes != num_nodes_ || evictable_pages != evictable_pages_ || locked_pages != locked_pages_) {
-    return fail("counters say " + Str(num_nodes_) + " nodes, " + Str(evictable_pages_) + " evictable and " +
-                Str(locked_pages_) + " locked pages; a recount gives " + Str(nodes) + ", " +
-                Str(evictable_pages) + " and " + Str(locked_pages));
+    return fail("counters say " + Str(num_nodes_) + " nodes, " + Str(evictable_pages_) +
+                " evictable and " + Str(locked_pages_) + " locked pages; a recount gives " +
+                Str(nodes) + ", " + Str(evictable_pages) + " and " + Str(locked_pages));
   }
   return OkStatus();
 }

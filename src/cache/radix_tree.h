@@ -79,10 +79,10 @@ struct RadixTreeStats {
   int64_t locked_pages = 0;     // of those, in locked nodes
   int64_t nodes = 0;            // excluding the root
   // Cumulative, for metrics (strata_prefix_cache_hit_tokens_total, ...):
-  int64_t hit_tokens = 0;       // tokens MatchPrefix found cached
-  int64_t miss_tokens = 0;      // tokens MatchPrefix was asked for but not found
-  int64_t inserted_pages = 0;   // pages Insert added
-  int64_t evicted_pages = 0;    // pages Evict removed from the tree
+  int64_t hit_tokens = 0;      // tokens MatchPrefix found cached
+  int64_t miss_tokens = 0;     // tokens MatchPrefix was asked for but not found
+  int64_t inserted_pages = 0;  // pages Insert added
+  int64_t evicted_pages = 0;   // pages Evict removed from the tree
 };
 
 class RadixTree {
@@ -203,7 +203,7 @@ class RadixTree {
     bool alive = false;
     uint32_t generation = 0;
     int32_t parent = kNone;
-    std::vector<int32_t> tokens;        // pages * page_size tokens
+    std::vector<int32_t> tokens;  // pages * page_size tokens
     Residency residency = Residency::kDevice;
     std::vector<int32_t> device_pages;  // one per page, while resident on device
     std::vector<int32_t> host_pages;    // HiCache: empty until the host tier lands
@@ -236,10 +236,10 @@ class RadixTree {
 
   int page_size_;
   PageAllocator* allocator_;
-  std::vector<Node> nodes_;         // [0] is the root; indices are node ids
+  std::vector<Node> nodes_;  // [0] is the root; indices are node ids
   std::vector<int32_t> free_nodes_;
-  std::set<EvictKey> evictable_;    // unlocked non-root leaves
-  std::vector<uint8_t> in_tree_;    // per allocator page: stored by the tree
+  std::set<EvictKey> evictable_;  // unlocked non-root leaves
+  std::vector<uint8_t> in_tree_;  // per allocator page: stored by the tree
   uint64_t clock_ = 0;
   int64_t num_nodes_ = 0;
   int64_t evictable_pages_ = 0;

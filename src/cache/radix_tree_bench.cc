@@ -22,7 +22,8 @@ std::vector<int32_t> Prompt(int i) {
   std::vector<int32_t> t(kSystem + kOwn);
   for (int j = 0; j < kSystem; ++j) t[static_cast<size_t>(j)] = j;  // shared by all
   std::mt19937 gen(static_cast<unsigned>(i) + 1);
-  for (int j = kSystem; j < kSystem + kOwn; ++j) t[static_cast<size_t>(j)] = static_cast<int32_t>(gen() % 150000);
+  for (int j = kSystem; j < kSystem + kOwn; ++j)
+    t[static_cast<size_t>(j)] = static_cast<int32_t>(gen() % 150000);
   return t;
 }
 

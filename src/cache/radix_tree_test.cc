@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <ostream>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,7 +32,7 @@ class RadixTreeTestPeer {
   static std::map<std::vector<int32_t>, PageView> Dump(const RadixTree& t) {
     std::map<std::vector<int32_t>, PageView> out;
     std::function<void(int32_t, std::vector<int32_t>)> walk = [&](int32_t id,
-                                                                   std::vector<int32_t> prefix) {
+                                                                  std::vector<int32_t> prefix) {
       const RadixTree::Node& n = t.node(id);
       const size_t ps = static_cast<size_t>(t.page_size_);
       for (size_t i = 0; i < n.device_pages.size(); ++i) {
@@ -209,8 +209,7 @@ TEST_P(RadixTreePageSizeTest, DuplicatePagesOfAnAlreadyCachedPartAreNotTaken) {
   EXPECT_EQ(alloc.refcount(p2[3]), 2);
   r2->table.Release(alloc);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(alloc.refcount(p2[static_cast<size_t>(i)]), 0);
-  EXPECT_EQ(tree.MatchPrefix(r2->tokens).pages,
-            (std::vector<int32_t>{p1[0], p1[1], p1[2], p2[3]}));
+  EXPECT_EQ(tree.MatchPrefix(r2->tokens).pages, (std::vector<int32_t>{p1[0], p1[1], p1[2], p2[3]}));
   ExpectIntact(tree, alloc);
 }
 
@@ -274,8 +273,8 @@ TEST_P(RadixTreePageSizeTest, PrefixHashChainsPerPageAndSurvivesSplits) {
   uint64_t h = RadixTree::kRootHash;
   std::vector<uint64_t> expect;
   for (int i = 0; i < 3; ++i) {
-    h = RadixTree::ChainPageHash(h, std::span<const int32_t>(t).subspan(static_cast<size_t>(i * ps()),
-                                                                        static_cast<size_t>(ps())));
+    h = RadixTree::ChainPageHash(h, std::span<const int32_t>(t).subspan(
+                                        static_cast<size_t>(i * ps()), static_cast<size_t>(ps())));
     expect.push_back(h);
   }
   EXPECT_EQ(tree.PrefixHash(ins.handle), expect[2]);
@@ -287,7 +286,9 @@ TEST_P(RadixTreePageSizeTest, PrefixHashChainsPerPageAndSurvivesSplits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PageSizes, RadixTreePageSizeTest, ::testing::Values(1, 4, 16),
-                         [](const auto& info) { return "page_size_" + std::to_string(info.param); });
+                         [](const auto& info) {
+                           return "page_size_" + std::to_string(info.param);
+                         });
 
 TEST(RadixTreeTest, ChainPageHashFormatIsPinned) {
   // Storage-tier files are keyed by this value: changing it orphans them.
@@ -383,8 +384,8 @@ TEST(RadixTreeTest, ChunkedPrefillMovesItsLockToTheLongerPrefix) {
   ASSERT_TRUE(table.Reserve(16, alloc).ok());
   RadixNodeHandle held;  // root
   for (int chunk = 1; chunk <= 2; ++chunk) {
-    RadixTree::InsertResult ins =
-        tree.Insert(std::span<const int32_t>(prompt).first(static_cast<size_t>(8 * chunk)), table.pages());
+    RadixTree::InsertResult ins = tree.Insert(
+        std::span<const int32_t>(prompt).first(static_cast<size_t>(8 * chunk)), table.pages());
     EXPECT_EQ(ins.num_cached_tokens, 8 * (chunk - 1));
     tree.Lock(ins.handle);
     tree.Unlock(held);
@@ -506,8 +507,8 @@ TEST_F(RadixTreeCorruptionTest, PageStoredTwice) {
   auto& na = Peer::Node(*tree_, leaf_a_);
   auto& nb = Peer::Node(*tree_, leaf_b_);
   const int32_t saved = nb.device_pages[0];
-  ExpectCaught([&] { nb.device_pages[0] = na.device_pages[0]; }, [&] { nb.device_pages[0] = saved; },
-               "stored twice");
+  ExpectCaught([&] { nb.device_pages[0] = na.device_pages[0]; },
+               [&] { nb.device_pages[0] = saved; }, "stored twice");
 }
 
 TEST_F(RadixTreeCorruptionTest, StoredPageFreedBehindTheTreesBack) {
@@ -523,7 +524,8 @@ TEST_F(RadixTreeCorruptionTest, StoredPageFreedBehindTheTreesBack) {
 
 TEST_F(RadixTreeCorruptionTest, ChainedHashStale) {
   auto& n = Peer::Node(*tree_, leaf_a_);
-  ExpectCaught([&] { n.page_hashes[1] ^= 1; }, [&] { n.page_hashes[1] ^= 1; }, "stale chained hash");
+  ExpectCaught([&] { n.page_hashes[1] ^= 1; }, [&] { n.page_hashes[1] ^= 1; },
+               "stale chained hash");
 }
 
 TEST_F(RadixTreeCorruptionTest, EvictableSetMissesAnUnlockedLeaf) {
@@ -541,7 +543,8 @@ TEST_F(RadixTreeCorruptionTest, EvictableSetKeyedByAnOldAccessTime) {
 TEST_F(RadixTreeCorruptionTest, LockedLeafInTheEvictableSet) {
   tree_->Lock(leaf_b_);
   auto& set = Peer::Evictable(*tree_);
-  const auto key = std::pair<uint64_t, int32_t>{Peer::Node(*tree_, leaf_b_).last_access, leaf_b_.node};
+  const auto key =
+      std::pair<uint64_t, int32_t>{Peer::Node(*tree_, leaf_b_).last_access, leaf_b_.node};
   ExpectCaught([&] { set.insert(key); }, [&] { set.erase(key); }, "evictable set");
   tree_->Unlock(leaf_b_);
 }
@@ -601,7 +604,9 @@ class ReferenceCache {
   }
   int64_t Peek(const Tokens& t) const {
     size_t len = ps_;
-    while (len <= t.size() && map_.count(Tokens(t.begin(), t.begin() + static_cast<ptrdiff_t>(len)))) len += ps_;
+    while (len <= t.size() &&
+           map_.count(Tokens(t.begin(), t.begin() + static_cast<ptrdiff_t>(len))))
+      len += ps_;
     return static_cast<int64_t>(len - ps_);
   }
   // Returns the number of leading tokens already cached.
@@ -747,7 +752,9 @@ TEST_P(RadixTreeRandomTest, AgreesWithReferenceModelAndStaysIntact) {
       Running& r = *running[i];
       const bool finished = uniform(0, 2) != 0;
       // Chunked prefill caches a prefix of what it computed and keeps running.
-      const size_t n = finished ? r.tokens.size() : static_cast<size_t>(uniform(0, static_cast<int>(r.tokens.size())));
+      const size_t n = finished
+                           ? r.tokens.size()
+                           : static_cast<size_t>(uniform(0, static_cast<int>(r.tokens.size())));
       const Tokens part(r.tokens.begin(), r.tokens.begin() + static_cast<ptrdiff_t>(n));
       const int64_t want_cached = ref.Insert(part, r.table.pages());
       RadixTree::InsertResult ins = tree.Insert(part, r.table.pages());
@@ -809,7 +816,9 @@ TEST_P(RadixTreeRandomTest, AgreesWithReferenceModelAndStaysIntact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PageSizes, RadixTreeRandomTest, ::testing::Values(1, 2, 4),
-                         [](const auto& info) { return "page_size_" + std::to_string(info.param); });
+                         [](const auto& info) {
+                           return "page_size_" + std::to_string(info.param);
+                         });
 
 }  // namespace
 }  // namespace strata
