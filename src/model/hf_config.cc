@@ -197,11 +197,12 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
       if (rope->factor <= 0) return f.Error("factor", "a positive number");
     }
     if (rope->type == "llama3") {
-      const char* kWant = "a number (llama3 rope scaling)";
+      const char* kWant = "a number; llama3 rope scaling needs it";
       if (!f.Has("low_freq_factor")) return f.Missing("low_freq_factor", kWant);
       if (!f.Has("high_freq_factor")) return f.Missing("high_freq_factor", kWant);
       if (!f.Has("original_max_position_embeddings")) {
-        return f.Missing("original_max_position_embeddings", "an integer (llama3 rope scaling)");
+        return f.Missing("original_max_position_embeddings",
+                         "an integer; llama3 rope scaling needs it");
       }
       RETURN_IF_ERROR(f.Double("low_freq_factor", &rope->low_freq_factor));
       RETURN_IF_ERROR(f.Double("high_freq_factor", &rope->high_freq_factor));
@@ -320,7 +321,10 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return InvalidArgument(path + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
                            ") must be a multiple of num_key_value_heads (" +
-                           std::to_string(c.num_key_value_heads) + ")");
+                           std::to_string(c.num_key_value_heads) +
+                           (f.Contains("num_key_value_heads")
+                                ? std::string(")")
+                                : ", the " + c.model_type + " default; set num_key_value_heads)"));
   }
   if (f.Has("head_dim")) {
     RETURN_IF_ERROR(f.Positive("head_dim", &c.head_dim));

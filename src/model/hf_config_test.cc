@@ -351,7 +351,7 @@ TEST(HfConfigTest, MistralDefaultKvHeadsMustDivide) {
             {"intermediate_size", 128},     {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
   Status s = ParseError(j.dump());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("num_key_value_heads (8)"));
+  EXPECT_THAT(s.message(), HasSubstr("num_key_value_heads (8, the mistral default"));
 }
 
 TEST(HfConfigTest, EosList) {
