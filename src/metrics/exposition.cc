@@ -3,10 +3,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "metrics/metrics.h"
-#include "util/logging.h"
 
 namespace strata::metrics {
 namespace {
@@ -54,10 +52,11 @@ std::string EscapeLabelValue(std::string_view value) { return Escape(value, true
 
 namespace internal {
 
-std::string RenderLabels(std::span<const std::string> names, std::span<const std::string> values) {
-  std::string out;
+std::string RenderLabels(std::string_view prefix, std::span<const std::string> names,
+                         std::span<const std::string> values) {
+  std::string out(prefix);
   for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) out += ',';
+    if (!out.empty()) out += ',';
     out.append(names[i]).append("=\"").append(EscapeLabelValue(values[i])).append("\"");
   }
   return out;
@@ -73,18 +72,8 @@ void RenderHeader(std::string_view name, std::string_view help, std::string_view
   out->append("# TYPE ").append(name).append(" ").append(type).append("\n");
 }
 
-void RenderSeries(std::string_view name, std::string_view labels, const Counter& c,
-                  std::string* out) {
-  AppendSample(name, "", labels, c.Value(), out);
-}
-
-void RenderSeries(std::string_view name, std::string_view labels, const Gauge& g,
-                  std::string* out) {
-  AppendSample(name, "", labels, g.Value(), out);
-}
-
-void RenderSeries(std::string_view name, std::string_view labels, const Histogram& h,
-                  std::string* out) {
+void RenderHistogram(std::string_view name, std::string_view labels, const Histogram& h,
+                     std::string* out) {
   Histogram::Snapshot s = h.Read();
   std::string le(labels);
   if (!le.empty()) le += ',';
@@ -97,12 +86,6 @@ void RenderSeries(std::string_view name, std::string_view labels, const Histogra
   }
   AppendSample(name, "_sum", labels, s.sum, out);
   AppendSample(name, "_count", labels, static_cast<double>(s.count), out);
-}
-
-void DieLabelCount(std::string_view name, size_t want, size_t got) {
-  STRATA_CHECK(false) << "metric " << name << " has " << want << " label name(s) but Get() got "
-                      << got << " value(s): pass one value per label name, in order";
-  std::abort();
 }
 
 }  // namespace internal

@@ -48,95 +48,77 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count) {
 
 namespace {
 
-bool HasSuffix(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-bool IsLower(char c) { return c >= 'a' && c <= 'z'; }
-bool IsUpper(char c) { return c >= 'A' && c <= 'Z'; }
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-// Prometheus label name, snake_case (promtool warns on camelCase).
-Status CheckLabelName(std::string_view metric, std::string_view label) {
-  auto bad = [&](std::string_view why) {
-    return InvalidArgument("metric " + std::string(metric) + ": label name \"" +
-                           std::string(label) + "\" " + std::string(why));
-  };
-  if (label.empty() || IsDigit(label[0])) return bad("must match [a-zA-Z_][a-zA-Z0-9_]*");
-  for (size_t i = 0; i < label.size(); ++i) {
-    char c = label[i];
-    if (!IsLower(c) && !IsUpper(c) && !IsDigit(c) && c != '_') {
-      return bad("must match [a-zA-Z_][a-zA-Z0-9_]*");
+// [a-zA-Z_][a-zA-Z0-9_]* and not camelCase (promtool warns on [a-z][A-Z]).
+// Colons, legal in metric names, are refused too: recording rules own them.
+const char* IdentifierError(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
+    return "must not be empty or start with a digit";
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = s[i];
+    if (c == ':') return "must not contain ':' (reserved for recording rules)";
+    if (c >= 0x80 || !(std::isalnum(c) || c == '_')) return "must match [a-zA-Z_][a-zA-Z0-9_]*";
+    if (i > 0 && std::islower(static_cast<unsigned char>(s[i - 1])) && std::isupper(c)) {
+      return "must be snake_case, not camelCase";
     }
-    if (i > 0 && IsLower(label[i - 1]) && IsUpper(c)) return bad("must be snake_case");
   }
-  if (label.starts_with("__")) return bad("is reserved (names starting with __)");
-  if (label == "le" || label == "quantile") return bad("is reserved for histograms/summaries");
-  return OkStatus();
+  return nullptr;
 }
 
-// The promtool lint rules on metric names (see the Registry comment).
+Status CheckLabelName(std::string_view metric, std::string_view label) {
+  const char* why = IdentifierError(label);
+  if (!why && label.starts_with("__")) why = "is reserved (starts with __)";
+  if (!why && (label == "le" || label == "quantile")) why = "is reserved for histograms";
+  if (!why) return OkStatus();
+  return InvalidArgument("metric " + std::string(metric) + ": label name \"" + std::string(label) +
+                         "\" " + why);
+}
+
+// The lint rules of promtool check metrics (listed in the Registry comment).
 Status CheckMetricName(std::string_view name, std::string_view type) {
   auto bad = [&](std::string_view why) {
     return InvalidArgument("metric name \"" + std::string(name) + "\" " + std::string(why));
   };
-  if (name.empty() || IsDigit(name[0])) return bad("must match [a-zA-Z_:][a-zA-Z0-9_:]*");
-  for (size_t i = 0; i < name.size(); ++i) {
-    char c = name[i];
-    if (c == ':') return bad("must not contain ':' (reserved for recording rules)");
-    if (!IsLower(c) && !IsUpper(c) && !IsDigit(c) && c != '_') {
-      return bad("must match [a-zA-Z_:][a-zA-Z0-9_:]*");
-    }
-    if (i > 0 && IsLower(name[i - 1]) && IsUpper(c)) return bad("must be snake_case");
-  }
-  bool total = HasSuffix(name, "_total");
+  if (const char* why = IdentifierError(name)) return bad(why);
+  bool total = name.ends_with("_total");
   if (type == "counter" && !total) return bad("is a counter: end it in _total");
   if (type != "counter" && total) return bad("ends in _total but is not a counter");
-  for (std::string_view s : {"_bucket", "_sum", "_count"}) {
-    if (HasSuffix(name, s))
-      return bad("must not end in _bucket, _sum or _count (histogram series)");
+  if (type != "gauge" && name.ends_with("_timestamp_seconds")) {
+    return bad("ends in _timestamp_seconds: make it a gauge");
   }
-  // Split into words; each word is checked for units and type names.
-  static const char* const kAbbreviations[] = {"s",  "ms", "us", "ns", "sec", "b", "kb",
-                                               "mb", "gb", "tb", "pb", "m",   "h", "d"};
-  static const char* const kTypes[] = {"counter", "gauge", "histogram", "summary"};
-  static const std::pair<const char*, const char*> kUnits[] = {
-      {"amperes", "amperes"},    {"bytes", "bytes"},     {"celsius", "celsius"},
-      {"grams", "grams"},        {"joules", "joules"},   {"kelvin", "kelvin"},
-      {"meters", "meters"},      {"metres", "metres"},   {"seconds", "seconds"},
-      {"volts", "volts"},        {"minutes", "seconds"}, {"hours", "seconds"},
-      {"days", "seconds"},       {"weeks", "seconds"},   {"kelvins", "kelvin"},
-      {"fahrenheit", "celsius"}, {"rankine", "celsius"}, {"inches", "meters"},
-      {"yards", "meters"},       {"miles", "meters"},    {"bits", "bytes"},
-      {"calories", "joules"},    {"pounds", "grams"},    {"ounces", "grams"}};
-  static const char* const kPrefixes[] = {"pico", "nano",  "micro", "milli", "centi", "deci",
-                                          "deca", "hecto", "kilo",  "kibi",  "mega",  "mibi",
-                                          "giga", "gibi",  "tera",  "tebi",  "peta",  "pebi"};
+  for (std::string_view s : {"_bucket", "_sum", "_count"}) {
+    if (name.ends_with(s)) return bad("must not end in _bucket, _sum or _count");
+  }
+  static const std::string_view kAbbreviations[] = {"s",  "ms", "us", "ns", "sec", "b", "kb",
+                                                    "mb", "gb", "tb", "pb", "m",   "h", "d"};
+  static const std::string_view kTypes[] = {"counter", "gauge", "histogram", "summary"};
+  static const std::string_view kBaseUnits[] = {"amperes", "bytes",  "celsius", "grams",   "joules",
+                                                "kelvin",  "meters", "metres",  "seconds", "volts"};
+  static const std::string_view kOtherUnits[] = {
+      "minutes", "hours", "days",  "weeks", "kelvins",  "fahrenheit", "rankine",
+      "inches",  "yards", "miles", "bits",  "calories", "pounds",     "ounces"};
+  static const std::string_view kPrefixes[] = {"pico", "nano",  "micro", "milli", "centi", "deci",
+                                               "deca", "hecto", "kilo",  "kibi",  "mega",  "mibi",
+                                               "giga", "gibi",  "tera",  "tebi",  "peta",  "pebi"};
+  auto in = [](std::string_view w, const auto& list) {
+    return std::find(std::begin(list), std::end(list), w) != std::end(list);
+  };
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::vector<std::string_view> words;
-  for (size_t start = 0, end; start <= lower.size(); start = end + 1) {
-    end = std::min(lower.find('_', start), lower.size());
-    words.push_back(std::string_view(lower).substr(start, end - start));
-  }
-  for (size_t i = 1; i < words.size(); ++i) {  // promtool: "_x_" or "_x" at the end
-    for (const char* a : kAbbreviations) {
-      if (words[i] == a) return bad("abbreviates a unit (_" + std::string(a) + "): spell it out");
-    }
-    for (const char* t : kTypes) {
-      if (words[i] == t) return bad("must not contain its type (_" + std::string(t) + ")");
-    }
-  }
-  for (std::string_view w : words) {
-    for (const auto& [unit, base] : kUnits) {
-      bool prefixed = false;
-      for (const char* p : kPrefixes) {
-        prefixed |= w.starts_with(p) && w.substr(std::string_view(p).size()) == unit;
-      }
-      if ((w == unit && unit != std::string_view(base)) || prefixed) {
-        return bad("uses unit \"" + std::string(w) + "\": use the base unit \"" + base + "\"");
+  std::string_view rest = lower;
+  for (bool first = true; !rest.empty() || first; first = false) {
+    std::string_view w = rest.substr(0, rest.find('_'));
+    rest.remove_prefix(std::min(rest.size(), w.size() + 1));
+    // promtool matches abbreviations and types only after an underscore.
+    if (!first && in(w, kAbbreviations)) return bad("abbreviates a unit: spell it out (seconds)");
+    if (!first && in(w, kTypes)) return bad("must not contain its type");
+    bool other = in(w, kOtherUnits);
+    for (std::string_view p : kPrefixes) {
+      if (w.starts_with(p) && w.size() > p.size()) {
+        std::string_view unit = w.substr(p.size());
+        other |= in(unit, kBaseUnits) || in(unit, kOtherUnits);
       }
     }
+    if (other) return bad("uses unit \"" + std::string(w) + "\": use base units (seconds, bytes)");
   }
   return OkStatus();
 }
@@ -156,20 +138,14 @@ StatusOr<std::unique_ptr<Registry>> Registry::Create(Labels const_labels) {
   return std::unique_ptr<Registry>(new Registry(std::move(const_labels)));
 }
 
-namespace {
-std::string RenderConstLabels(const Labels& labels) {
-  std::vector<std::string> names, values;
-  for (const auto& [n, v] : labels) {
-    names.push_back(n);
-    values.push_back(v);
+Registry::Registry(Labels const_labels) {
+  std::vector<std::string> values;
+  for (auto& [name, value] : const_labels) {
+    const_label_names_.push_back(std::move(name));
+    values.push_back(std::move(value));
   }
-  return internal::RenderLabels(names, values);
+  const_labels_text_ = internal::RenderLabels("", const_label_names_, values);
 }
-}  // namespace
-
-Registry::Registry(Labels const_labels)
-    : const_labels_(std::move(const_labels)),
-      const_labels_text_(RenderConstLabels(const_labels_)) {}
 
 Status Registry::Reserve(std::string_view name, std::string_view help, std::string_view type,
                          const std::vector<std::string>& label_names) {
@@ -177,8 +153,7 @@ Status Registry::Reserve(std::string_view name, std::string_view help, std::stri
   if (help.empty()) {
     return InvalidArgument("metric " + std::string(name) + ": help is empty: say what it counts");
   }
-  std::vector<std::string> all;  // label names, constant ones first
-  for (const auto& [n, v] : const_labels_) all.push_back(n);
+  std::vector<std::string> all = const_label_names_;
   for (const std::string& l : label_names) {
     RETURN_IF_ERROR(CheckLabelName(name, l));
     if (std::find(all.begin(), all.end(), l) != all.end()) {
@@ -204,8 +179,9 @@ StatusOr<Family<T>*> Registry::Add(std::string_view name, std::string_view help,
   std::lock_guard lock(mu_);
   RETURN_IF_ERROR(Reserve(name, help, type, label_names));
   bool unlabelled = label_names.empty();
-  auto family = std::make_unique<Family<T>>(std::string(name), std::string(help), type,
-                                            std::move(label_names), std::move(make));
+  auto family =
+      std::make_unique<Family<T>>(std::string(name), std::string(help), type, const_labels_text_,
+                                  std::move(label_names), std::move(make));
   if (unlabelled) family->Get();
   Family<T>* raw = family.get();
   families_.push_back(std::move(family));
@@ -243,42 +219,39 @@ namespace {
 // One series whose value is read at render time.
 class CallbackFamily final : public FamilyBase {
  public:
-  CallbackFamily(std::string name, std::string help, const char* type, std::function<double()> read)
-      : name_(std::move(name)), help_(std::move(help)), type_(type), read_(std::move(read)) {}
-  void Render(std::string_view const_labels, std::string* out) const override {
+  CallbackFamily(std::string name, std::string help, const char* type, std::string labels,
+                 std::function<double()> read)
+      : name_(std::move(name)),
+        help_(std::move(help)),
+        type_(type),
+        labels_(std::move(labels)),
+        read_(std::move(read)) {}
+  void Render(std::string* out) const override {
     internal::RenderHeader(name_, help_, type_, out);
-    internal::RenderSample(name_, const_labels, read_(), out);
+    internal::RenderSample(name_, labels_, read_(), out);
   }
 
  private:
   const std::string name_, help_;
   const char* type_;
+  const std::string labels_;
   const std::function<double()> read_;
 };
 }  // namespace
 
-Status Registry::AddCallbackGauge(std::string_view name, std::string_view help,
-                                  std::function<double()> read) {
+Status Registry::AddCallback(std::string_view name, std::string_view help, const char* type,
+                             std::function<double()> read) {
   std::lock_guard lock(mu_);
-  RETURN_IF_ERROR(Reserve(name, help, "gauge", {}));
-  families_.push_back(std::make_unique<CallbackFamily>(std::string(name), std::string(help),
-                                                       "gauge", std::move(read)));
-  return OkStatus();
-}
-
-Status Registry::AddCallbackCounter(std::string_view name, std::string_view help,
-                                    std::function<double()> read) {
-  std::lock_guard lock(mu_);
-  RETURN_IF_ERROR(Reserve(name, help, "counter", {}));
-  families_.push_back(std::make_unique<CallbackFamily>(std::string(name), std::string(help),
-                                                       "counter", std::move(read)));
+  RETURN_IF_ERROR(Reserve(name, help, type, {}));
+  families_.push_back(std::make_unique<CallbackFamily>(std::string(name), std::string(help), type,
+                                                       const_labels_text_, std::move(read)));
   return OkStatus();
 }
 
 std::string Registry::Render() const {
   std::string out;
   std::lock_guard lock(mu_);
-  for (const auto& f : families_) f->Render(const_labels_text_, &out);
+  for (const auto& f : families_) f->Render(&out);
   return out;
 }
 

@@ -6,7 +6,9 @@
 // Thread-safety: Counter/Gauge/Histogram updates are lock-free atomics, safe
 // from any thread (the engine thread updates, I/O threads render). Registration
 // (Registry::Add*) and Family::Get take a mutex: look a series up once, keep the
-// reference, and update it on the hot path.
+// reference, and update it on the hot path. Measured (metrics_bench, on a
+// loaded 2-core box): Counter::Inc ~18 ns CPU, Histogram::Observe ~24 ns,
+// rendering 105 series (20 KB) ~21 us.
 //
 //   ASSIGN_OR_RETURN(auto* requests, registry->AddCounter(
 //       "strata_requests_total", "Requests finished, by outcome.", {"outcome"}));
@@ -24,9 +26,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "util/logging.h"
 #include "util/status.h"
 
 namespace strata::metrics {
@@ -36,6 +40,8 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 
 // Content-Type of Registry::Render()'s output, for the /metrics response.
 inline constexpr std::string_view kContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+static_assert(std::atomic<double>::is_always_lock_free, "metric updates must not lock");
 
 // A monotonically increasing value (requests, tokens, bytes).
 class Counter {
@@ -95,24 +101,21 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count);
 class FamilyBase {
  public:
   virtual ~FamilyBase() = default;
-  // Appends # HELP, # TYPE and every series. `const_labels` is the registry's
-  // rendered constant labels (`model="m",role="r"`, maybe empty).
-  virtual void Render(std::string_view const_labels, std::string* out) const = 0;
+  // Appends # HELP, # TYPE and every series.
+  virtual void Render(std::string* out) const = 0;
 };
 
 namespace internal {
-// Renders `k="v",...` with label values escaped.
-std::string RenderLabels(std::span<const std::string> names, std::span<const std::string> values);
+// Renders `k="v",...` with label values escaped, after `prefix` (already
+// rendered labels, maybe empty) and a comma if both are non-empty.
+std::string RenderLabels(std::string_view prefix, std::span<const std::string> names,
+                         std::span<const std::string> values);
 void RenderHeader(std::string_view name, std::string_view help, std::string_view type,
                   std::string* out);
 // `name{labels} value` (no braces when labels is empty).
 void RenderSample(std::string_view name, std::string_view labels, double v, std::string* out);
-void RenderSeries(std::string_view name, std::string_view labels, const Counter& c,
-                  std::string* out);
-void RenderSeries(std::string_view name, std::string_view labels, const Gauge& g, std::string* out);
-void RenderSeries(std::string_view name, std::string_view labels, const Histogram& h,
-                  std::string* out);
-[[noreturn]] void DieLabelCount(std::string_view name, size_t want, size_t got);
+void RenderHistogram(std::string_view name, std::string_view labels, const Histogram& h,
+                     std::string* out);
 }  // namespace internal
 
 // One metric name with a fixed set of label names; one series (a T) per
@@ -121,11 +124,13 @@ void RenderSeries(std::string_view name, std::string_view labels, const Histogra
 template <typename T>
 class Family final : public FamilyBase {
  public:
-  Family(std::string name, std::string help, const char* type, std::vector<std::string> label_names,
-         std::function<std::unique_ptr<T>()> make)
+  // `const_labels`: the registry's, rendered (`model="m",role="r"` or empty).
+  Family(std::string name, std::string help, const char* type, std::string const_labels,
+         std::vector<std::string> label_names, std::function<std::unique_ptr<T>()> make)
       : name_(std::move(name)),
         help_(std::move(help)),
         type_(type),
+        const_labels_(std::move(const_labels)),
         label_names_(std::move(label_names)),
         make_(std::move(make)) {}
 
@@ -136,13 +141,13 @@ class Family final : public FamilyBase {
     return Get(std::vector<std::string>(values.begin(), values.end()));
   }
   T& Get(std::vector<std::string> values) {
-    if (values.size() != label_names_.size()) {
-      internal::DieLabelCount(name_, label_names_.size(), values.size());
-    }
+    STRATA_CHECK(values.size() == label_names_.size())
+        << "metric " << name_ << " has " << label_names_.size() << " label name(s) but Get() got "
+        << values.size() << " value(s): pass one value per label name, in order";
     std::lock_guard lock(mu_);
     auto [it, inserted] = series_.try_emplace(std::move(values));
     if (inserted) {
-      it->second.labels = internal::RenderLabels(label_names_, it->first);
+      it->second.labels = internal::RenderLabels(const_labels_, label_names_, it->first);
       it->second.metric = make_();
     }
     return *it->second.metric;
@@ -150,25 +155,26 @@ class Family final : public FamilyBase {
 
   const std::string& name() const { return name_; }
 
-  void Render(std::string_view const_labels, std::string* out) const override {
+  void Render(std::string* out) const override {
     internal::RenderHeader(name_, help_, type_, out);
     std::lock_guard lock(mu_);
-    std::string labels;
     for (const auto& [values, s] : series_) {
-      labels.assign(const_labels);
-      if (!labels.empty() && !s.labels.empty()) labels += ',';
-      labels += s.labels;
-      internal::RenderSeries(name_, labels, *s.metric, out);
+      if constexpr (std::is_same_v<T, Histogram>) {
+        internal::RenderHistogram(name_, s.labels, *s.metric, out);
+      } else {
+        internal::RenderSample(name_, s.labels, s.metric->Value(), out);
+      }
     }
   }
 
  private:
   struct Series {
-    std::string labels;  // rendered once, at creation
+    std::string labels;  // constant labels first; rendered once, at creation
     std::unique_ptr<T> metric;
   };
   const std::string name_, help_;
   const char* type_;
+  const std::string const_labels_;
   const std::vector<std::string> label_names_;
   const std::function<std::unique_ptr<T>()> make_;
   mutable std::mutex mu_;
@@ -179,12 +185,13 @@ class Family final : public FamilyBase {
 //
 // Names are checked at registration against the Prometheus data model and the
 // lint rules of `promtool check metrics`, so whatever registers renders clean:
-// metric names [a-z_][a-z0-9_]* (no colons: reserved for recording rules; no
-// camelCase); counters, and only counters, end in _total; no abbreviated units
-// (_ms, _s, _kb...) and only base units (seconds, bytes, not milliseconds);
-// no type in the name (_gauge, _counter...); no _bucket/_sum/_count suffix;
-// label names [a-zA-Z_][a-zA-Z0-9_]*, snake_case, not __*, le or quantile;
-// non-empty help; names unique, including a histogram's _bucket/_sum/_count.
+// metric names [a-zA-Z_][a-zA-Z0-9_]*, not camelCase (no colons: recording
+// rules own them); counters, and only counters, end in _total; only gauges end
+// in _timestamp_seconds; no _bucket/_sum/_count suffix; no type in the name
+// (_gauge...); no abbreviated units (_ms, _s, _kb...) and only base units
+// (seconds, bytes; not milliseconds, kilobytes, minutes); label names
+// [a-zA-Z_][a-zA-Z0-9_]*, not camelCase, not __*, le or quantile; non-empty
+// help; every name registered once.
 class Registry {
  public:
   // `const_labels` go first on every series (e.g. model, role).
@@ -205,10 +212,14 @@ class Registry {
   // the scraping thread, with the registry locked: `read` must be thread-safe,
   // must not call the registry, and what it reads must outlive the registry.
   Status AddCallbackGauge(std::string_view name, std::string_view help,
-                          std::function<double()> read);
+                          std::function<double()> read) {
+    return AddCallback(name, help, "gauge", std::move(read));
+  }
   // As above, for a value that only grows (e.g. a counter kept in a stats struct).
   Status AddCallbackCounter(std::string_view name, std::string_view help,
-                            std::function<double()> read);
+                            std::function<double()> read) {
+    return AddCallback(name, help, "counter", std::move(read));
+  }
 
   // The whole exposition: every family in registration order.
   std::string Render() const;
@@ -218,13 +229,15 @@ class Registry {
   // Validates and reserves the names; on OK the caller must push the family.
   Status Reserve(std::string_view name, std::string_view help, std::string_view type,
                  const std::vector<std::string>& label_names);
+  Status AddCallback(std::string_view name, std::string_view help, const char* type,
+                     std::function<double()> read);
   template <typename T>
   StatusOr<Family<T>*> Add(std::string_view name, std::string_view help, const char* type,
                            std::vector<std::string> label_names,
                            std::function<std::unique_ptr<T>()> make);
 
-  const Labels const_labels_;
-  const std::string const_labels_text_;
+  std::vector<std::string> const_label_names_;
+  std::string const_labels_text_;  // rendered, e.g. `model="m",role="r"`
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<FamilyBase>> families_;
   std::vector<std::string> taken_;  // registered names
