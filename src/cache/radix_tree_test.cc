@@ -815,7 +815,7 @@ TEST_P(RadixTreeRandomTest, AgreesWithReferenceModelAndStaysIntact) {
   ExpectIntact(tree, alloc);
 }
 
-INSTANTIATE_TEST_SUITE_P(PageSizes, RadixTreeRandomTest, ::testing::Values(1, 2, 4),
+INSTANTIATE_TEST_SUITE_P(PageSizes, RadixTreeRandomTest, ::testing::Values(1, 2, 4, 16),
                          [](const auto& info) {
                            return "page_size_" + std::to_string(info.param);
                          });
