@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/chat_template.h"
 #include "model/hf_config.h"
+#include "model/tokenizer.h"
 #include "model/weights.h"
 
 namespace strata {
@@ -191,6 +193,38 @@ TEST_F(DemoModelTest, TokenizerConfigHasChatTemplate) {
   EXPECT_THAT(tmpl, HasSubstr("<|start_header_id|>"));
   EXPECT_THAT(tmpl, HasSubstr("add_generation_prompt"));
   EXPECT_EQ(tc["added_tokens_decoder"]["1023"]["content"], "<|eot_id|>");
+}
+
+// Strata's tokenizer and chat template on the demo model agree with HF
+// transformers/tokenizers (tests/fixtures/demo_model/hf_reference.json).
+TEST_F(DemoModelTest, TokenizerAndChatTemplateMatchHf) {
+  Json ref = Json::parse(ReadAll(std::string(STRATA_SOURCE_DIR) +
+                                 "/tests/fixtures/demo_model/hf_reference.json"));
+  auto tok = Tokenizer::FromDir(dir_);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  EXPECT_EQ((*tok)->vocab_size(), 1024);
+  EXPECT_EQ((*tok)->bos_id(), 1019);
+  for (const auto& e : ref["encodings"]) {
+    const std::string text = e["text"].get<std::string>();
+    auto ids = (*tok)->Encode(text, true);
+    EXPECT_EQ(Json(ids), e["ids"]) << text;
+    EXPECT_EQ(Json((*tok)->Encode(text, false)), e["ids_no_special"]) << text;
+    std::vector<int32_t> hf_ids = e["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ((*tok)->Decode(hf_ids, false), e["decoded"].get<std::string>()) << text;
+    EXPECT_EQ((*tok)->Decode(hf_ids, true), e["decoded_skip_special"].get<std::string>()) << text;
+  }
+
+  auto tmpl = ChatTemplate::Parse((*tok)->chat_template());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  ChatTemplateInputs in;
+  in.messages = ref["chat"]["messages"];
+  in.add_generation_prompt = true;
+  in.bos_token = (*tok)->bos_token();
+  in.eos_token = (*tok)->eos_token();
+  auto rendered = (*tmpl)->Render(in);
+  ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
+  EXPECT_EQ(*rendered, ref["chat"]["rendered"].get<std::string>());
+  EXPECT_EQ(Json((*tok)->Encode(*rendered, false)), ref["chat"]["ids"]);
 }
 
 uint64_t Fnv1a(const std::string& bytes) {
