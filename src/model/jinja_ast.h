@@ -50,6 +50,8 @@ struct Expr {
   std::vector<std::string> ops;   // kCompare
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall, kFilter
+  ExprPtr star_args;    // kCall: f(*xs)  (may be null)
+  ExprPtr star_kwargs;  // kCall: f(**d)  (may be null)
 };
 
 enum class StmtKind {
@@ -64,6 +66,7 @@ enum class StmtKind {
   kContinue,
   kFilterBlock, // filter filters body endfilter
   kPassBody,    // generation / endgeneration: renders body unchanged
+  kCallBlock,   // call[(params)] expr body endcall: expr (a kCall) gets caller=body
 };
 
 struct MacroParam {
@@ -82,7 +85,7 @@ struct Stmt {
   std::vector<Body> bodies;            // kIf
   std::vector<std::string> targets;    // kFor, kSet, kSetBlock
   std::vector<ExprPtr> filters;        // kSetBlock, kFilterBlock: kFilter exprs whose args[0] is null
-  std::vector<MacroParam> params;      // kMacro
+  std::vector<MacroParam> params;      // kMacro, kCallBlock (the caller's)
   Body body;
   Body else_body;
 };

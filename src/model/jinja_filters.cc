@@ -92,7 +92,10 @@ List SortedItems(List items, bool reverse, bool case_sensitive, const std::strin
     return k;
   };
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-    return reverse ? key(y).Less(key(x)) : key(x).Less(key(y));
+    // jinja2 compares [key] lists: equal keys never reach '<' (so [none, none] sorts).
+    Value kx = key(x), ky = key(y);
+    if (kx.Equals(ky)) return false;
+    return reverse ? ky.Less(kx) : kx.Less(ky);
   });
   return items;
 }
@@ -295,7 +298,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          while (true) {
            size_t nl = s.find('\n', b);
            std::string line = s.substr(b, nl == std::string::npos ? std::string::npos : nl - b);
-           bool add = is_first ? first : (blank || !PyStrip(line, Value::MakeNone(), true, true).empty());
+           bool add = is_first ? first : (blank || !line.empty());  // whitespace-only lines count as text
            if (add) out += pad;
            out += line;
            if (nl == std::string::npos) break;

@@ -89,6 +89,14 @@ Interpreter::Flow Interpreter::Exec(const Body& body, const FramePtr& frame, std
         if (f != Flow::kNormal) return f;
         break;
       }
+      case StmtKind::kCallBlock: {
+        const Expr& call = *s.expr;
+        Value callee = Eval(*call.args[0], frame);
+        CallArgs a = EvalArgs(call, 1, frame);
+        a.kw.emplace_back("caller", DefineMacro(s, frame));
+        out += Call(callee, a).Str();
+        break;
+      }
       case StmtKind::kPassBody: {
         Flow f = Exec(s.body, frame, out);
         if (f != Flow::kNormal) return f;
@@ -168,20 +176,25 @@ void Interpreter::Assign(const std::vector<std::string>& targets, const Value& v
   for (size_t i = 0; i < targets.size(); ++i) frame->vars[targets[i]] = items[i];
 }
 
+// A macro, or the body of a {% call %} block as `caller`: binds `def.params`
+// from the call's arguments (defaults evaluated in the new scope), renders
+// def.body in a scope whose parent is where it was defined.
 Value Interpreter::DefineMacro(const Stmt& s, const FramePtr& frame) {
   const Stmt* def = &s;
   FramePtr defining = frame;
-  return Value(Callable{s.name, [this, def, defining](CallArgs& args, Interpreter&) -> Value {
-                          if (++call_depth_ > kMaxCallDepth) Fail("macro recursion too deep in '" + def->name + "'");
+  std::string name = s.kind == StmtKind::kMacro ? s.name : "caller";
+  return Value(Callable{name, [this, def, defining, name](CallArgs& args, Interpreter&) -> Value {
+                          if (++call_depth_ > kMaxCallDepth) Fail("macro recursion too deep in '" + name + "'");
                           auto f = std::make_shared<Frame>();
                           f->parent = defining;
                           if (args.pos.size() > def->params.size())
-                            Fail("macro '" + def->name + "' takes not more than " +
-                                 std::to_string(def->params.size()) + " argument(s)");
+                            Fail("macro '" + name + "' takes not more than " + std::to_string(def->params.size()) +
+                                 " argument(s)");
                           for (const auto& [k, v] : args.kw) {
-                            bool known = false;
+                            bool known = k == "caller";
                             for (const auto& p : def->params) known |= p.name == k;
-                            if (!known) Fail("macro '" + def->name + "' takes no keyword argument '" + k + "'");
+                            if (!known) Fail("macro '" + name + "' takes no keyword argument '" + k + "'");
+                            if (k == "caller") f->vars["caller"] = v;
                           }
                           for (size_t i = 0; i < def->params.size(); ++i) {
                             const MacroParam& p = def->params[i];
@@ -225,7 +238,17 @@ Value Interpreter::Call(const Value& callee, CallArgs& args) {
 CallArgs Interpreter::EvalArgs(const Expr& e, size_t first, const FramePtr& frame) {
   CallArgs a;
   for (size_t i = first; i < e.args.size(); ++i) a.pos.push_back(Eval(*e.args[i], frame));
+  if (e.star_args) {
+    Value xs = Eval(*e.star_args, frame);
+    if (!xs.is_list() && !xs.is_string() && !xs.is_dict()) Fail("argument after * must be iterable, not " + xs.TypeName());
+    for (Value& v : xs.Iterate()) a.pos.push_back(std::move(v));
+  }
   for (const auto& [k, x] : e.kwargs) a.kw.emplace_back(k, Eval(*x, frame));
+  if (e.star_kwargs) {
+    Value d = Eval(*e.star_kwargs, frame);
+    if (!d.is_dict()) Fail("argument after ** must be a mapping, not " + d.TypeName());
+    for (const auto& [k, v] : d.as_dict().items) a.kw.emplace_back(k, v);
+  }
   return a;
 }
 

@@ -179,23 +179,23 @@ class Parser {
     } else if (tag == "macro") {
       s->kind = StmtKind::kMacro;
       s->name = ExpectName();
-      ExpectOp("(");
-      while (!IsOp(")")) {
-        if (!s->params.empty()) ExpectOp(",");
-        if (IsOp(")")) break;
-        MacroParam p;
-        p.name = ExpectName();
-        if (IsOp("=")) {
-          Next();
-          p.default_value = ParseExpression();
-        }
-        s->params.push_back(std::move(p));
-      }
-      Next();
+      s->params = ParseParams();
       ExpectBlockEnd();
       int saved = loop_depth_;
       loop_depth_ = 0;
       s->body = Subparse({"endmacro"});
+      loop_depth_ = saved;
+      Next();
+      ExpectBlockEnd();
+    } else if (tag == "call") {
+      s->kind = StmtKind::kCallBlock;
+      if (IsOp("(")) s->params = ParseParams();
+      s->expr = ParseExpression();
+      if (s->expr->kind != ExprKind::kCall) Fail("{% call %} needs a macro call, e.g. {% call m(x) %}", line);
+      ExpectBlockEnd();
+      int saved = loop_depth_;
+      loop_depth_ = 0;
+      s->body = Subparse({"endcall"});
       loop_depth_ = saved;
       Next();
       ExpectBlockEnd();
@@ -223,13 +223,32 @@ class Parser {
       Next();
       ExpectBlockEnd();
     } else {
-      static const std::set<std::string> kEnds = {"endif", "endfor", "endset", "endmacro", "endfilter",
+      static const std::set<std::string> kEnds = {"endif", "endfor", "endset", "endmacro", "endfilter", "endcall",
                                                   "elif", "else", "endgeneration"};
       if (kEnds.count(tag)) Fail("unexpected '" + tag + "' (no open block it could close)", line);
       Fail("unsupported tag '" + tag + "' (Strata's chat template engine supports if, for, set, macro, "
-           "filter, break, continue, raw, generation)", line);
+           "call, filter, break, continue, raw, generation)", line);
     }
     return s;
+  }
+
+  // '(' name [= default], ... ')' of a macro or a call block's caller.
+  std::vector<MacroParam> ParseParams() {
+    std::vector<MacroParam> params;
+    ExpectOp("(");
+    while (!IsOp(")")) {
+      if (!params.empty()) ExpectOp(",");
+      if (IsOp(")")) break;
+      MacroParam p;
+      p.name = ExpectName();
+      if (IsOp("=")) {
+        Next();
+        p.default_value = ParseExpression();
+      }
+      params.push_back(std::move(p));
+    }
+    Next();
+    return params;
   }
 
   // Assignment targets: `a`, `a, b`, `(a, b)`, and with `ns` allowed, `ns.attr`.
@@ -609,7 +628,13 @@ class Parser {
       if (!first) ExpectOp(",");
       first = false;
       if (IsOp(")")) break;
-      if (IsOp("*") || IsOp("**")) Fail("*args / **kwargs in calls are not supported");
+      if (IsOp("*") || IsOp("**")) {
+        bool kw = IsOp("**");
+        Next();
+        (kw ? e.star_kwargs : e.star_args) = ParseExpression();
+        continue;
+      }
+      if (e.star_args || e.star_kwargs) Fail("arguments after *args / **kwargs are not supported");
       if (Cur().type == TokenType::kName && Peek().type == TokenType::kOperator && Peek().value == "=") {
         std::string key = Cur().value;
         Next();

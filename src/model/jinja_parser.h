@@ -1,8 +1,8 @@
 // Parser of the Jinja engine: source -> Program (jinja_ast.h), following
 // jinja2's grammar and operator precedence. Everything the interpreter
 // cannot run is rejected here, at model load, never at request time:
-// unknown tags (include, import, extends, call, do, ...), unknown filters
-// and tests, recursive loops, *args/**kwargs in calls.
+// unknown tags (include, import, extends, do, with, ...), unknown filters
+// and tests, recursive loops, arguments after *args/**kwargs.
 // Thread-safety: stateless function.
 #pragma once
 

@@ -109,6 +109,19 @@ TEST(JinjaInterp, ScopingLikeJinja2) {
   EXPECT_EQ(Render("{% if true %}{% set y = 3 %}{% endif %}{{ y }}"), "3");
 }
 
+TEST(JinjaInterp, CallBlocksAndArgumentSplats) {
+  // Expected values are jinja2 3.1.6's.
+  EXPECT_EQ(Render("{%- macro wrap(a, b='!') -%}<{{ a }} {{ caller() }}{{ b }}>{%- endmacro %}"
+                   "{%- call wrap('hi') -%}there{%- endcall -%}"),
+            "<hi there!>");
+  EXPECT_EQ(Render("{% macro each(xs) %}{% for x in xs %}{{ caller(x) }}{% endfor %}{% endmacro %}"
+                   "{% call(v) each([1, 2]) %}[{{ v * 10 }}]{% endcall %}"),
+            "[10][20]");
+  EXPECT_EQ(Render("{% macro mul(a, b, c) %}{{ a * b * c }}{% endmacro %}{{ mul(*[1, 2, 3]) }}|{{ mul(2, **{'b': 3, "
+                   "'c': 4}) }}|{% set fs = [mul] %}{{ fs[0](*[1, 1, 5]) }}"),
+            "6|24|5");
+}
+
 TEST(JinjaInterp, UndefinedSemantics) {
   EXPECT_EQ(Render("[{{ nope }}]"), "[]");
   EXPECT_EQ(Render("{{ nope | length }}{% for x in nope %}x{% endfor %}"), "0");
