@@ -13,13 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/dtype.h"
 #include "model/weights.h"
@@ -45,8 +44,8 @@ constexpr double kRmsNormEps = 1e-5;
 constexpr float kWeightStd = 0.1f;  // HF's 0.02 gives near-flat logits (TESTING.md)
 
 // Special tokens take the last ids, after the BPE vocabulary, like Llama 3.
-const char* const kSpecialTokens[] = {"<|begin_of_text|>", "<|end_of_text|>",
-                                      "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+const char* const kSpecialTokens[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                      "<|end_header_id|>", "<|eot_id|>"};
 constexpr int64_t kNumSpecial = 5;
 constexpr int64_t kBpeVocab = kVocab - kNumSpecial;
 constexpr int64_t kBosId = kBpeVocab + 0;
@@ -193,10 +192,14 @@ std::vector<TensorToWrite> DemoWeights() {
   for (int64_t i = 0; i < kLayers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     ts.push_back(RandomBf16(p + "input_layernorm.weight", {kHidden}, 1, 0.1));
-    ts.push_back(RandomBf16(p + "self_attn.q_proj.weight", {kHeads * kHeadDim, kHidden}, 0, kWeightStd));
-    ts.push_back(RandomBf16(p + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kHidden}, 0, kWeightStd));
-    ts.push_back(RandomBf16(p + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kHidden}, 0, kWeightStd));
-    ts.push_back(RandomBf16(p + "self_attn.o_proj.weight", {kHidden, kHeads * kHeadDim}, 0, kWeightStd));
+    ts.push_back(
+        RandomBf16(p + "self_attn.q_proj.weight", {kHeads * kHeadDim, kHidden}, 0, kWeightStd));
+    ts.push_back(
+        RandomBf16(p + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kHidden}, 0, kWeightStd));
+    ts.push_back(
+        RandomBf16(p + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kHidden}, 0, kWeightStd));
+    ts.push_back(
+        RandomBf16(p + "self_attn.o_proj.weight", {kHidden, kHeads * kHeadDim}, 0, kWeightStd));
     ts.push_back(RandomBf16(p + "post_attention_layernorm.weight", {kHidden}, 1, 0.1));
     ts.push_back(RandomBf16(p + "mlp.gate_proj.weight", {kIntermediate, kHidden}, 0, kWeightStd));
     ts.push_back(RandomBf16(p + "mlp.up_proj.weight", {kIntermediate, kHidden}, 0, kWeightStd));
@@ -278,7 +281,7 @@ StatusOr<std::vector<std::string>> PreTokenize(const std::string& text) {
 }
 
 struct Bpe {
-  std::vector<std::string> vocab;                          // id -> token
+  std::vector<std::string> vocab;                           // id -> token
   std::vector<std::pair<std::string, std::string>> merges;  // in priority order
 };
 
@@ -323,9 +326,8 @@ StatusOr<Bpe> TrainBpe(const std::string& text, size_t target) {
     int64_t best_count = 0;
     for (const auto& [pair, n] : counts) {
       if (best == nullptr || n > best_count ||
-          (n == best_count &&
-           std::tie(bpe.vocab[pair.first], bpe.vocab[pair.second]) <
-               std::tie(bpe.vocab[best->first], bpe.vocab[best->second]))) {
+          (n == best_count && std::tie(bpe.vocab[pair.first], bpe.vocab[pair.second]) <
+                                  std::tie(bpe.vocab[best->first], bpe.vocab[best->second]))) {
         best = &pair;
         best_count = n;
       }
@@ -394,10 +396,8 @@ OrderedJson TokenizerJson(const Bpe& bpe) {
       {"type", "TemplateProcessing"},
       {"single", {special(0), sequence("A", 0)}},
       {"pair", {special(0), sequence("A", 0), special(1), sequence("B", 1)}},
-      {"special_tokens",
-       {{bos, {{"id", bos}, {"ids", {kBosId}}, {"tokens", {bos}}}}}}};
-  OrderedJson post = {{"type", "Sequence"},
-                      {"processors", {ByteLevel(true, false, true), templ}}};
+      {"special_tokens", {{bos, {{"id", bos}, {"ids", {kBosId}}, {"tokens", {bos}}}}}}};
+  OrderedJson post = {{"type", "Sequence"}, {"processors", {ByteLevel(true, false, true), templ}}};
   OrderedJson vocab = OrderedJson::object();
   for (size_t i = 0; i < bpe.vocab.size(); ++i) vocab[bpe.vocab[i]] = i;
   OrderedJson merges = OrderedJson::array();
@@ -412,35 +412,25 @@ OrderedJson TokenizerJson(const Bpe& bpe) {
                        {"ignore_merges", true},
                        {"vocab", vocab},
                        {"merges", merges}};
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens", added},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", pre},
-          {"post_processor", post},
-          {"decoder", ByteLevel(true, true, true)},
+  return {{"version", "1.0"},       {"truncation", nullptr},
+          {"padding", nullptr},     {"added_tokens", added},
+          {"normalizer", nullptr},  {"pre_tokenizer", pre},
+          {"post_processor", post}, {"decoder", ByteLevel(true, true, true)},
           {"model", model}};
 }
 
 Json TokenizerConfigJson() {
   Json decoder = Json::object();
   for (int64_t i = 0; i < kNumSpecial; ++i) {
-    decoder[std::to_string(kBpeVocab + i)] = {{"content", kSpecialTokens[i]},
-                                              {"lstrip", false},
-                                              {"normalized", false},
-                                              {"rstrip", false},
-                                              {"single_word", false},
-                                              {"special", true}};
+    decoder[std::to_string(kBpeVocab + i)] = {{"content", kSpecialTokens[i]}, {"lstrip", false},
+                                              {"normalized", false},          {"rstrip", false},
+                                              {"single_word", false},         {"special", true}};
   }
-  return {{"added_tokens_decoder", decoder},
-          {"bos_token", kSpecialTokens[0]},
-          {"chat_template", kChatTemplate},
-          {"clean_up_tokenization_spaces", false},
-          {"eos_token", "<|eot_id|>"},
-          {"model_input_names", {"input_ids", "attention_mask"}},
-          {"model_max_length", kMaxPositions},
-          {"tokenizer_class", "PreTrainedTokenizerFast"}};
+  return {
+      {"added_tokens_decoder", decoder},   {"bos_token", kSpecialTokens[0]},
+      {"chat_template", kChatTemplate},    {"clean_up_tokenization_spaces", false},
+      {"eos_token", "<|eot_id|>"},         {"model_input_names", {"input_ids", "attention_mask"}},
+      {"model_max_length", kMaxPositions}, {"tokenizer_class", "PreTrainedTokenizerFast"}};
 }
 
 Json ConfigJson() {
@@ -472,12 +462,8 @@ Json ConfigJson() {
 }
 
 Json GenerationConfigJson() {
-  return {{"bos_token_id", kBosId},
-          {"do_sample", true},
-          {"eos_token_id", {kEndOfTextId, kEotId}},
-          {"temperature", 0.6},
-          {"top_p", 0.9},
-          {"transformers_version", "4.45.0"}};
+  return {{"bos_token_id", kBosId}, {"do_sample", true}, {"eos_token_id", {kEndOfTextId, kEotId}},
+          {"temperature", 0.6},     {"top_p", 0.9},      {"transformers_version", "4.45.0"}};
 }
 
 template <typename J>

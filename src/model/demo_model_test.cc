@@ -7,10 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "model/chat_template.h"
 #include "model/hf_config.h"
@@ -68,7 +67,8 @@ TEST_F(DemoModelTest, ConfigParses) {
   EXPECT_EQ(c->bos_token_id, 1019);
   EXPECT_THAT(c->eos_token_ids, ElementsAre(1020, 1023));
 
-  auto g = ParseGenerationConfig(ReadAll(dir_ + "/generation_config.json"), "generation_config.json");
+  auto g =
+      ParseGenerationConfig(ReadAll(dir_ + "/generation_config.json"), "generation_config.json");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_THAT(g->eos_token_ids, ElementsAre(1020, 1023));
   EXPECT_EQ(g->bos_token_id, 1019);
@@ -198,8 +198,8 @@ TEST_F(DemoModelTest, TokenizerConfigHasChatTemplate) {
 // Strata's tokenizer and chat template on the demo model agree with HF
 // transformers/tokenizers (tests/fixtures/demo_model/hf_reference.json).
 TEST_F(DemoModelTest, TokenizerAndChatTemplateMatchHf) {
-  Json ref = Json::parse(ReadAll(std::string(STRATA_SOURCE_DIR) +
-                                 "/tests/fixtures/demo_model/hf_reference.json"));
+  Json ref = Json::parse(
+      ReadAll(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/demo_model/hf_reference.json"));
   auto tok = Tokenizer::FromDir(dir_);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   EXPECT_EQ((*tok)->vocab_size(), 1024);
@@ -234,10 +234,9 @@ uint64_t Fnv1a(const std::string& bytes) {
 }
 
 // Same bytes on every run and machine: exactly the files HF transformers was
-// checked against (tests/fixtures/demo_model/hf_reference.json). If this fails on purpose (the demo model changed),
-// regenerate that fixture with tools/reference/check_demo_model.py and
-// update these hashes; if it fails on a new machine, generation is not
-// portable and that is a bug.
+// checked against (tests/fixtures/demo_model/hf_reference.json). If this fails on purpose (the demo
+// model changed), regenerate that fixture with tools/reference/check_demo_model.py and update these
+// hashes; if it fails on a new machine, generation is not portable and that is a bug.
 TEST_F(DemoModelTest, SameBytesAsTheFilesHfWasCheckedAgainst) {
   EXPECT_EQ(Fnv1a(ReadAll(dir_ + "/model.safetensors")), 0x87a7d6848a9e305dull);
   EXPECT_EQ(Fnv1a(ReadAll(dir_ + "/tokenizer.json")), 0xcffe75d401934737ull);

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace strata {
 
@@ -19,7 +18,7 @@ using Json = nlohmann::json;
 // (vocab_size, hidden_size, ...) are required here instead of defaulted.
 struct TypeDefaults {
   const char* model_type;
-  const char* architecture;             // when "architectures" is absent
+  const char* architecture;  // when "architectures" is absent
   int64_t max_position_embeddings;
   int64_t num_key_value_heads;          // when the key is absent; 0: num_attention_heads
   int64_t head_dim;                     // when absent or null; 0: hidden_size / heads
@@ -175,8 +174,11 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
   RETURN_IF_ERROR(top.Double("partial_rotary_factor", &rope->partial_rotary_factor));
 
   const char* key = nullptr;
-  if (top.Has("rope_parameters")) key = "rope_parameters";
-  else if (top.Has("rope_scaling")) key = "rope_scaling";
+  if (top.Has("rope_parameters")) {
+    key = "rope_parameters";
+  } else if (top.Has("rope_scaling")) {
+    key = "rope_scaling";
+  }
   if (key != nullptr) {
     const Json& p = j.at(key);
     if (!p.is_object()) return top.Error(key, "an object or null");
@@ -187,8 +189,8 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
                            "' (one rope setting per attention kind) is not supported");
     }
     Fields f(p, path, std::string(key) + ".");
-    if (f.Has("rope_type")) RETURN_IF_ERROR(f.String("rope_type", &rope->type));
-    else if (f.Has("type")) RETURN_IF_ERROR(f.String("type", &rope->type));
+    // "type" is the older spelling of "rope_type".
+    RETURN_IF_ERROR(f.String(f.Has("rope_type") ? "rope_type" : "type", &rope->type));
     RETURN_IF_ERROR(f.Double("rope_theta", &rope->theta));
     RETURN_IF_ERROR(f.Double("partial_rotary_factor", &rope->partial_rotary_factor));
     if (rope->type == "linear" || rope->type == "llama3") {
@@ -221,7 +223,8 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
                          "' is not supported (supported: default, linear, llama3)");
   }
   if (rope->theta <= 0) {
-    return InvalidArgument(path + ": rope_theta must be positive, got " + std::to_string(rope->theta));
+    return InvalidArgument(path + ": rope_theta must be positive, got " +
+                           std::to_string(rope->theta));
   }
   if (rope->partial_rotary_factor <= 0 || rope->partial_rotary_factor > 1) {
     return InvalidArgument(path + ": partial_rotary_factor must be in (0, 1], got " +
@@ -261,14 +264,16 @@ Status ParseSlidingWindow(const Json& j, const std::string& path, const TypeDefa
     for (const auto& e : lt) {
       if (!e.is_string()) return f.Error("layer_types", "a list of strings");
       const std::string kind = e.get<std::string>();
-      if (kind == "sliding_attention") ++sliding_layers;
-      else if (kind != "full_attention")
+      if (kind != "sliding_attention" && kind != "full_attention") {
         return Unimplemented(path + ": layer type '" + kind + "' is not supported");
+      }
+      sliding_layers += kind == "sliding_attention";
     }
   } else {
     int64_t max_window_layers = 28;
     RETURN_IF_ERROR(f.Int("max_window_layers", &max_window_layers));
-    sliding_layers = std::max<int64_t>(0, c->num_hidden_layers - std::max<int64_t>(0, max_window_layers));
+    sliding_layers =
+        std::max<int64_t>(0, c->num_hidden_layers - std::max<int64_t>(0, max_window_layers));
   }
   if (window == 0 || sliding_layers == 0) return OkStatus();
   if (sliding_layers != c->num_hidden_layers) {
@@ -319,12 +324,12 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
                               : t->num_key_value_heads;
   RETURN_IF_ERROR(f.Positive("num_key_value_heads", &c.num_key_value_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return InvalidArgument(path + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
-                           ") must be a multiple of num_key_value_heads (" +
-                           std::to_string(c.num_key_value_heads) +
-                           (f.Contains("num_key_value_heads")
-                                ? std::string(")")
-                                : ", the " + c.model_type + " default; set num_key_value_heads)"));
+    return InvalidArgument(
+        path + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+        ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+        (f.Contains("num_key_value_heads")
+             ? std::string(")")
+             : ", the " + c.model_type + " default; set num_key_value_heads)"));
   }
   if (f.Has("head_dim")) {
     RETURN_IF_ERROR(f.Positive("head_dim", &c.head_dim));
@@ -334,7 +339,8 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
     if (c.hidden_size % c.num_attention_heads != 0) {
       return InvalidArgument(path + ": hidden_size (" + std::to_string(c.hidden_size) +
                              ") must be a multiple of num_attention_heads (" +
-                             std::to_string(c.num_attention_heads) + ") when head_dim is not given");
+                             std::to_string(c.num_attention_heads) +
+                             ") when head_dim is not given");
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }

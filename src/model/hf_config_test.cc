@@ -312,9 +312,8 @@ TEST(HfConfigTest, Qwen3Transformers5) {
 }
 
 TEST(HfConfigTest, ModelTypeDefaults) {
-  Json minimal = {{"model_type", "llama"},          {"vocab_size", 100},
-                  {"hidden_size", 64},              {"intermediate_size", 128},
-                  {"num_hidden_layers", 2},         {"num_attention_heads", 4}};
+  Json minimal = {{"model_type", "llama"},    {"vocab_size", 100},      {"hidden_size", 64},
+                  {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
   ModelConfig l = MustParse(minimal.dump());
   EXPECT_EQ(l.architecture, "LlamaForCausalLM");
   EXPECT_EQ(l.num_key_value_heads, 4);
@@ -347,8 +346,8 @@ TEST(HfConfigTest, ModelTypeDefaults) {
 }
 
 TEST(HfConfigTest, MistralDefaultKvHeadsMustDivide) {
-  Json j = {{"model_type", "mistral"},      {"vocab_size", 100},     {"hidden_size", 64},
-            {"intermediate_size", 128},     {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
+  Json j = {{"model_type", "mistral"},  {"vocab_size", 100},      {"hidden_size", 64},
+            {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
   Status s = ParseError(j.dump());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("num_key_value_heads (8, the mistral default"));
@@ -373,8 +372,9 @@ TEST(HfConfigTest, RopeLinearWithOldTypeKey) {
 
 TEST(HfConfigTest, UnknownRopeTypeIsUnimplemented) {
   Status s = ParseError(Patched(
-      kQwen25, {{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0},
-                                  {"original_max_position_embeddings", 32768}}}}));
+      kQwen25,
+      {{"rope_scaling",
+        {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}}}));
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr("'yarn'"));
   s = ParseError(Patched(kLlama32V5, {{"rope_parameters", {{"rope_type", "dynamic"}}}}));
@@ -411,12 +411,12 @@ TEST(HfConfigTest, WrongTypesNameTheField) {
     const char* field;
     Json value;
   } cases[] = {
-      {"hidden_size", "2048"},       {"num_hidden_layers", 16.5},
-      {"rms_norm_eps", "1e-5"},      {"tie_word_embeddings", 1},
-      {"torch_dtype", 16},           {"eos_token_id", "</s>"},
-      {"eos_token_id", {1, "x"}},    {"architectures", "LlamaForCausalLM"},
-      {"rope_scaling", "llama3"},    {"head_dim", "64"},
-      {"bos_token_id", -1},          {"max_position_embeddings", Json::array()},
+      {"hidden_size", "2048"},    {"num_hidden_layers", 16.5},
+      {"rms_norm_eps", "1e-5"},   {"tie_word_embeddings", 1},
+      {"torch_dtype", 16},        {"eos_token_id", "</s>"},
+      {"eos_token_id", {1, "x"}}, {"architectures", "LlamaForCausalLM"},
+      {"rope_scaling", "llama3"}, {"head_dim", "64"},
+      {"bos_token_id", -1},       {"max_position_embeddings", Json::array()},
   };
   for (const auto& c : cases) {
     Json j = Json::parse(kLlama32);
@@ -468,9 +468,11 @@ TEST(HfConfigTest, UnsupportedModelTypeAndDtype) {
 
 TEST(HfConfigTest, QwenSlidingWindow) {
   // Every layer sliding is supported; only some is not.
-  ModelConfig c = MustParse(Patched(kQwen25, {{"use_sliding_window", true}, {"max_window_layers", 0}}));
+  ModelConfig c =
+      MustParse(Patched(kQwen25, {{"use_sliding_window", true}, {"max_window_layers", 0}}));
   EXPECT_EQ(c.sliding_window, 32768);
-  Status s = ParseError(Patched(kQwen25, {{"use_sliding_window", true}, {"max_window_layers", 21}}));
+  Status s =
+      ParseError(Patched(kQwen25, {{"use_sliding_window", true}, {"max_window_layers", 21}}));
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr("3 of 24 layers"));
   // max_window_layers >= layers: nothing slides.
@@ -523,7 +525,8 @@ TEST(GenerationConfigTest, Qwen3) {
   EXPECT_EQ(g->top_k, 20);
   EXPECT_THAT(g->eos_token_ids, ElementsAre(151645, 151643));
   auto single = ParseGenerationConfig(R"({"eos_token_id": 2, "max_new_tokens": 256,
-      "repetition_penalty": 1.1, "min_p": 0.05, "temperature": null})", "g.json");
+      "repetition_penalty": 1.1, "min_p": 0.05, "temperature": null})",
+                                      "g.json");
   ASSERT_TRUE(single.ok());
   EXPECT_THAT(single->eos_token_ids, ElementsAre(2));
   EXPECT_EQ(single->max_new_tokens, 256);
@@ -532,10 +535,10 @@ TEST(GenerationConfigTest, Qwen3) {
 }
 
 TEST(GenerationConfigTest, Errors) {
-  for (const char* bad : {R"({"temperature": "hot"})", R"({"top_p": 1.5})", R"({"top_k": 2.5})",
-                          R"({"top_k": -1})", R"({"do_sample": "yes"})", R"({"eos_token_id": [1.5]})",
-                          R"({"repetition_penalty": 0})", R"({"max_new_tokens": 0})",
-                          R"({"temperature": -1})", R"({"min_p": 2})"}) {
+  for (const char* bad :
+       {R"({"temperature": "hot"})", R"({"top_p": 1.5})", R"({"top_k": 2.5})", R"({"top_k": -1})",
+        R"({"do_sample": "yes"})", R"({"eos_token_id": [1.5]})", R"({"repetition_penalty": 0})",
+        R"({"max_new_tokens": 0})", R"({"temperature": -1})", R"({"min_p": 2})"}) {
     auto g = ParseGenerationConfig(bad, "/m/generation_config.json");
     EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(g.status().message(), HasSubstr("/m/generation_config.json: field '")) << bad;

@@ -9,10 +9,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 namespace strata {
 
@@ -202,8 +201,9 @@ Status ParseSafetensors(const MappedFile& file, const std::string& name,
     auto off_it = t.find("data_offsets");
     if (off_it == t.end() || !off_it->is_array() || off_it->size() != 2 ||
         !(*off_it)[0].is_number_unsigned() || !(*off_it)[1].is_number_unsigned()) {
-      return DataLoss(where + ": \"data_offsets\" must be [begin, end] with non-negative integers" +
-                      (off_it == t.end() ? std::string(", it is missing") : ", got " + off_it->dump()));
+      return DataLoss(
+          where + ": \"data_offsets\" must be [begin, end] with non-negative integers" +
+          (off_it == t.end() ? std::string(", it is missing") : ", got " + off_it->dump()));
     }
     const uint64_t begin = (*off_it)[0].get<uint64_t>();
     const uint64_t end = (*off_it)[1].get<uint64_t>();
@@ -218,9 +218,9 @@ Status ParseSafetensors(const MappedFile& file, const std::string& name,
     uint64_t expected_bytes = 0;
     if (MulOverflows(elems, DTypeSize(info.dtype), &expected_bytes) ||
         expected_bytes != end - begin) {
-      return DataLoss(where + ": " + std::to_string(end - begin) + " bytes in data_offsets but shape " +
-                      ShapeString(info.shape) + " of " + dtype_name + " needs " +
-                      std::to_string(expected_bytes));
+      return DataLoss(where + ": " + std::to_string(end - begin) +
+                      " bytes in data_offsets but shape " + ShapeString(info.shape) + " of " +
+                      dtype_name + " needs " + std::to_string(expected_bytes));
     }
     info.data = data + begin;
     info.nbytes = end - begin;
@@ -233,9 +233,10 @@ Status ParseSafetensors(const MappedFile& file, const std::string& name,
   for (size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].begin < ranges[i - 1].end) {
       return DataLoss(name + ": tensors '" + ranges[i - 1].tensor + "' [" +
-                      std::to_string(ranges[i - 1].begin) + ", " + std::to_string(ranges[i - 1].end) +
-                      ") and '" + ranges[i].tensor + "' [" + std::to_string(ranges[i].begin) + ", " +
-                      std::to_string(ranges[i].end) + ") overlap; the file is corrupt");
+                      std::to_string(ranges[i - 1].begin) + ", " +
+                      std::to_string(ranges[i - 1].end) + ") and '" + ranges[i].tensor + "' [" +
+                      std::to_string(ranges[i].begin) + ", " + std::to_string(ranges[i].end) +
+                      ") overlap; the file is corrupt");
     }
   }
   for (auto& w : found) out->push_back(std::move(w));
@@ -282,10 +283,11 @@ StatusOr<WeightStore> WeightStore::Open(const std::string& dir) {
     return DataLoss(index_path + ": not valid JSON (" + e.what() + ")");
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    return DataLoss(index_path + ": must be an object with a \"weight_map\" object "
+    return DataLoss(index_path +
+                    ": must be an object with a \"weight_map\" object "
                     "{tensor name: shard file}");
   }
-  std::map<std::string, std::string> wanted;              // tensor -> shard
+  std::map<std::string, std::string> wanted;               // tensor -> shard
   std::map<std::string, std::vector<std::string>> shards;  // shard -> tensors
   for (const auto& [tname, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) {
@@ -306,9 +308,10 @@ StatusOr<WeightStore> WeightStore::Open(const std::string& dir) {
   for (const auto& [shard, names] : shards) {
     const std::string shard_path = JoinPath(dir, shard);
     if (!FileExists(shard_path)) {
-      return NotFound(index_path + ": shard " + shard + " (holding '" + names.front() + "'" +
-                      (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
-                      ") does not exist at " + shard_path + "; download the missing shard");
+      return NotFound(
+          index_path + ": shard " + shard + " (holding '" + names.front() + "'" +
+          (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
+          ") does not exist at " + shard_path + "; download the missing shard");
     }
     ASSIGN_OR_RETURN(auto file, MappedFile::Open(shard_path));
     std::vector<WeightInfo> infos;
@@ -394,17 +397,19 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   std::set<std::string> seen;
   for (const auto& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__" || !seen.insert(t.name).second) {
-      return InvalidArgument(path + ": tensor name '" + t.name + "' is empty, reserved or repeated");
+      return InvalidArgument(path + ": tensor name '" + t.name +
+                             "' is empty, reserved or repeated");
     }
     uint64_t elems = 1;
     for (int64_t d : t.shape) {
-      if (d < 0) return InvalidArgument(path + ": tensor '" + t.name + "' has a negative dimension");
+      if (d < 0)
+        return InvalidArgument(path + ": tensor '" + t.name + "' has a negative dimension");
       elems *= static_cast<uint64_t>(d);
     }
     if (elems * DTypeSize(t.dtype) != t.bytes.size()) {
-      return InvalidArgument(path + ": tensor '" + t.name + "' has " + std::to_string(t.bytes.size()) +
-                             " bytes but shape " + ShapeString(t.shape) + " of " +
-                             DTypeName(t.dtype) + " needs " +
+      return InvalidArgument(path + ": tensor '" + t.name + "' has " +
+                             std::to_string(t.bytes.size()) + " bytes but shape " +
+                             ShapeString(t.shape) + " of " + DTypeName(t.dtype) + " needs " +
                              std::to_string(elems * DTypeSize(t.dtype)));
     }
     header[t.name] = {{"dtype", DTypeName(t.dtype)},

@@ -106,8 +106,10 @@ TEST_F(WeightsTest, DeterministicBytes) {
                                    {"a", DType::kBF16, {1}, Bytes(2, 9)}};
   ASSERT_TRUE(WriteSafetensors(Path("x.safetensors"), ts).ok());
   ASSERT_TRUE(WriteSafetensors(Path("y.safetensors"), ts).ok());
-  std::ifstream x(Path("x.safetensors"), std::ios::binary), y(Path("y.safetensors"), std::ios::binary);
-  std::string xs((std::istreambuf_iterator<char>(x)), {}), ys((std::istreambuf_iterator<char>(y)), {});
+  std::ifstream x(Path("x.safetensors"), std::ios::binary),
+      y(Path("y.safetensors"), std::ios::binary);
+  std::string xs((std::istreambuf_iterator<char>(x)), {}),
+      ys((std::istreambuf_iterator<char>(y)), {});
   EXPECT_EQ(xs, ys);
   EXPECT_FALSE(std::filesystem::exists(Path("x.safetensors.tmp")));
 }
@@ -116,16 +118,16 @@ TEST_F(WeightsTest, WriterRejectsWrongByteCount) {
   Status s = WriteSafetensors(Path("w.safetensors"), {{"w", DType::kF32, {3}, Bytes(8, 0)}});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("'w'"));
-  s = WriteSafetensors(Path("w.safetensors"),
-                       {{"w", DType::kF32, {1}, Bytes(4, 0)}, {"w", DType::kF32, {1}, Bytes(4, 0)}});
+  s = WriteSafetensors(Path("w.safetensors"), {{"w", DType::kF32, {1}, Bytes(4, 0)},
+                                               {"w", DType::kF32, {1}, Bytes(4, 0)}});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(WeightsTest, GetErrors) {
-  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"),
-                               {{"w", DType::kBF16, {4, 8}, Bytes(64, 0)},
-                                {"ids", DType::kI32, {2}, Bytes(8, 0)}})
-                  .ok());
+  ASSERT_TRUE(
+      WriteSafetensors(Path("model.safetensors"), {{"w", DType::kBF16, {4, 8}, Bytes(64, 0)},
+                                                   {"ids", DType::kI32, {2}, Bytes(8, 0)}})
+          .ok());
   auto store = WeightStore::Open(dir_);
   ASSERT_TRUE(store.ok());
   auto missing = store->Get("model.norm.weight", {8});
@@ -149,7 +151,8 @@ TEST_F(WeightsTest, FileShorterThanEightBytes) {
   EXPECT_THAT(s.status().message(), HasSubstr("short.safetensors"));
   EXPECT_THAT(s.status().message(), HasSubstr("shorter than the 8-byte header"));
   WriteRaw("empty.safetensors", "");
-  EXPECT_EQ(WeightStore::OpenFile(Path("empty.safetensors")).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(WeightStore::OpenFile(Path("empty.safetensors")).status().code(),
+            StatusCode::kDataLoss);
 }
 
 TEST_F(WeightsTest, HeaderLengthPastEndOfFile) {
@@ -211,9 +214,8 @@ TEST_F(WeightsTest, BadShapes) {
 
 TEST_F(WeightsTest, BadDataOffsets) {
   for (const char* off : {"[0]", "[0, 4, 8]", "\"0-4\"", "[0, -4]", "[0.0, 4]"}) {
-    Status s = OpenBad(std::string(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": )") + off +
-                           "}}",
-                       8);
+    Status s = OpenBad(
+        std::string(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": )") + off + "}}", 8);
     EXPECT_EQ(s.code(), StatusCode::kDataLoss) << off;
     EXPECT_THAT(s.message(), HasSubstr("data_offsets")) << off;
   }
@@ -231,9 +233,8 @@ TEST_F(WeightsTest, TruncatedFile) {
 }
 
 TEST_F(WeightsTest, TruncatedRealFile) {
-  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"),
-                               {{"a", DType::kF32, {4}, Bytes(16, 0)},
-                                {"b", DType::kF32, {4}, Bytes(16, 0)}})
+  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"), {{"a", DType::kF32, {4}, Bytes(16, 0)},
+                                                           {"b", DType::kF32, {4}, Bytes(16, 0)}})
                   .ok());
   std::filesystem::resize_file(Path("model.safetensors"),
                                std::filesystem::file_size(Path("model.safetensors")) - 1);
@@ -267,7 +268,8 @@ TEST_F(WeightsTest, ByteSizeMismatch) {
 
 TEST_F(WeightsTest, HugeShapeOverflowIsRejected) {
   Status s = OpenBad(
-      R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 4]}})", 4);
+      R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 4]}})",
+      4);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
 }
 
@@ -281,9 +283,9 @@ TEST_F(WeightsTest, NoWeightsInDir) {
 class ShardedTest : public WeightsTest {
  protected:
   void WriteShards() {
-    ASSERT_TRUE(WriteSafetensors(Path("model-00001-of-00002.safetensors"),
-                                 {{"a", DType::kBF16, {2}, Bytes(4, 0)},
-                                  {"b", DType::kBF16, {2}, Bytes(4, 10)}})
+    ASSERT_TRUE(WriteSafetensors(
+                    Path("model-00001-of-00002.safetensors"),
+                    {{"a", DType::kBF16, {2}, Bytes(4, 0)}, {"b", DType::kBF16, {2}, Bytes(4, 10)}})
                     .ok());
     ASSERT_TRUE(WriteSafetensors(Path("model-00002-of-00002.safetensors"),
                                  {{"c", DType::kF32, {1}, Bytes(4, 20)}})
@@ -309,12 +311,14 @@ TEST_F(ShardedTest, OpensAllShards) {
   EXPECT_TRUE(store->Get("c", {1}).ok());
   EXPECT_EQ(store->Unused(), (std::vector<std::string>{"a", "b"}));
   auto missing = store->Get("d", {1});
-  EXPECT_THAT(missing.status().message(), HasSubstr("model.safetensors.index.json: missing tensor 'd'"));
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("model.safetensors.index.json: missing tensor 'd'"));
 }
 
 TEST_F(ShardedTest, MissingShard) {
   WriteShards();
-  WriteIndex(R"({"a": "model-00001-of-00002.safetensors", "c": "model-00003-of-00003.safetensors"})");
+  WriteIndex(
+      R"({"a": "model-00001-of-00002.safetensors", "c": "model-00003-of-00003.safetensors"})");
   auto s = WeightStore::Open(dir_);
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(s.status().message(), HasSubstr("model-00003-of-00003.safetensors"));
@@ -323,14 +327,17 @@ TEST_F(ShardedTest, MissingShard) {
 
 TEST_F(ShardedTest, TensorAbsentFromItsShard) {
   WriteShards();
-  WriteIndex(R"({"a": "model-00001-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"})");
+  WriteIndex(
+      R"({"a": "model-00001-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"})");
   auto s = WeightStore::Open(dir_);
   EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(s.status().message(), HasSubstr("tensor 'c' is listed in shard model-00001-of-00002"));
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("tensor 'c' is listed in shard model-00001-of-00002"));
 }
 
 TEST_F(ShardedTest, TensorInTwoShards) {
-  ASSERT_TRUE(WriteSafetensors(Path("s1.safetensors"), {{"a", DType::kF32, {1}, Bytes(4, 0)}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors(Path("s1.safetensors"), {{"a", DType::kF32, {1}, Bytes(4, 0)}}).ok());
   ASSERT_TRUE(WriteSafetensors(Path("s2.safetensors"), {{"a", DType::kF32, {1}, Bytes(4, 0)},
                                                         {"b", DType::kF32, {1}, Bytes(4, 0)}})
                   .ok());
@@ -355,14 +362,16 @@ TEST_F(ShardedTest, BadIndex) {
 TEST_F(ShardedTest, CorruptShardNamesTheShard) {
   WriteShards();
   WriteRaw("model-00002-of-00002.safetensors", "xyz");
-  WriteIndex(R"({"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})");
+  WriteIndex(
+      R"({"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})");
   auto s = WeightStore::Open(dir_);
   EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(s.status().message(), HasSubstr("model-00002-of-00002.safetensors"));
 }
 
 TEST_F(ShardedTest, SingleFileWinsOverIndex) {
-  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"), {{"x", DType::kF32, {1}, Bytes(4, 0)}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors(Path("model.safetensors"), {{"x", DType::kF32, {1}, Bytes(4, 0)}}).ok());
   WriteIndex(R"({"a": "missing.safetensors"})");
   auto store = WeightStore::Open(dir_);
   ASSERT_TRUE(store.ok());
@@ -370,7 +379,8 @@ TEST_F(ShardedTest, SingleFileWinsOverIndex) {
 }
 
 TEST_F(WeightsTest, MoveKeepsMappingAlive) {
-  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"), {{"x", DType::kF32, {2}, Bytes(8, 7)}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors(Path("model.safetensors"), {{"x", DType::kF32, {2}, Bytes(8, 7)}}).ok());
   WeightStore moved;
   {
     auto store = WeightStore::Open(dir_);
