@@ -17,16 +17,19 @@ StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Parse(const std::str
   auto program = jinja::ParseTemplate(source);
   if (!program.ok())
     return Status(program.status().code(),
-                  program.status().message() + " (the chat template must be valid jinja2 within what Strata supports)");
+                  program.status().message() +
+                      " (the chat template must be valid jinja2 within what Strata supports)");
   std::shared_ptr<ChatTemplate> t(new ChatTemplate());
   t->impl_->program = *std::move(program);
   return std::shared_ptr<const ChatTemplate>(std::move(t));
 }
 
 StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& in) const {
-  if (!in.messages.is_array()) return InvalidArgument("chat template: messages must be a JSON array");
+  if (!in.messages.is_array())
+    return InvalidArgument("chat template: messages must be a JSON array");
   if (!in.extra.is_null() && !in.extra.is_object())
-    return InvalidArgument("chat template: extra variables (chat_template_kwargs) must be a JSON object");
+    return InvalidArgument(
+        "chat template: extra variables (chat_template_kwargs) must be a JSON object");
 
   // What transformers passes: messages, tools, documents, add_generation_prompt
   // and the tokenizer's special tokens, then chat_template_kwargs.
@@ -41,7 +44,8 @@ StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& in) const {
     for (auto it = in.extra.begin(); it != in.extra.end(); ++it) {
       const std::string& k = it.key();
       if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
-        return InvalidArgument("chat_template_kwargs may not set '" + k + "'; pass it as its own request field");
+        return InvalidArgument("chat_template_kwargs may not set '" + k +
+                               "'; pass it as its own request field");
       ctx.Set(k, jinja::Value::FromJson(it.value()));
     }
   }

@@ -11,10 +11,9 @@
 
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "util/status.h"
 
@@ -26,9 +25,11 @@ class ChatTemplateImpl;
 // survives into tojson output exactly as the request sent it (transformers
 // keeps Python dict order; a sorted std::map would reorder tool schemas).
 struct ChatTemplateInputs {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{"role":..., "content":...}, ...]
+  nlohmann::ordered_json messages =
+      nlohmann::ordered_json::array();  // [{"role":..., "content":...}, ...]
   bool add_generation_prompt = true;
-  nlohmann::ordered_json tools;  // null when absent (the template still sees `tools` defined as none)
+  nlohmann::ordered_json
+      tools;  // null when absent (the template still sees `tools` defined as none)
   // Extra variables (chat_template_kwargs), e.g. {"enable_thinking": false}.
   // They may not redefine messages, tools, documents or add_generation_prompt.
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();

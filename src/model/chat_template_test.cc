@@ -52,7 +52,8 @@ std::tm PinnedNow() {
 
 std::shared_ptr<const ChatTemplate> Load(const std::string& name, const ordered_json& c) {
   static std::map<std::string, std::shared_ptr<const ChatTemplate>> cache;
-  std::string source = name == "probe" ? c["source"].get<std::string>() : ReadText(FixtureDir() + name + ".jinja");
+  std::string source =
+      name == "probe" ? c["source"].get<std::string>() : ReadText(FixtureDir() + name + ".jinja");
   std::string key = name == "probe" ? "probe:" + source : name;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -96,7 +97,8 @@ TEST(ChatTemplateGoldens, EveryTemplateEveryCase) {
     } else {
       ASSERT_FALSE(out.ok()) << label << " rendered but transformers failed with: " << c["error"];
       EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
-      if (c["error_type"] == "TemplateError") {  // raise_exception: the template's own message, verbatim
+      if (c["error_type"] ==
+          "TemplateError") {  // raise_exception: the template's own message, verbatim
         EXPECT_EQ(out.status().message(), c["error"].get<std::string>());
       }
       ++errors;
@@ -108,8 +110,8 @@ TEST(ChatTemplateGoldens, EveryTemplateEveryCase) {
 
 // Every model template in the fixtures folder parses (model load succeeds).
 TEST(ChatTemplate, AllFixtureTemplatesParse) {
-  for (const char* name : {"llama3_1", "llama3_2", "qwen2_5", "qwen3", "deepseek_v3", "deepseek_v3_1",
-                           "mistral_7b_instruct", "mistral_small_3_1"}) {
+  for (const char* name : {"llama3_1", "llama3_2", "qwen2_5", "qwen3", "deepseek_v3",
+                           "deepseek_v3_1", "mistral_7b_instruct", "mistral_small_3_1"}) {
     auto t = ChatTemplate::Parse(ReadText(FixtureDir() + name + ".jinja"));
     EXPECT_TRUE(t.ok()) << name << ": " << t.status().ToString();
   }
@@ -146,11 +148,13 @@ TEST(ChatTemplate, UnsupportedSyntaxFailsAtParse) {
 
 TEST(ChatTemplate, RaiseExceptionIsInvalidArgumentWithTheTemplatesMessage) {
   auto t = ChatTemplate::Parse(
-      "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('Tools are not supported: ' ~ m.content) }}"
+      "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('Tools are not "
+      "supported: ' ~ m.content) }}"
       "{% endif %}{{ m.content }}{% endfor %}");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ChatTemplateInputs in;
-  in.messages = ordered_json::parse(R"([{"role":"user","content":"hi"},{"role":"tool","content":"x"}])");
+  in.messages =
+      ordered_json::parse(R"([{"role":"user","content":"hi"},{"role":"tool","content":"x"}])");
   auto out = (*t)->Render(in);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);

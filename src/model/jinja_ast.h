@@ -44,29 +44,29 @@ enum class ExprKind {
 struct Expr {
   ExprKind kind;
   int line = 0;
-  Value value;                    // kLiteral
-  std::string name;               // kName, kGetAttr, kFilter, kTest, kBinary (operator)
-  bool negated = false;           // kTest
-  std::vector<std::string> ops;   // kCompare
+  Value value;                   // kLiteral
+  std::string name;              // kName, kGetAttr, kFilter, kTest, kBinary (operator)
+  bool negated = false;          // kTest
+  std::vector<std::string> ops;  // kCompare
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall, kFilter
-  ExprPtr star_args;    // kCall: f(*xs)  (may be null)
-  ExprPtr star_kwargs;  // kCall: f(**d)  (may be null)
+  ExprPtr star_args;                                    // kCall: f(*xs)  (may be null)
+  ExprPtr star_kwargs;                                  // kCall: f(**d)  (may be null)
 };
 
 enum class StmtKind {
-  kText,        // text
-  kPrint,       // {{ expr }}
-  kIf,          // conds[i] -> bodies[i]; else_body
-  kFor,         // for targets in expr [if cond] body [else else_body]
-  kSet,         // set targets = expr  (targets "ns.attr" for namespace attributes)
-  kSetBlock,    // set targets[0] [| filters] body endset
-  kMacro,       // macro name(params = defaults) body
+  kText,      // text
+  kPrint,     // {{ expr }}
+  kIf,        // conds[i] -> bodies[i]; else_body
+  kFor,       // for targets in expr [if cond] body [else else_body]
+  kSet,       // set targets = expr  (targets "ns.attr" for namespace attributes)
+  kSetBlock,  // set targets[0] [| filters] body endset
+  kMacro,     // macro name(params = defaults) body
   kBreak,
   kContinue,
-  kFilterBlock, // filter filters body endfilter
-  kPassBody,    // generation / endgeneration: renders body unchanged
-  kCallBlock,   // call[(params)] expr body endcall: expr (a kCall) gets caller=body
+  kFilterBlock,  // filter filters body endfilter
+  kPassBody,     // generation / endgeneration: renders body unchanged
+  kCallBlock,    // call[(params)] expr body endcall: expr (a kCall) gets caller=body
 };
 
 struct MacroParam {
@@ -77,15 +77,15 @@ struct MacroParam {
 struct Stmt {
   StmtKind kind;
   int line = 0;
-  std::string text;                    // kText
-  std::string name;                    // kMacro
-  ExprPtr expr;                        // kPrint, kFor (iterable), kSet (value)
-  ExprPtr cond;                        // kFor (loop filter)
-  std::vector<ExprPtr> conds;          // kIf
-  std::vector<Body> bodies;            // kIf
-  std::vector<std::string> targets;    // kFor, kSet, kSetBlock
-  std::vector<ExprPtr> filters;        // kSetBlock, kFilterBlock: kFilter exprs whose args[0] is null
-  std::vector<MacroParam> params;      // kMacro, kCallBlock (the caller's)
+  std::string text;                  // kText
+  std::string name;                  // kMacro
+  ExprPtr expr;                      // kPrint, kFor (iterable), kSet (value)
+  ExprPtr cond;                      // kFor (loop filter)
+  std::vector<ExprPtr> conds;        // kIf
+  std::vector<Body> bodies;          // kIf
+  std::vector<std::string> targets;  // kFor, kSet, kSetBlock
+  std::vector<ExprPtr> filters;      // kSetBlock, kFilterBlock: kFilter exprs whose args[0] is null
+  std::vector<MacroParam> params;    // kMacro, kCallBlock (the caller's)
   Body body;
   Body else_body;
 };

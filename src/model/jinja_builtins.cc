@@ -29,7 +29,8 @@ using TestFn = std::function<bool(const Value&, CallArgs&, Interpreter&)>;
 }
 
 bool IsUnsafeMutator(const Value& obj, const std::string& n) {
-  static const char* kList[] = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"};
+  static const char* kList[] = {"append", "extend", "insert", "pop",
+                                "remove", "clear",  "sort",   "reverse"};
   static const char* kDict[] = {"pop", "popitem", "setdefault", "update", "clear"};
   if (obj.is_list())
     for (const char* k : kList)
@@ -40,7 +41,8 @@ bool IsUnsafeMutator(const Value& obj, const std::string& n) {
   return false;
 }
 
-Value Bound(const Value& self, const std::string& name, std::function<Value(const Value&, CallArgs&)> fn) {
+Value Bound(const Value& self, const std::string& name,
+            std::function<Value(const Value&, CallArgs&)> fn) {
   return Value(Callable{name, [self, fn](CallArgs& a, Interpreter&) { return fn(self, a); }});
 }
 
@@ -63,9 +65,12 @@ Value GetAttr(const Value& obj, const std::string& name) {
           }
           List out;
           for (const auto& [k, v] : d.items) {
-            if (name == "items") out.push_back(Value::MakeTuple(List{Value(k), v}));
-            else if (name == "keys") out.emplace_back(k);
-            else out.push_back(v);
+            if (name == "items")
+              out.push_back(Value::MakeTuple(List{Value(k), v}));
+            else if (name == "keys")
+              out.emplace_back(k);
+            else
+              out.push_back(v);
           }
           return Value(std::move(out));
         });
@@ -82,7 +87,9 @@ Value GetAttr(const Value& obj, const std::string& name) {
     }
     case Value::Kind::kString:
       if (IsStrMethod(name))
-        return Bound(obj, name, [name](const Value& self, CallArgs& a) { return StrMethod(self.as_string(), name, a); });
+        return Bound(obj, name, [name](const Value& self, CallArgs& a) {
+          return StrMethod(self.as_string(), name, a);
+        });
       return Value::MakeUndefined("'str object' has no attribute '" + name + "'");
     case Value::Kind::kList:
       if (name == "index" || name == "count") {
@@ -103,10 +110,12 @@ Value GetAttr(const Value& obj, const std::string& name) {
       if (IsUnsafeMutator(obj, name)) break;
       return Value::MakeUndefined("'list object' has no attribute '" + name + "'");
     default:
-      return Value::MakeUndefined("'" + obj.TypeName() + " object' has no attribute '" + name + "'");
+      return Value::MakeUndefined("'" + obj.TypeName() + " object' has no attribute '" + name +
+                                  "'");
   }
   // The sandbox refuses methods that would modify a list or dict.
-  std::string msg = "access to attribute '" + name + "' of '" + obj.TypeName() + "' object is unsafe.";
+  std::string msg =
+      "access to attribute '" + name + "' of '" + obj.TypeName() + "' object is unsafe.";
   return Value(Callable{name, [msg](CallArgs&, Interpreter&) -> Value { Fail(msg); }});
 }
 
@@ -130,7 +139,8 @@ Value GetItem(const Value& obj, const Value& key) {
         if (v) return *v;
         return GetAttr(obj, key.as_string()).is_callable()
                    ? GetAttr(obj, key.as_string())
-                   : Value::MakeUndefined("'dict object' has no attribute '" + key.as_string() + "'");
+                   : Value::MakeUndefined("'dict object' has no attribute '" + key.as_string() +
+                                          "'");
       }
       return Value::MakeUndefined("'dict object' has no attribute " + key.Repr());
     case Value::Kind::kList:
@@ -143,7 +153,8 @@ Value GetItem(const Value& obj, const Value& key) {
           return obj.as_list()[static_cast<size_t>(i)];
         }
         std::vector<uint32_t> cps = DecodeUtf8(obj.as_string());
-        if (!NormIndex(i, static_cast<int64_t>(cps.size()))) return Value::MakeUndefined("string index out of range");
+        if (!NormIndex(i, static_cast<int64_t>(cps.size())))
+          return Value::MakeUndefined("string index out of range");
         return Value(EncodeUtf8(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1));
       }
       if (key.is_string()) return GetAttr(obj, key.as_string());
@@ -158,7 +169,8 @@ Value GetItem(const Value& obj, const Value& key) {
 
 Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_undefined()) FailUndefined(obj);
-  if (!obj.is_list() && !obj.is_string()) Fail("'" + obj.TypeName() + "' object is not subscriptable");
+  if (!obj.is_list() && !obj.is_string())
+    Fail("'" + obj.TypeName() + "' object is not subscriptable");
   std::vector<uint32_t> cps;
   int64_t n;
   if (obj.is_string()) {
@@ -229,7 +241,8 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"none", [](const Value& v, CallArgs&, Interpreter&) { return v.is_none(); }},
       {"boolean", [](const Value& v, CallArgs&, Interpreter&) { return v.is_bool(); }},
       {"true", [](const Value& v, CallArgs&, Interpreter&) { return v.is_bool() && v.as_bool(); }},
-      {"false", [](const Value& v, CallArgs&, Interpreter&) { return v.is_bool() && !v.as_bool(); }},
+      {"false",
+       [](const Value& v, CallArgs&, Interpreter&) { return v.is_bool() && !v.as_bool(); }},
       {"integer", [](const Value& v, CallArgs&, Interpreter&) { return v.is_int(); }},
       {"float", [](const Value& v, CallArgs&, Interpreter&) { return v.is_float(); }},
       {"number", [](const Value& v, CallArgs&, Interpreter&) { return v.is_number(); }},
@@ -283,8 +296,10 @@ const CmpTest kCmpTests[] = {
     {{"ne", "!=", nullptr}, [](const Value& a, const Value& b) { return !a.Equals(b); }},
     {{"lt", "lessthan", "<"}, [](const Value& a, const Value& b) { return a.Less(b); }},
     {{"gt", "greaterthan", ">"}, [](const Value& a, const Value& b) { return b.Less(a); }},
-    {{"le", "<=", nullptr}, [](const Value& a, const Value& b) { return a.Less(b) || a.Equals(b); }},
-    {{"ge", ">=", nullptr}, [](const Value& a, const Value& b) { return b.Less(a) || a.Equals(b); }},
+    {{"le", "<=", nullptr},
+     [](const Value& a, const Value& b) { return a.Less(b) || a.Equals(b); }},
+    {{"ge", ">=", nullptr},
+     [](const Value& a, const Value& b) { return b.Less(a) || a.Equals(b); }},
 };
 
 const CmpTest* FindCmpTest(std::string_view name) {
@@ -296,7 +311,9 @@ const CmpTest* FindCmpTest(std::string_view name) {
 
 }  // namespace
 
-bool HasTest(std::string_view name) { return Tests().count(std::string(name)) || FindCmpTest(name); }
+bool HasTest(std::string_view name) {
+  return Tests().count(std::string(name)) || FindCmpTest(name);
+}
 
 bool ApplyTest(const std::string& name, const Value& v, CallArgs& args, Interpreter& interp) {
   if (const CmpTest* t = FindCmpTest(name)) return t->fn(v, args.Get(0, "other"));
@@ -312,8 +329,10 @@ Value AttrPath(const Value& item, const std::string& path) {
   while (true) {
     size_t dot = path.find('.', b);
     std::string part = path.substr(b, dot == std::string::npos ? std::string::npos : dot - b);
-    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = numeric ? GetItem(cur, Value(static_cast<int64_t>(std::stoll(part)))) : GetItem(cur, Value(part));
+    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(),
+                                                [](char c) { return c >= '0' && c <= '9'; });
+    cur = numeric ? GetItem(cur, Value(static_cast<int64_t>(std::stoll(part))))
+                  : GetItem(cur, Value(part));
     if (dot == std::string::npos) return cur;
     b = dot + 1;
   }
@@ -342,7 +361,8 @@ Value LookupGlobal(const std::string& name) {
     return Value(Callable{"namespace", [](CallArgs& a, Interpreter&) -> Value {
                             Dict d;
                             for (const Value& p : a.pos) {
-                              if (!p.is_dict()) Fail("namespace() positional arguments must be mappings");
+                              if (!p.is_dict())
+                                Fail("namespace() positional arguments must be mappings");
                               for (const auto& [k, v] : p.as_dict().items) d.Set(k, v);
                             }
                             for (const auto& [k, v] : a.kw) d.Set(k, v);
@@ -372,7 +392,8 @@ Value LookupGlobal(const std::string& name) {
                             List out;
                             for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
                               out.emplace_back(i);
-                              if (out.size() > 100000) Fail("range too big (more than 100000 items)");
+                              if (out.size() > 100000)
+                                Fail("range too big (more than 100000 items)");
                             }
                             return Value(std::move(out));
                           }});

@@ -42,12 +42,23 @@ std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -57,7 +68,8 @@ Value IntFilter(const Value& v, CallArgs& a) {
   Value dflt = a.Get(0, "default", Value(0));
   if (v.is_int()) return v;
   if (v.is_bool()) return Value(static_cast<int64_t>(v.as_bool()));
-  if (v.is_float()) return std::isfinite(v.as_float()) ? Value(static_cast<int64_t>(v.as_float())) : dflt;
+  if (v.is_float())
+    return std::isfinite(v.as_float()) ? Value(static_cast<int64_t>(v.as_float())) : dflt;
   if (v.is_string()) {
     std::string s = PyStrip(v.as_string(), Value::MakeNone(), true, true);
     std::string t;
@@ -102,16 +114,21 @@ List SortedItems(List items, bool reverse, bool case_sensitive, const std::strin
 
 const std::unordered_map<std::string, FilterFn>& Filters() {
   static const auto* kFilters = new std::unordered_map<std::string, FilterFn>{
-      {"trim", [](const Value& v, CallArgs& a, Interpreter&) { return Value(PyStrip(v.Str(), a.Get(0, "chars"), true, true)); }},
+      {"trim", [](const Value& v, CallArgs& a,
+                  Interpreter&) { return Value(PyStrip(v.Str(), a.Get(0, "chars"), true, true)); }},
       {"length", [](const Value& v, CallArgs&, Interpreter&) { return Value(v.Length()); }},
       {"count", [](const Value& v, CallArgs&, Interpreter&) { return Value(v.Length()); }},
-      {"upper", [](const Value& v, CallArgs&, Interpreter&) { return Value(MapString(v.Str(), 1)); }},
-      {"lower", [](const Value& v, CallArgs&, Interpreter&) { return Value(MapString(v.Str(), 0)); }},
-      {"capitalize", [](const Value& v, CallArgs&, Interpreter&) { return Value(PyCapitalize(v.Str())); }},
+      {"upper",
+       [](const Value& v, CallArgs&, Interpreter&) { return Value(MapString(v.Str(), 1)); }},
+      {"lower",
+       [](const Value& v, CallArgs&, Interpreter&) { return Value(MapString(v.Str(), 0)); }},
+      {"capitalize",
+       [](const Value& v, CallArgs&, Interpreter&) { return Value(PyCapitalize(v.Str())); }},
       {"title", [](const Value& v, CallArgs&, Interpreter&) { return Value(JinjaTitle(v.Str())); }},
       {"string", [](const Value& v, CallArgs&, Interpreter&) { return Value(v.Str()); }},
       {"safe", [](const Value& v, CallArgs&, Interpreter&) { return v; }},
-      {"escape", [](const Value& v, CallArgs&, Interpreter&) { return Value(HtmlEscape(v.Str())); }},
+      {"escape",
+       [](const Value& v, CallArgs&, Interpreter&) { return Value(HtmlEscape(v.Str())); }},
       {"e", [](const Value& v, CallArgs&, Interpreter&) { return Value(HtmlEscape(v.Str())); }},
       {"int", [](const Value& v, CallArgs& a, Interpreter&) { return IntFilter(v, a); }},
       {"float", [](const Value& v, CallArgs& a, Interpreter&) { return FloatFilter(v, a); }},
@@ -122,10 +139,12 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          return Value(i < 0 ? -i : i);
        }},
       {"tojson",
-       // transformers: json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+       // transformers: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
+       // sort_keys=False)
        [](const Value& v, CallArgs& a, Interpreter&) {
-         return Value(JsonDumps(v, a.Get(0, "ensure_ascii", Value(false)).Truthy(), a.Get(1, "indent"),
-                                a.Get(2, "separators"), a.Get(3, "sort_keys", Value(false)).Truthy()));
+         return Value(JsonDumps(v, a.Get(0, "ensure_ascii", Value(false)).Truthy(),
+                                a.Get(1, "indent"), a.Get(2, "separators"),
+                                a.Get(3, "sort_keys", Value(false)).Truthy()));
        }},
       {"join",
        [](const Value& v, CallArgs& a, Interpreter&) {
@@ -140,9 +159,11 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          }
          return Value(std::move(out));
        }},
-      {"default", [](const Value& v, CallArgs& a, Interpreter&) {
+      {"default",
+       [](const Value& v, CallArgs& a, Interpreter&) {
          bool boolean = a.Get(1, "boolean", Value(false)).Truthy();
-         if (v.is_undefined() || (boolean && !v.Truthy())) return a.Get(0, "default_value", Value(""));
+         if (v.is_undefined() || (boolean && !v.Truthy()))
+           return a.Get(0, "default_value", Value(""));
          return v;
        }},
       {"first",
@@ -165,7 +186,8 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          if (v.is_undefined()) return Value(List{});
          if (!v.is_dict()) Fail("Can only get item pairs from a mapping.");
          List out;
-         for (const auto& [k, x] : v.as_dict().items) out.push_back(Value::MakeTuple(List{Value(k), x}));
+         for (const auto& [k, x] : v.as_dict().items)
+           out.push_back(Value::MakeTuple(List{Value(k), x}));
          return Value(std::move(out));
        }},
       {"dictsort",
@@ -175,18 +197,24 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          std::string by = a.Get(1, "by", Value("key")).Str();
          bool reverse = a.Get(2, "reverse", Value(false)).Truthy();
          List items;
-         for (const auto& [k, x] : v.as_dict().items) items.push_back(Value::MakeTuple(List{Value(k), x}));
-         return Value(SortedItems(std::move(items), reverse, case_sensitive, by == "value" ? "1" : "0"));
+         for (const auto& [k, x] : v.as_dict().items)
+           items.push_back(Value::MakeTuple(List{Value(k), x}));
+         return Value(
+             SortedItems(std::move(items), reverse, case_sensitive, by == "value" ? "1" : "0"));
        }},
       {"replace",
        [](const Value& v, CallArgs& a, Interpreter&) {
          return Value(Replace(v.Str(), a.Get(0, "old").Str(), a.Get(1, "new").Str(),
                               ToInt(a.Get(2, "count", Value(-1)), "count")));
        }},
-      {"selectattr", [](const Value& v, CallArgs& a, Interpreter& i) { return Value(SelectOrReject(v, a, i, true, true)); }},
-      {"rejectattr", [](const Value& v, CallArgs& a, Interpreter& i) { return Value(SelectOrReject(v, a, i, true, false)); }},
-      {"select", [](const Value& v, CallArgs& a, Interpreter& i) { return Value(SelectOrReject(v, a, i, false, true)); }},
-      {"reject", [](const Value& v, CallArgs& a, Interpreter& i) { return Value(SelectOrReject(v, a, i, false, false)); }},
+      {"selectattr", [](const Value& v, CallArgs& a,
+                        Interpreter& i) { return Value(SelectOrReject(v, a, i, true, true)); }},
+      {"rejectattr", [](const Value& v, CallArgs& a,
+                        Interpreter& i) { return Value(SelectOrReject(v, a, i, true, false)); }},
+      {"select", [](const Value& v, CallArgs& a,
+                    Interpreter& i) { return Value(SelectOrReject(v, a, i, false, true)); }},
+      {"reject", [](const Value& v, CallArgs& a,
+                    Interpreter& i) { return Value(SelectOrReject(v, a, i, false, false)); }},
       {"map",
        [](const Value& v, CallArgs& a, Interpreter& interp) {
          List out;
@@ -205,7 +233,8 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          CallArgs fargs;
          fargs.pos.assign(a.pos.begin() + 1, a.pos.end());
          fargs.kw = a.kw;
-         for (const Value& item : v.Iterate()) out.push_back(ApplyFilter(filter, item, fargs, interp));
+         for (const Value& item : v.Iterate())
+           out.push_back(ApplyFilter(filter, item, fargs, interp));
          return Value(std::move(out));
        }},
       {"reverse",
@@ -231,9 +260,10 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          List out;
          for (const Value& x : v.Iterate()) {
            bool seen = false;
-           for (const Value& y : out) seen |= (x.is_string() && y.is_string())
-                                                  ? MapString(x.as_string(), 0) == MapString(y.as_string(), 0)
-                                                  : x.Equals(y);
+           for (const Value& y : out)
+             seen |= (x.is_string() && y.is_string())
+                         ? MapString(x.as_string(), 0) == MapString(y.as_string(), 0)
+                         : x.Equals(y);
            if (!seen) out.push_back(x);
          }
          return Value(std::move(out));
@@ -244,10 +274,12 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          Value total = a.Get(1, "start", Value(0));
          for (const Value& x : v.Iterate()) {
            Value y = attr.is_none() ? x : AttrPath(x, attr.Str());
-           if (!total.is_number() || !y.is_number()) Fail("sum expects numbers, got " + y.TypeName());
-           total = (total.is_float() || y.is_float()) ? Value(total.ToDouble() + y.ToDouble())
-                                                       : Value(static_cast<int64_t>(total.ToDouble()) +
-                                                               static_cast<int64_t>(y.ToDouble()));
+           if (!total.is_number() || !y.is_number())
+             Fail("sum expects numbers, got " + y.TypeName());
+           total = (total.is_float() || y.is_float())
+                       ? Value(total.ToDouble() + y.ToDouble())
+                       : Value(static_cast<int64_t>(total.ToDouble()) +
+                               static_cast<int64_t>(y.ToDouble()));
          }
          return total;
        }},
@@ -256,7 +288,8 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          List items = v.Iterate();
          if (items.empty()) return Value::MakeUndefined("No aggregated item, sequence was empty.");
          Value best = items[0];
-         for (const Value& x : items) if (x.Less(best)) best = x;
+         for (const Value& x : items)
+           if (x.Less(best)) best = x;
          return best;
        }},
       {"max",
@@ -264,7 +297,8 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          List items = v.Iterate();
          if (items.empty()) return Value::MakeUndefined("No aggregated item, sequence was empty.");
          Value best = items[0];
-         for (const Value& x : items) if (best.Less(x)) best = x;
+         for (const Value& x : items)
+           if (best.Less(x)) best = x;
          return best;
        }},
       {"round",
@@ -272,13 +306,16 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          int64_t prec = ToInt(a.Get(0, "precision", Value(0)), "round precision");
          std::string method = a.Get(1, "method", Value("common")).Str();
          if (method == "common") {  // Python round(): exact value, ties to even
-           if (!v.is_float()) return v.is_bool() ? Value(static_cast<int64_t>(v.as_bool())) : Value(ToInt(v, "round"));
+           if (!v.is_float())
+             return v.is_bool() ? Value(static_cast<int64_t>(v.as_bool()))
+                                : Value(ToInt(v, "round"));
            if (prec <= 0 || !std::isfinite(v.as_float())) {
              double scale = std::pow(10.0, static_cast<double>(-prec));
              return Value(std::nearbyint(v.as_float() / scale) * scale);
            }
            char buf[512];
-           std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::min<int64_t>(prec, 300)), v.as_float());
+           std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::min<int64_t>(prec, 300)),
+                         v.as_float());
            return Value(std::strtod(buf, nullptr));
          }
          if (method != "ceil" && method != "floor") Fail("method must be common, ceil or floor");
@@ -289,7 +326,9 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"indent",
        [](const Value& v, CallArgs& a, Interpreter&) {
          Value w = a.Get(0, "width", Value(4));
-         std::string pad = w.is_string() ? w.as_string() : std::string(static_cast<size_t>(ToInt(w, "indent")), ' ');
+         std::string pad = w.is_string()
+                               ? w.as_string()
+                               : std::string(static_cast<size_t>(ToInt(w, "indent")), ' ');
          bool first = a.Get(1, "first", Value(false)).Truthy();
          bool blank = a.Get(2, "blank", Value(false)).Truthy();
          std::string s = v.Str(), out;
@@ -298,7 +337,8 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          while (true) {
            size_t nl = s.find('\n', b);
            std::string line = s.substr(b, nl == std::string::npos ? std::string::npos : nl - b);
-           bool add = is_first ? first : (blank || !line.empty());  // whitespace-only lines count as text
+           bool add =
+               is_first ? first : (blank || !line.empty());  // whitespace-only lines count as text
            if (add) out += pad;
            out += line;
            if (nl == std::string::npos) break;
@@ -318,9 +358,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
 
 }  // namespace
 
-bool HasFilter(std::string_view name) {
-  return Filters().count(std::string(name)) || name == "d";
-}
+bool HasFilter(std::string_view name) { return Filters().count(std::string(name)) || name == "d"; }
 
 Value ApplyFilter(const std::string& name, const Value& v, CallArgs& args, Interpreter& interp) {
   auto it = Filters().find(name == "d" ? std::string("default") : name);

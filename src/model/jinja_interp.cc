@@ -72,7 +72,8 @@ Interpreter::Flow Interpreter::Exec(const Body& body, const FramePtr& frame, std
       case StmtKind::kSetBlock: {
         std::string captured;
         Exec(s.body, frame, captured);
-        Assign(s.targets, ApplyFilters(s.filters, Value(std::move(captured)), frame), frame, s.line);
+        Assign(s.targets, ApplyFilters(s.filters, Value(std::move(captured)), frame), frame,
+               s.line);
         break;
       }
       case StmtKind::kMacro:
@@ -129,21 +130,17 @@ Interpreter::Flow Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std
     iter->parent = frame;
     Assign(s.targets, items[static_cast<size_t>(i)], iter, s.line);
     Dict loop;
-    loop.items = {{"index0", Value(i)},
-                  {"index", Value(i + 1)},
-                  {"revindex0", Value(n - i - 1)},
-                  {"revindex", Value(n - i)},
-                  {"first", Value(i == 0)},
-                  {"last", Value(i == n - 1)},
-                  {"length", Value(n)},
-                  {"depth", Value(1)},
-                  {"depth0", Value(0)}};
+    loop.items = {
+        {"index0", Value(i)},       {"index", Value(i + 1)},  {"revindex0", Value(n - i - 1)},
+        {"revindex", Value(n - i)}, {"first", Value(i == 0)}, {"last", Value(i == n - 1)},
+        {"length", Value(n)},       {"depth", Value(1)},      {"depth0", Value(0)}};
     if (i > 0) loop.items.emplace_back("previtem", items[static_cast<size_t>(i - 1)]);
     if (i + 1 < n) loop.items.emplace_back("nextitem", items[static_cast<size_t>(i + 1)]);
-    loop.items.emplace_back("cycle", Value(Callable{"loop.cycle", [i](CallArgs& a, Interpreter&) {
-                                                      if (a.pos.empty()) Fail("no items for cycling given");
-                                                      return a.pos[static_cast<size_t>(i) % a.pos.size()];
-                                                    }}));
+    loop.items.emplace_back("cycle",
+                            Value(Callable{"loop.cycle", [i](CallArgs& a, Interpreter&) {
+                                             if (a.pos.empty()) Fail("no items for cycling given");
+                                             return a.pos[static_cast<size_t>(i) % a.pos.size()];
+                                           }}));
     iter->vars["loop"] = Value(std::move(loop));
     Flow f = Exec(s.body, iter, out);
     if (f == Flow::kBreak) break;
@@ -152,8 +149,8 @@ Interpreter::Flow Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std
   return Flow::kNormal;
 }
 
-void Interpreter::Assign(const std::vector<std::string>& targets, const Value& v, const FramePtr& frame,
-                         int line) {
+void Interpreter::Assign(const std::vector<std::string>& targets, const Value& v,
+                         const FramePtr& frame, int line) {
   if (targets.size() == 1) {
     const std::string& t = targets[0];
     size_t dot = t.find('.');
@@ -184,21 +181,24 @@ Value Interpreter::DefineMacro(const Stmt& s, const FramePtr& frame) {
   FramePtr defining = frame;
   std::string name = s.kind == StmtKind::kMacro ? s.name : "caller";
   return Value(Callable{name, [this, def, defining, name](CallArgs& args, Interpreter&) -> Value {
-                          if (++call_depth_ > kMaxCallDepth) Fail("macro recursion too deep in '" + name + "'");
+                          if (++call_depth_ > kMaxCallDepth)
+                            Fail("macro recursion too deep in '" + name + "'");
                           auto f = std::make_shared<Frame>();
                           f->parent = defining;
                           if (args.pos.size() > def->params.size())
-                            Fail("macro '" + name + "' takes not more than " + std::to_string(def->params.size()) +
-                                 " argument(s)");
+                            Fail("macro '" + name + "' takes not more than " +
+                                 std::to_string(def->params.size()) + " argument(s)");
                           for (const auto& [k, v] : args.kw) {
                             bool known = k == "caller";
                             for (const auto& p : def->params) known |= p.name == k;
-                            if (!known) Fail("macro '" + name + "' takes no keyword argument '" + k + "'");
+                            if (!known)
+                              Fail("macro '" + name + "' takes no keyword argument '" + k + "'");
                             if (k == "caller") f->vars["caller"] = v;
                           }
                           for (size_t i = 0; i < def->params.size(); ++i) {
                             const MacroParam& p = def->params[i];
-                            Value v = Value::MakeUndefined("parameter '" + p.name + "' was not provided");
+                            Value v =
+                                Value::MakeUndefined("parameter '" + p.name + "' was not provided");
                             if (i < args.pos.size()) {
                               v = args.pos[i];
                             } else {
@@ -240,7 +240,8 @@ CallArgs Interpreter::EvalArgs(const Expr& e, size_t first, const FramePtr& fram
   for (size_t i = first; i < e.args.size(); ++i) a.pos.push_back(Eval(*e.args[i], frame));
   if (e.star_args) {
     Value xs = Eval(*e.star_args, frame);
-    if (!xs.is_list() && !xs.is_string() && !xs.is_dict()) Fail("argument after * must be iterable, not " + xs.TypeName());
+    if (!xs.is_list() && !xs.is_string() && !xs.is_dict())
+      Fail("argument after * must be iterable, not " + xs.TypeName());
     for (Value& v : xs.Iterate()) a.pos.push_back(std::move(v));
   }
   for (const auto& [k, x] : e.kwargs) a.kw.emplace_back(k, Eval(*x, frame));
@@ -252,7 +253,8 @@ CallArgs Interpreter::EvalArgs(const Expr& e, size_t first, const FramePtr& fram
   return a;
 }
 
-Value Interpreter::ApplyFilters(const std::vector<ExprPtr>& filters, Value v, const FramePtr& frame) {
+Value Interpreter::ApplyFilters(const std::vector<ExprPtr>& filters, Value v,
+                                const FramePtr& frame) {
   for (const ExprPtr& f : filters) {
     CallArgs a = EvalArgs(*f, 1, frame);
     v = ApplyFilter(f->name, v, a, *this);
@@ -287,7 +289,9 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
       case ExprKind::kGetItem:
         return GetItem(Eval(*e.args[0], frame), Eval(*e.args[1], frame));
       case ExprKind::kSlice: {
-        auto opt = [&](size_t i) { return e.args[i] ? Eval(*e.args[i], frame) : Value::MakeNone(); };
+        auto opt = [&](size_t i) {
+          return e.args[i] ? Eval(*e.args[i], frame) : Value::MakeNone();
+        };
         return Slice(Eval(*e.args[0], frame), opt(1), opt(2), opt(3));
       }
       case ExprKind::kCall: {
@@ -311,8 +315,9 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
       case ExprKind::kPos: {
         Value v = Eval(*e.args[0], frame);
         if (v.is_undefined()) FailUndefined(v);
-        if (!v.is_number()) Fail("bad operand type for unary " + std::string(e.kind == ExprKind::kNeg ? "-" : "+") +
-                                 ": '" + v.TypeName() + "'");
+        if (!v.is_number())
+          Fail("bad operand type for unary " + std::string(e.kind == ExprKind::kNeg ? "-" : "+") +
+               ": '" + v.TypeName() + "'");
         if (e.kind == ExprKind::kPos) return v.is_bool() ? Value(AsIntLike(v)) : v;
         return v.is_float() ? Value(-v.as_float()) : Value(-AsIntLike(v));
       }
@@ -329,12 +334,18 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
           Value right = Eval(*e.args[i + 1], frame);
           const std::string& op = e.ops[i];
           bool r;
-          if (op == "==") r = left.Equals(right);
-          else if (op == "!=") r = !left.Equals(right);
-          else if (op == "<") r = left.Less(right);
-          else if (op == ">") r = right.Less(left);
-          else if (op == "<=") r = left.Less(right) || left.Equals(right);
-          else if (op == ">=") r = right.Less(left) || left.Equals(right);
+          if (op == "==")
+            r = left.Equals(right);
+          else if (op == "!=")
+            r = !left.Equals(right);
+          else if (op == "<")
+            r = left.Less(right);
+          else if (op == ">")
+            r = right.Less(left);
+          else if (op == "<=")
+            r = left.Less(right) || left.Equals(right);
+          else if (op == ">=")
+            r = right.Less(left) || left.Equals(right);
           else {  // in / notin
             CallArgs a;
             a.pos.push_back(right);
@@ -372,7 +383,8 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
   if (a.is_undefined()) FailUndefined(a);
   if (b.is_undefined()) FailUndefined(b);
   auto type_error = [&]() -> Value {
-    Fail("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() + "'");
+    Fail("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() +
+         "'");
   };
   const bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
   const bool nums = a.is_number() && b.is_number();
@@ -407,7 +419,8 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
         return Value(std::move(s));
       }
       List l;
-      for (int64_t i = 0; i < n; ++i) l.insert(l.end(), seq->as_list().begin(), seq->as_list().end());
+      for (int64_t i = 0; i < n; ++i)
+        l.insert(l.end(), seq->as_list().begin(), seq->as_list().end());
       return Value(std::move(l));
     }
     return type_error();
@@ -424,7 +437,8 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     return Value(std::floor(a.ToDouble() / b.ToDouble()));
   }
   if (op == "%") {
-    if (a.is_string()) Fail("printf-style '%' string formatting is not supported; use ~ or the format filter");
+    if (a.is_string())
+      Fail("printf-style '%' string formatting is not supported; use ~ or the format filter");
     if (!nums) return type_error();
     if (b.ToDouble() == 0) Fail("integer division or modulo by zero");
     if (ints) {

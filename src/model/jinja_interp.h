@@ -41,7 +41,8 @@ class Interpreter {
 
   Flow Exec(const Body& body, const FramePtr& frame, std::string& out);
   Flow ExecFor(const Stmt& s, const FramePtr& frame, std::string& out);
-  void Assign(const std::vector<std::string>& targets, const Value& v, const FramePtr& frame, int line);
+  void Assign(const std::vector<std::string>& targets, const Value& v, const FramePtr& frame,
+              int line);
   Value DefineMacro(const Stmt& s, const FramePtr& frame);
 
   Value Eval(const Expr& e, const FramePtr& frame);

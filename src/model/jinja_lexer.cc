@@ -133,7 +133,8 @@ class Lexer {
     if (s_.compare(p, 3, "raw") != 0) return false;
     p += 3;
     while (p < s_.size() && WsLenAt(s_, p)) p += WsLenAt(s_, p);
-    return s_.compare(p, 2, "%}") == 0 || s_.compare(p, 3, "-%}") == 0 || s_.compare(p, 3, "+%}") == 0;
+    return s_.compare(p, 2, "%}") == 0 || s_.compare(p, 3, "-%}") == 0 ||
+           s_.compare(p, 3, "+%}") == 0;
   }
 
   Status LexRaw() {
@@ -170,7 +171,8 @@ class Lexer {
         CountLines(pos_, pos_ + n);
         pos_ += n;
       }
-      if (pos_ >= s_.size()) return Error(std::string("unterminated tag: missing '") + end_delim + "'");
+      if (pos_ >= s_.size())
+        return Error(std::string("unterminated tag: missing '") + end_delim + "'");
       if (depth == 0) {
         char sign = '\0';
         size_t p = pos_;
@@ -223,7 +225,7 @@ class Lexer {
     size_t b = pos_;
     auto digits = [&] {
       while (pos_ < s_.size() && (IsDigit(s_[pos_]) || (s_[pos_] == '_' && pos_ + 1 < s_.size() &&
-                                                         IsDigit(s_[pos_ + 1]))))
+                                                        IsDigit(s_[pos_ + 1]))))
         ++pos_;
     };
     digits();
@@ -272,7 +274,10 @@ class Lexer {
         int64_t v = 0;
         for (int i = 0; i < n; ++i) {
           char h = s_[pos_ + static_cast<size_t>(i)];
-          int d = IsDigit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+          int d = IsDigit(h)               ? h - '0'
+                  : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                  : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                           : -1;
           if (d < 0) return -1;
           v = v * 16 + d;
         }
@@ -283,21 +288,42 @@ class Lexer {
         case '\n':
           ++line_;
           break;  // line continuation
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
         case 'x':
         case 'u':
         case 'U': {
           int64_t v = hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
-          if (v < 0 || v > 0x10FFFF) return Error(std::string("bad \\") + e + " escape in a string literal");
+          if (v < 0 || v > 0x10FFFF)
+            return Error(std::string("bad \\") + e + " escape in a string literal");
           AppendUtf8(out, static_cast<uint32_t>(v));
           break;
         }
@@ -344,6 +370,8 @@ std::string NormalizeSource(const std::string& src) {
 
 }  // namespace
 
-StatusOr<std::vector<Token>> Lex(const std::string& source) { return Lexer(NormalizeSource(source)).Run(); }
+StatusOr<std::vector<Token>> Lex(const std::string& source) {
+  return Lexer(NormalizeSource(source)).Run();
+}
 
 }  // namespace strata::jinja

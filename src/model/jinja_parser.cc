@@ -29,21 +29,33 @@ class Parser {
   void Next() {
     if (i_ + 1 < t_.size()) ++i_;
   }
-  bool IsOp(const char* op) const { return Cur().type == TokenType::kOperator && Cur().value == op; }
-  bool IsName(const char* name) const { return Cur().type == TokenType::kName && Cur().value == name; }
+  bool IsOp(const char* op) const {
+    return Cur().type == TokenType::kOperator && Cur().value == op;
+  }
+  bool IsName(const char* name) const {
+    return Cur().type == TokenType::kName && Cur().value == name;
+  }
   [[noreturn]] void Fail(const std::string& what, int line = -1) const {
     throw ParseError{"template line " + std::to_string(line < 0 ? Cur().line : line) + ": " + what};
   }
   std::string Describe(const Token& t) const {
     switch (t.type) {
-      case TokenType::kText: return "template text";
-      case TokenType::kVarBegin: return "'{{'";
-      case TokenType::kVarEnd: return "'}}'";
-      case TokenType::kBlockBegin: return "'{%'";
-      case TokenType::kBlockEnd: return "'%}'";
-      case TokenType::kEof: return "end of template";
-      case TokenType::kString: return "string literal";
-      default: return "'" + t.value + "'";
+      case TokenType::kText:
+        return "template text";
+      case TokenType::kVarBegin:
+        return "'{{'";
+      case TokenType::kVarEnd:
+        return "'}}'";
+      case TokenType::kBlockBegin:
+        return "'{%'";
+      case TokenType::kBlockEnd:
+        return "'%}'";
+      case TokenType::kEof:
+        return "end of template";
+      case TokenType::kString:
+        return "string literal";
+      default:
+        return "'" + t.value + "'";
     }
   }
   void ExpectOp(const char* op) {
@@ -51,7 +63,8 @@ class Parser {
     Next();
   }
   void ExpectBlockEnd() {
-    if (Cur().type != TokenType::kBlockEnd) Fail("expected end of statement '%}', got " + Describe(Cur()));
+    if (Cur().type != TokenType::kBlockEnd)
+      Fail("expected end of statement '%}', got " + Describe(Cur()));
     Next();
   }
   std::string ExpectName() {
@@ -79,7 +92,8 @@ class Parser {
         if (!ends.empty()) {
           std::string names;
           for (const auto& e : ends) names += (names.empty() ? "'" : " or '") + e + "'";
-          Fail("unexpected end of template: expected " + names + " to close a block opened earlier");
+          Fail("unexpected end of template: expected " + names +
+               " to close a block opened earlier");
         }
         return body;
       }
@@ -102,7 +116,8 @@ class Parser {
         body.push_back(std::move(s));
       } else if (tok.type == TokenType::kBlockBegin) {
         Next();
-        if (Cur().type != TokenType::kName) Fail("expected a tag name after '{%', got " + Describe(Cur()));
+        if (Cur().type != TokenType::kName)
+          Fail("expected a tag name after '{%', got " + Describe(Cur()));
         if (ends.count(Cur().value)) return body;
         body.push_back(ParseStatement());
       } else {
@@ -191,7 +206,8 @@ class Parser {
       s->kind = StmtKind::kCallBlock;
       if (IsOp("(")) s->params = ParseParams();
       s->expr = ParseExpression();
-      if (s->expr->kind != ExprKind::kCall) Fail("{% call %} needs a macro call, e.g. {% call m(x) %}", line);
+      if (s->expr->kind != ExprKind::kCall)
+        Fail("{% call %} needs a macro call, e.g. {% call m(x) %}", line);
       ExpectBlockEnd();
       int saved = loop_depth_;
       loop_depth_ = 0;
@@ -223,11 +239,14 @@ class Parser {
       Next();
       ExpectBlockEnd();
     } else {
-      static const std::set<std::string> kEnds = {"endif", "endfor", "endset", "endmacro", "endfilter", "endcall",
-                                                  "elif", "else", "endgeneration"};
+      static const std::set<std::string> kEnds = {"endif",    "endfor",    "endset",
+                                                  "endmacro", "endfilter", "endcall",
+                                                  "elif",     "else",      "endgeneration"};
       if (kEnds.count(tag)) Fail("unexpected '" + tag + "' (no open block it could close)", line);
-      Fail("unsupported tag '" + tag + "' (Strata's chat template engine supports if, for, set, macro, "
-           "call, filter, break, continue, raw, generation)", line);
+      Fail("unsupported tag '" + tag +
+               "' (Strata's chat template engine supports if, for, set, macro, "
+               "call, filter, break, continue, raw, generation)",
+           line);
     }
     return s;
   }
@@ -269,7 +288,8 @@ class Parser {
     }
     if (paren) ExpectOp(")");
     for (const auto& n : names)
-      if (n.find('.') != std::string::npos && names.size() > 1) Fail("cannot unpack into a namespace attribute");
+      if (n.find('.') != std::string::npos && names.size() > 1)
+        Fail("cannot unpack into a namespace attribute");
     return names;
   }
 
@@ -310,8 +330,8 @@ class Parser {
         if (!IsOp(",")) break;
         Next();
         comma = true;
-        if (Cur().type == TokenType::kVarEnd || Cur().type == TokenType::kBlockEnd || IsOp("=") || IsOp(")") ||
-            (stop_at_if && IsName("if")))
+        if (Cur().type == TokenType::kVarEnd || Cur().type == TokenType::kBlockEnd || IsOp("=") ||
+            IsOp(")") || (stop_at_if && IsName("if")))
           break;
       }
       items.push_back(with_condexpr ? ParseExpression() : ParseOr());
@@ -635,7 +655,8 @@ class Parser {
         continue;
       }
       if (e.star_args || e.star_kwargs) Fail("arguments after *args / **kwargs are not supported");
-      if (Cur().type == TokenType::kName && Peek().type == TokenType::kOperator && Peek().value == "=") {
+      if (Cur().type == TokenType::kName && Peek().type == TokenType::kOperator &&
+          Peek().value == "=") {
         std::string key = Cur().value;
         Next();
         Next();
@@ -673,8 +694,9 @@ class Parser {
         const Token& c = Cur();
         if (IsOp("(")) {
           ParseCallArgs(*t);
-        } else if ((c.type == TokenType::kName || c.type == TokenType::kString || c.type == TokenType::kInt ||
-                    c.type == TokenType::kFloat || IsOp("[") || IsOp("{")) &&
+        } else if ((c.type == TokenType::kName || c.type == TokenType::kString ||
+                    c.type == TokenType::kInt || c.type == TokenType::kFloat || IsOp("[") ||
+                    IsOp("{")) &&
                    !IsName("else") && !IsName("or") && !IsName("and")) {
           if (IsName("is")) Fail("tests cannot be chained with 'is'");
           t->args.push_back(ParsePostfix(ParsePrimary()));

@@ -17,7 +17,9 @@ namespace {
 
 uint32_t MapCase(uint32_t c, int how) {  // 0 lower, 1 upper, 2 title
   auto cp = static_cast<utf8proc_int32_t>(c);
-  return static_cast<uint32_t>(how == 0 ? utf8proc_tolower(cp) : how == 1 ? utf8proc_toupper(cp) : utf8proc_totitle(cp));
+  return static_cast<uint32_t>(how == 0   ? utf8proc_tolower(cp)
+                               : how == 1 ? utf8proc_toupper(cp)
+                                          : utf8proc_totitle(cp));
 }
 
 bool IsCased(uint32_t c) {
@@ -35,9 +37,10 @@ void AppendCased(std::string& out, const std::vector<uint32_t>& cps, size_t i, i
     const char* title;
   };
   static const Special kSpecial[] = {
-      {0x00DF, "SS", "Ss"},         {0xFB00, "FF", "Ff"},   {0xFB01, "FI", "Fi"}, {0xFB02, "FL", "Fl"},
-      {0xFB03, "FFI", "Ffi"},       {0xFB04, "FFL", "Ffl"}, {0xFB05, "ST", "St"}, {0xFB06, "ST", "St"},
-      {0x0149, "\u02bcN", "\u02bcN"}, {0x01F0, "J\u030c", "J\u030c"},
+      {0x00DF, "SS", "Ss"},           {0xFB00, "FF", "Ff"},   {0xFB01, "FI", "Fi"},
+      {0xFB02, "FL", "Fl"},           {0xFB03, "FFI", "Ffi"}, {0xFB04, "FFL", "Ffl"},
+      {0xFB05, "ST", "St"},           {0xFB06, "ST", "St"},   {0x0149, "\u02bcN", "\u02bcN"},
+      {0x01F0, "J\u030c", "J\u030c"},
   };
   uint32_t c = cps[i];
   if (how != 0) {
@@ -119,7 +122,8 @@ std::string JinjaTitle(const std::string& s) {
   return out;
 }
 
-std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string Replace(const std::string& s, const std::string& from, const std::string& to,
+                    int64_t count) {
   std::string out;
   if (from.empty()) {  // Python inserts `to` between every character
     std::vector<uint32_t> cps = DecodeUtf8(s);
@@ -217,7 +221,8 @@ bool AffixMatch(const std::string& s, const Value& affix, bool prefix) {
   auto one = [&](const Value& a) {
     const std::string& x = RequireString(a, prefix ? "startswith" : "endswith");
     if (x.size() > s.size()) return false;
-    return prefix ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
+    return prefix ? s.compare(0, x.size(), x) == 0
+                  : s.compare(s.size() - x.size(), x.size(), x) == 0;
   };
   if (affix.is_list()) {
     for (const Value& a : affix.as_list())
@@ -236,18 +241,21 @@ int64_t ToInt(const Value& v, const char* what) {
 }
 
 Value StrMethod(const std::string& s, const std::string& name, CallArgs& a) {
-  if (name == "startswith" || name == "endswith") return Value(AffixMatch(s, a.Get(0, "prefix"), name[0] == 's'));
+  if (name == "startswith" || name == "endswith")
+    return Value(AffixMatch(s, a.Get(0, "prefix"), name[0] == 's'));
   if (name == "strip") return Value(PyStrip(s, a.Get(0, "chars"), true, true));
   if (name == "lstrip") return Value(PyStrip(s, a.Get(0, "chars"), true, false));
   if (name == "rstrip") return Value(PyStrip(s, a.Get(0, "chars"), false, true));
   if (name == "split" || name == "rsplit")
-    return Value(Split(s, a.Get(0, "sep"), ToInt(a.Get(1, "maxsplit", Value(-1)), "maxsplit"), name[0] == 'r'));
+    return Value(Split(s, a.Get(0, "sep"), ToInt(a.Get(1, "maxsplit", Value(-1)), "maxsplit"),
+                       name[0] == 'r'));
   if (name == "upper") return Value(MapString(s, 1));
   if (name == "lower") return Value(MapString(s, 0));
   if (name == "title") return Value(PyTitle(s));
   if (name == "capitalize") return Value(PyCapitalize(s));
   if (name == "replace")
-    return Value(Replace(s, RequireString(a.Get(0, "old"), "replace"), RequireString(a.Get(1, "new"), "replace"),
+    return Value(Replace(s, RequireString(a.Get(0, "old"), "replace"),
+                         RequireString(a.Get(1, "new"), "replace"),
                          ToInt(a.Get(2, "count", Value(-1)), "count")));
   if (name == "find" || name == "rfind" || name == "count" || name == "index") {
     const std::string& sub = RequireString(a.Get(0, "sub"), name.c_str());
@@ -296,7 +304,8 @@ Value StrMethod(const std::string& s, const std::string& name, CallArgs& a) {
   };
   if (name == "isdigit") return all([](uint32_t c) { return c >= '0' && c <= '9'; });
   if (name == "isalpha") return all(IsAlpha);
-  if (name == "isalnum") return all([](uint32_t c) { return IsAlpha(c) || (c >= '0' && c <= '9'); });
+  if (name == "isalnum")
+    return all([](uint32_t c) { return IsAlpha(c) || (c >= '0' && c <= '9'); });
   if (name == "isspace") return all(IsPyWhitespace);
   if (name == "islower" || name == "isupper") {
     bool any_cased = false;
@@ -312,14 +321,14 @@ Value StrMethod(const std::string& s, const std::string& name, CallArgs& a) {
 }
 
 bool IsStrMethod(const std::string& n) {
-  static const char* kNames[] = {"startswith", "endswith", "strip",  "lstrip",    "rstrip",  "split",   "rsplit",
-                                 "upper",      "lower",    "title",  "capitalize", "replace", "find",    "rfind",
-                                 "count",      "index",    "join",   "splitlines", "isdigit", "isalpha", "isalnum",
-                                 "isspace",    "islower",  "isupper"};
+  static const char* kNames[] = {"startswith", "endswith", "strip",      "lstrip",  "rstrip",
+                                 "split",      "rsplit",   "upper",      "lower",   "title",
+                                 "capitalize", "replace",  "find",       "rfind",   "count",
+                                 "index",      "join",     "splitlines", "isdigit", "isalpha",
+                                 "isalnum",    "isspace",  "islower",    "isupper"};
   for (const char* k : kNames)
     if (n == k) return true;
   return false;
 }
-
 
 }  // namespace strata::jinja

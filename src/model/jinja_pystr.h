@@ -20,7 +20,8 @@ std::string MapString(const std::string& s, int how);  // how: 0 lower(), 1 uppe
 std::string PyCapitalize(const std::string& s);        // str.capitalize()
 std::string JinjaTitle(const std::string& s);          // jinja2's title filter (not str.title)
 // str.replace(from, to, count); count < 0 replaces all.
-std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+std::string Replace(const std::string& s, const std::string& from, const std::string& to,
+                    int64_t count);
 // str.split(sep, maxsplit) / rsplit; sep none = runs of whitespace.
 List Split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_right);
 

@@ -13,7 +13,8 @@
 namespace strata::jinja {
 namespace {
 
-std::string Render(const std::string& src, const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) {
+std::string Render(const std::string& src,
+                   const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) {
   auto prog = ParseTemplate(src);
   EXPECT_TRUE(prog.ok()) << prog.status().ToString();
   if (!prog.ok()) return "<parse error>";
@@ -40,17 +41,22 @@ TEST(JinjaValue, FloatReprMatchesPython) {
 }
 
 TEST(JinjaValue, JsonDumpsLikePython) {
-  Value v = Value::FromJson(nlohmann::ordered_json::parse(R"({"b": [1, 2.0, null, true], "a": {}, "é": "x\"\n"})"));
+  Value v = Value::FromJson(
+      nlohmann::ordered_json::parse(R"({"b": [1, 2.0, null, true], "a": {}, "é": "x\"\n"})"));
   Value none = Value::MakeNone();
-  EXPECT_EQ(JsonDumps(v, false, none, none, false), R"({"b": [1, 2.0, null, true], "a": {}, "é": "x\"\n"})");
-  EXPECT_EQ(JsonDumps(v, true, none, none, true), R"({"a": {}, "b": [1, 2.0, null, true], "\u00e9": "x\"\n"})");
+  EXPECT_EQ(JsonDumps(v, false, none, none, false),
+            R"({"b": [1, 2.0, null, true], "a": {}, "é": "x\"\n"})");
+  EXPECT_EQ(JsonDumps(v, true, none, none, true),
+            R"({"a": {}, "b": [1, 2.0, null, true], "\u00e9": "x\"\n"})");
   EXPECT_EQ(JsonDumps(v, false, Value(2), none, false),
-            "{\n  \"b\": [\n    1,\n    2.0,\n    null,\n    true\n  ],\n  \"a\": {},\n  \"é\": \"x\\\"\\n\"\n}");
+            "{\n  \"b\": [\n    1,\n    2.0,\n    null,\n    true\n  ],\n  \"a\": {},\n  \"é\": "
+            "\"x\\\"\\n\"\n}");
   EXPECT_EQ(JsonDumps(Value("🎉"), true, none, none, false), "\"\\ud83c\\udf89\"");
 }
 
 TEST(JinjaValue, ReprAndEquality) {
-  Value v = Value::FromJson(nlohmann::ordered_json::parse(R"(["it's", "a\"b", 1, null, {"k": false}])"));
+  Value v =
+      Value::FromJson(nlohmann::ordered_json::parse(R"(["it's", "a\"b", 1, null, {"k": false}])"));
   EXPECT_EQ(v.Str(), R"(["it's", 'a"b', 1, None, {'k': False}])");
   EXPECT_TRUE(Value(1).Equals(Value(1.0)));
   EXPECT_TRUE(Value(true).Equals(Value(1)));
@@ -96,7 +102,7 @@ TEST(JinjaParser, PrecedenceFollowsJinja2) {
   EXPECT_EQ(Render("{{ [1, 2, 3] | length - 1 }}"), "2");
   EXPECT_EQ(Render("{{ not x is defined }}"), "True");
   EXPECT_EQ(Render("{{ 1 + 2 * 3 ** 2 }}"), "19");
-  EXPECT_EQ(Render("{{ 1 ~ 2 * 3 }}"), "16");                          // ~ is below * ...
+  EXPECT_EQ(Render("{{ 1 ~ 2 * 3 }}"), "16");  // ~ is below * ...
   EXPECT_NE(Render("{{ 'a' ~ 1 + 2 }}").find("concatenate"), std::string::npos);  // ... and above +
   EXPECT_EQ(Render("{{ 'y' if 0 else 'n' if 1 else 'z' }}"), "n");
 }
@@ -104,7 +110,8 @@ TEST(JinjaParser, PrecedenceFollowsJinja2) {
 TEST(JinjaInterp, ScopingLikeJinja2) {
   // A set inside a for body does not leak; namespaces carry state out.
   EXPECT_EQ(Render("{% set x = 0 %}{% for i in [1, 2] %}{% set x = i %}{% endfor %}{{ x }}"), "0");
-  EXPECT_EQ(Render("{% set ns = namespace(x=0) %}{% for i in [1, 2] %}{% set ns.x = i %}{% endfor %}{{ ns.x }}"),
+  EXPECT_EQ(Render("{% set ns = namespace(x=0) %}{% for i in [1, 2] %}{% set ns.x = i %}{% endfor "
+                   "%}{{ ns.x }}"),
             "2");
   EXPECT_EQ(Render("{% if true %}{% set y = 3 %}{% endif %}{{ y }}"), "3");
 }
@@ -117,7 +124,8 @@ TEST(JinjaInterp, CallBlocksAndArgumentSplats) {
   EXPECT_EQ(Render("{% macro each(xs) %}{% for x in xs %}{{ caller(x) }}{% endfor %}{% endmacro %}"
                    "{% call(v) each([1, 2]) %}[{{ v * 10 }}]{% endcall %}"),
             "[10][20]");
-  EXPECT_EQ(Render("{% macro mul(a, b, c) %}{{ a * b * c }}{% endmacro %}{{ mul(*[1, 2, 3]) }}|{{ mul(2, **{'b': 3, "
+  EXPECT_EQ(Render("{% macro mul(a, b, c) %}{{ a * b * c }}{% endmacro %}{{ mul(*[1, 2, 3]) }}|{{ "
+                   "mul(2, **{'b': 3, "
                    "'c': 4}) }}|{% set fs = [mul] %}{{ fs[0](*[1, 1, 5]) }}"),
             "6|24|5");
 }
@@ -128,7 +136,8 @@ TEST(JinjaInterp, UndefinedSemantics) {
   EXPECT_EQ(Render("{{ d.missing is defined }}", {{"d", {{"a", 1}}}}), "False");
   EXPECT_NE(Render("{{ nope.attr }}").find("'nope' is undefined"), std::string::npos);
   EXPECT_NE(Render("{{ nope + 1 }}").find("<error"), std::string::npos);
-  EXPECT_EQ(Render("{{ n.x is defined }}", {{"n", nullptr}}), "False");  // attribute of None: undefined
+  EXPECT_EQ(Render("{{ n.x is defined }}", {{"n", nullptr}}),
+            "False");  // attribute of None: undefined
 }
 
 TEST(JinjaInterp, SandboxRefusesMutation) {
@@ -138,18 +147,24 @@ TEST(JinjaInterp, SandboxRefusesMutation) {
 
 TEST(JinjaInterp, DictMethodsWinOverKeysForAttributeAccess) {
   // jinja2: d.items is the method, d['items'] is the key.
-  EXPECT_EQ(Render("{{ d['items'] }}|{{ d.items() | list | length }}", {{"d", {{"items", "key"}, {"a", 1}}}}),
+  EXPECT_EQ(Render("{{ d['items'] }}|{{ d.items() | list | length }}",
+                   {{"d", {{"items", "key"}, {"a", 1}}}}),
             "key|2");
 }
 
 TEST(JinjaInterp, StrMethodsUseCodePoints) {
-  EXPECT_EQ(Render("{{ s[1:3] }}|{{ s | length }}|{{ s[-1] }}|{{ s.upper() }}", {{"s", "aé🎉b"}}), "é🎉|4|b|AÉ🎉B");
-  EXPECT_EQ(Render("{{ s.split('</think>')[-1].lstrip('\\n') }}", {{"s", "<think>r</think>\n\nanswer"}}),
-            "answer");
-  EXPECT_EQ(Render("{{ '  a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}"), "['a', 'b']|['a', 'b,c']");
+  EXPECT_EQ(Render("{{ s[1:3] }}|{{ s | length }}|{{ s[-1] }}|{{ s.upper() }}", {{"s", "aé🎉b"}}),
+            "é🎉|4|b|AÉ🎉B");
+  EXPECT_EQ(
+      Render("{{ s.split('</think>')[-1].lstrip('\\n') }}", {{"s", "<think>r</think>\n\nanswer"}}),
+      "answer");
+  EXPECT_EQ(Render("{{ '  a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}"),
+            "['a', 'b']|['a', 'b,c']");
   // After maxsplit the rest keeps its outer whitespace.
-  EXPECT_EQ(Render("{{ ' a  b '.rsplit(None, 1) }}|{{ 'a b '.split(None, 1) }}"), "[' a', 'b']|['a', 'b ']");
-  EXPECT_EQ(Render("{{ 'straße'.upper() }}|{{ 'İ'.lower()|length }}|{{ 'ΟΔΟΣ'.lower() }}"), "STRASSE|2|οδος");
+  EXPECT_EQ(Render("{{ ' a  b '.rsplit(None, 1) }}|{{ 'a b '.split(None, 1) }}"),
+            "[' a', 'b']|['a', 'b ']");
+  EXPECT_EQ(Render("{{ 'straße'.upper() }}|{{ 'İ'.lower()|length }}|{{ 'ΟΔΟΣ'.lower() }}"),
+            "STRASSE|2|οδος");
 }
 
 }  // namespace

@@ -61,7 +61,8 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
       d.items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), FromJson(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.items.emplace_back(it.key(), FromJson(it.value()));
       return Value(std::move(d));
     }
     default:
@@ -166,9 +167,9 @@ std::string EncodeUtf8(const std::vector<uint32_t>& cps, size_t begin, size_t en
 
 bool IsPyWhitespace(uint32_t c) {
   // str.isspace(): bidi class WS/B/S or category Zs.
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 std::string PyStrip(const std::string& s, const Value& chars, bool left, bool right) {
@@ -229,7 +230,8 @@ std::string PyFloatRepr(double d) {
     } else if (static_cast<size_t>(exp) + 1 >= digits.size()) {
       out += digits + std::string(static_cast<size_t>(exp) + 1 - digits.size(), '0') + ".0";
     } else {
-      out += digits.substr(0, static_cast<size_t>(exp) + 1) + "." + digits.substr(static_cast<size_t>(exp) + 1);
+      out += digits.substr(0, static_cast<size_t>(exp) + 1) + "." +
+             digits.substr(static_cast<size_t>(exp) + 1);
     }
   } else {
     out += digits.substr(0, 1);
@@ -405,7 +407,8 @@ bool Value::Less(const Value& o) const {
     }
     return ToDouble() < o.ToDouble();
   }
-  if (is_string() && o.is_string()) return as_string() < o.as_string();  // UTF-8 order = code point order
+  if (is_string() && o.is_string())
+    return as_string() < o.as_string();  // UTF-8 order = code point order
   if (is_list() && o.is_list()) {
     const List &a = as_list(), &b = o.as_list();
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
@@ -565,7 +568,8 @@ struct JsonWriter {
         std::vector<const std::pair<std::string, Value>*> items;
         for (const auto& kv : v.as_dict().items) items.push_back(&kv);
         if (sort_keys)
-          std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+          std::stable_sort(items.begin(), items.end(),
+                           [](auto* a, auto* b) { return a->first < b->first; });
         if (items.empty()) {
           out += "{}";
           return;
@@ -590,16 +594,16 @@ struct JsonWriter {
 
 }  // namespace
 
-std::string JsonDumps(const Value& v, bool ensure_ascii, const Value& indent, const Value& separators,
-                      bool sort_keys) {
+std::string JsonDumps(const Value& v, bool ensure_ascii, const Value& indent,
+                      const Value& separators, bool sort_keys) {
   JsonWriter w;
   w.ensure_ascii = ensure_ascii;
   w.sort_keys = sort_keys;
   w.pretty = !(indent.is_none() || indent.is_undefined());
   if (w.pretty) {
     if (indent.is_int() || indent.is_bool())
-      w.indent_unit = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.is_bool() ? indent.as_bool()
-                                                                                              : indent.as_int())),
+      w.indent_unit = std::string(static_cast<size_t>(std::max<int64_t>(
+                                      0, indent.is_bool() ? indent.as_bool() : indent.as_int())),
                                   ' ');
     else if (indent.is_string())
       w.indent_unit = indent.as_string();
@@ -609,8 +613,8 @@ std::string JsonDumps(const Value& v, bool ensure_ascii, const Value& indent, co
   w.item_sep = w.pretty ? "," : ", ";
   w.key_sep = ": ";
   if (!(separators.is_none() || separators.is_undefined())) {
-    if (!separators.is_list() || separators.as_list().size() != 2 || !separators.as_list()[0].is_string() ||
-        !separators.as_list()[1].is_string())
+    if (!separators.is_list() || separators.as_list().size() != 2 ||
+        !separators.as_list()[0].is_string() || !separators.as_list()[1].is_string())
       Fail("tojson: separators must be a pair of strings");
     w.item_sep = separators.as_list()[0].as_string();
     w.key_sep = separators.as_list()[1].as_string();

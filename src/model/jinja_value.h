@@ -13,13 +13,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace strata::jinja {
 
@@ -57,7 +56,18 @@ struct RenderError {
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable
+  };
 
   Value() : v_(Undefined{}) {}
   static Value MakeUndefined(std::string hint) { return Value(Undefined{std::move(hint)}); }
@@ -84,7 +94,9 @@ class Value {
   bool is_bool() const { return kind() == Kind::kBool; }
   bool is_int() const { return kind() == Kind::kInt; }
   bool is_float() const { return kind() == Kind::kFloat; }
-  bool is_number() const { return is_bool() || is_int() || is_float(); }  // Python: bool is a Number
+  bool is_number() const {
+    return is_bool() || is_int() || is_float();
+  }  // Python: bool is a Number
   bool is_string() const { return kind() == Kind::kString; }
   bool is_list() const { return kind() == Kind::kList; }  // lists and tuples
   bool is_tuple() const { return tuple_; }
@@ -127,8 +139,9 @@ class Value {
   explicit Value(Undefined u) : v_(std::move(u)) {}
   explicit Value(None n) : v_(n) {}
 
-  std::variant<Undefined, None, bool, int64_t, double, std::shared_ptr<const std::string>, std::shared_ptr<const List>,
-               std::shared_ptr<const Dict>, std::shared_ptr<Dict>, std::shared_ptr<const Callable>>
+  std::variant<Undefined, None, bool, int64_t, double, std::shared_ptr<const std::string>,
+               std::shared_ptr<const List>, std::shared_ptr<const Dict>, std::shared_ptr<Dict>,
+               std::shared_ptr<const Callable>>
       v_;
   bool tuple_ = false;
 };
@@ -138,8 +151,8 @@ std::string PyFloatRepr(double d);
 
 // json.dumps(v, ensure_ascii, indent, separators, sort_keys). `indent` is
 // null (compact), an int or a string; `separators` null or a 2-item list.
-std::string JsonDumps(const Value& v, bool ensure_ascii, const Value& indent, const Value& separators,
-                      bool sort_keys);
+std::string JsonDumps(const Value& v, bool ensure_ascii, const Value& indent,
+                      const Value& separators, bool sort_keys);
 
 // UTF-8 helpers with Python str semantics (indices count code points).
 std::vector<uint32_t> DecodeUtf8(std::string_view s);
