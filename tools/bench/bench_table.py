@@ -36,7 +36,7 @@ def main(path):
                 "load": (min(r["loadavg"] for r in rs), max(r["loadavg"] for r in rs)),
             }
         peer = stats.get("llama.cpp")
-        for engine in sorted(stats, key=lambda e: e != "strata"):
+        for engine in sorted(stats, key=lambda e: (e == "llama.cpp", e)):
             s = stats[engine]
             vs = "—"
             if peer and engine != "llama.cpp":

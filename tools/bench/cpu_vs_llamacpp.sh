@@ -6,9 +6,15 @@
 # bandwidth measurement, the batch-1 decode roofline. Prints a markdown table.
 #
 #   tools/bench/cpu_vs_llamacpp.sh [--shapes "qwen2.5-0.5b llama-3.2-1b"]
-#       [--threads "1 2"] [--rounds 2] [--repeats 2] [--prompt-len 512]
-#       [--gen-len 64] [--models-dir /tmp/strata-bench-models]
+#       [--threads "1 2"] [--rounds 2] [--repeats 1] [--prompt-len 512]
+#       [--gen-len 64] [--precisions "fp32 bf16"] [--models-dir /tmp/strata-bench-models]
 #       [--build-dir build-bench] [--skip-build]
+#
+# Strata runs once per --precisions entry (its --matmul-precision: fp32 is the
+# exact default; bf16 rounds activations to bf16 and uses AMX for prefill, the
+# same arithmetic as llama.cpp's BF16 matmuls, which round activations too).
+# Each engine process warms up on a short request, then times --repeats runs
+# (best kept); the table shows medians over --rounds.
 #
 # Needs: cmake, ninja, a C++ compiler, node + npm, /usr/bin/python3 with numpy
 # (Debian python3-numpy) to write the models once (~1 GB + ~2.5 GB, each twice:
@@ -21,7 +27,8 @@ MODELS="/tmp/strata-bench-models"
 SHAPES="qwen2.5-0.5b llama-3.2-1b"
 THREADS="1 2"
 ROUNDS=2
-REPEATS=2
+REPEATS=1
+PRECISIONS="fp32 bf16"
 PROMPT=512
 GEN=64
 SKIP_BUILD=0
@@ -31,12 +38,13 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
+    --precisions) PRECISIONS="$2"; shift 2 ;;
     --prompt-len) PROMPT="$2"; shift 2 ;;
     --gen-len) GEN="$2"; shift 2 ;;
     --models-dir) MODELS="$2"; shift 2 ;;
     --build-dir) BUILD="$(realpath -m "$2")"; shift 2 ;;
     --skip-build) SKIP_BUILD=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown flag '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -83,14 +91,14 @@ print(sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in h.items() if k
 EOF
 }
 
-run_strata() {  # shape threads round
+run_strata() {  # shape threads round precision
   local la out
   la=$(loadavg)
   out=$("$STRATA" bench engine --model-path "$MODELS/$1" --threads "$2" --prompt-len "$PROMPT" \
-        --gen-len "$GEN" --repeats "$REPEATS" --json 2>>"$LOG")
+        --gen-len "$GEN" --repeats "$REPEATS" --matmul-precision "$4" --json 2>>"$LOG")
   echo "$out" >>"$LOG"
-  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"strata","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s}\n' \
-    "$1" "$2" "$3" "$(json_field prefill_tok_s <<<"$out")" "$(json_field decode_tok_s <<<"$out")" \
+  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"strata %s matmul","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s}\n' \
+    "$1" "$2" "$3" "$4" "$(json_field prefill_tok_s <<<"$out")" "$(json_field decode_tok_s <<<"$out")" \
     "$(json_field read_bandwidth_gb_s <<<"$out")" "$WB" "$la" >>"$RESULTS"
 }
 
@@ -112,13 +120,18 @@ for shape in $SHAPES; do
   for t in $THREADS; do
     for ((r = 1; r <= ROUNDS; r++)); do
       echo "$shape threads=$t round $r/$ROUNDS (load $(loadavg))" >&2
-      if ((r % 2)); then run_strata "$shape" "$t" "$r"; run_llama "$shape" "$t" "$r"
-      else run_llama "$shape" "$t" "$r"; run_strata "$shape" "$t" "$r"; fi
+      if ((r % 2)); then
+        for p in $PRECISIONS; do run_strata "$shape" "$t" "$r" "$p"; done
+        run_llama "$shape" "$t" "$r"
+      else
+        run_llama "$shape" "$t" "$r"
+        for p in $PRECISIONS; do run_strata "$shape" "$t" "$r" "$p"; done
+      fi
     done
   done
 done
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus; $(date -u +%FT%TZ); results: $RESULTS"
-echo "prompt $PROMPT tokens, decode $GEN tokens, best of $REPEATS per run, median of $ROUNDS rounds"
+echo "strata $(git -C "$ROOT" describe --always --dirty); prompt $PROMPT tokens, decode $GEN tokens, best of $REPEATS per run after a warm-up, median of $ROUNDS rounds"
 echo
 /usr/bin/python3 "$ROOT/tools/bench/bench_table.py" "$RESULTS"

@@ -4,7 +4,7 @@
 // decode steps; best of --repeats after one warm-up that pages in the weights.
 //
 //   node tools/bench/llama_cpp/bench.mjs --model M.gguf --threads 2 \
-//       [--prompt-len 512] [--gen-len 64] [--repeats 2] [--vocab-hi 1000]
+//       [--prompt-len 512] [--gen-len 64] [--repeats 1] [--vocab-hi 1000]
 //
 // Prints one JSON object. What is timed is model evaluation through
 // LlamaContextSequence.evaluate (llama_decode + greedy sampling of one token
@@ -13,7 +13,7 @@
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
 function parseArgs(argv) {
-  const a = { promptLen: 512, genLen: 64, repeats: 2, threads: 1, vocabHi: 1000 };
+  const a = { promptLen: 512, genLen: 64, repeats: 1, threads: 1, vocabHi: 1000 };
   const names = {
     "--model": "model", "--threads": "threads", "--prompt-len": "promptLen",
     "--gen-len": "genLen", "--repeats": "repeats", "--vocab-hi": "vocabHi",
