@@ -1,0 +1,871 @@
+#include "server/openai_protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <set>
+
+namespace strata {
+
+ApiError InvalidRequestError(std::string param, std::string message) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+ApiError OverloadedError(std::string message, std::string code) {
+  ApiError e;
+  e.http_status = 503;
+  e.type = "overloaded";
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError ModelNotFoundError(const std::string& model) {
+  ApiError e;
+  e.http_status = 404;
+  e.message = "The model `" + model + "` does not exist.";
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
+ApiError ApiErrorFromStatus(const Status& status) {
+  ApiError e;
+  e.message = status.message();
+  switch (status.code()) {
+    case StatusCode::kOk:  // not an error; callers should not ask
+    case StatusCode::kInternal:
+    case StatusCode::kDataLoss:
+    case StatusCode::kIoError:
+    case StatusCode::kFailedPrecondition:
+      e.http_status = 500;
+      e.type = "server_error";
+      break;
+    case StatusCode::kInvalidArgument:
+      break;
+    case StatusCode::kNotFound:
+      e.http_status = 404;
+      break;
+    case StatusCode::kUnimplemented:
+      e.http_status = 501;
+      break;
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "overloaded";
+      break;
+    case StatusCode::kAborted:
+      e.http_status = 499;  // nginx's "client closed request"
+      e.type = "aborted";
+      break;
+  }
+  return e;
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using MaybeError = std::optional<ApiError>;
+
+#define RETURN_IF_API_ERROR(expr)         \
+  do {                                    \
+    if (auto api_error_ = (expr)) {       \
+      return std::move(*api_error_);      \
+    }                                     \
+  } while (0)
+
+// ---------------------------------------------------------------------------
+// JSON parsing: nlohmann's DOM builder behind a SAX filter that bounds the
+// nesting depth and keeps the parse error instead of throwing it.
+
+class BoundedDomParser {
+ public:
+  BoundedDomParser(Json& root, int max_depth) : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(Json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(Json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(Json::number_float_t v, const Json::string_t& s) { return dom_.number_float(v, s); }
+  bool string(Json::string_t& v) { return dom_.string(v); }
+  bool binary(Json::binary_t& v) { return dom_.binary(v); }
+  bool key(Json::string_t& k) { return dom_.key(k); }
+  bool start_object(std::size_t n) { return Enter() && dom_.start_object(n); }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return Enter() && dom_.start_array(n); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& ex) {
+    error_ = ex.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    if (size_t p = error_.find("] "); error_.rfind("[json.exception.", 0) == 0 && p != std::string::npos) {
+      error_.erase(0, p + 2);
+    }
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  bool Enter() {
+    if (++depth_ > max_depth_) {
+      error_ = "nested deeper than " + std::to_string(max_depth_) + " levels";
+      return false;
+    }
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<Json> dom_;
+  int max_depth_;
+  int depth_ = 0;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------------------
+// Field readers. Absent and null both mean "not given".
+
+const Json* Get(const Json& obj, const std::string& key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string TypeName(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    default:
+      return "an unsupported value";
+  }
+}
+
+// The value as the client wrote it, for messages ("3.5", "\"abc\"").
+std::string Shown(const Json& v) {
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+ApiError WrongType(const std::string& param, const std::string& expected, const Json& got) {
+  return InvalidRequestError(param, param + " must be " + expected + ", got " + TypeName(got));
+}
+
+// Integers, and floats with an integral value (pydantic accepts 5.0 for int).
+bool ToInt64(const Json& v, int64_t* out) {
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    *out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    *out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || d < -9.2e18 || d > 9.2e18) return false;
+    *out = static_cast<int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+MaybeError ReadBool(const Json& obj, const std::string& key, bool* out) {
+  const Json* v = Get(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return WrongType(key, "a boolean", *v);
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+MaybeError ReadInt(const Json& obj, const std::string& key, std::optional<int64_t>* out) {
+  const Json* v = Get(obj, key);
+  if (!v) return std::nullopt;
+  int64_t i = 0;
+  if (v->is_boolean() || !v->is_number() || !ToInt64(*v, &i)) {
+    if (v->is_number()) return InvalidRequestError(key, key + " must be an integer, got " + Shown(*v));
+    return WrongType(key, "an integer", *v);
+  }
+  *out = i;
+  return std::nullopt;
+}
+
+MaybeError ReadNumber(const Json& obj, const std::string& key, std::optional<double>* out) {
+  const Json* v = Get(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) return WrongType(key, "a number", *v);
+  *out = v->get<double>();
+  return std::nullopt;
+}
+
+MaybeError ReadString(const Json& obj, const std::string& key, std::optional<std::string>* out) {
+  const Json* v = Get(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) return WrongType(key, "a string", *v);
+  *out = v->get<std::string>();
+  return std::nullopt;
+}
+
+// "top_p must be in (0, 1], got 0".
+MaybeError CheckRange(const std::string& param, double value, double lo, double hi, bool lo_open,
+                      const char* range_text, const Json& raw) {
+  bool ok = (lo_open ? value > lo : value >= lo) && value <= hi;
+  if (ok) return std::nullopt;
+  return InvalidRequestError(param, param + " must be in " + range_text + ", got " + Shown(raw));
+}
+
+// A float field in a range; unset keeps *out.
+MaybeError ReadRangedFloat(const Json& obj, const std::string& key, double lo, double hi, bool lo_open,
+                           const char* range_text, float* out) {
+  std::optional<double> v;
+  RETURN_IF_API_ERROR(ReadNumber(obj, key, &v));
+  if (!v) return std::nullopt;
+  RETURN_IF_API_ERROR(CheckRange(key, *v, lo, hi, lo_open, range_text, obj.at(key)));
+  *out = static_cast<float>(*v);
+  return std::nullopt;
+}
+
+// A token id list: non-negative int32 ids, below vocab_size when known.
+MaybeError ReadTokenIds(const Json& arr, const std::string& param, const ProtocolLimits& limits,
+                        std::vector<int32_t>* out) {
+  out->reserve(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    std::string p = param + "[" + std::to_string(i) + "]";
+    int64_t id = 0;
+    if (!arr[i].is_number() || !ToInt64(arr[i], &id)) return WrongType(p, "a token id (integer)", arr[i]);
+    int64_t hi = limits.vocab_size > 0 ? limits.vocab_size - 1 : std::numeric_limits<int32_t>::max();
+    if (id < 0 || id > hi) {
+      return InvalidRequestError(p, p + " must be a token id in [0, " + std::to_string(hi) + "], got " +
+                                        std::to_string(id));
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+std::string Index(const std::string& param, size_t i) { return param + "[" + std::to_string(i) + "]"; }
+
+// Fields both endpoints know; anything else lands in ignored_fields.
+const std::set<std::string>& CommonKeys() {
+  static const std::set<std::string> keys = {
+      "model", "n", "stream", "stream_options", "stop", "stop_token_ids", "include_stop_str_in_output",
+      "skip_special_tokens", "spaces_between_special_tokens", "return_tokens_as_token_ids",
+      "add_special_tokens", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
+      "presence_penalty", "repetition_penalty", "seed", "ignore_eos", "user", "logprobs", "logit_bias",
+      "use_beam_search", "min_tokens", "prompt_logprobs", "bad_words", "allowed_token_ids",
+      "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "logprob_token_ids", "truncate_prompt_tokens", "best_of", "echo", "response_format", "request_id",
+      "priority", "metadata", "store", "service_tier", "length_penalty", "cache_salt",
+      "return_token_ids"};
+  return keys;
+}
+
+const std::set<std::string>& CompletionKeys() {
+  static const std::set<std::string> keys = {"prompt", "suffix", "prompt_embeds"};
+  return keys;
+}
+
+const std::set<std::string>& ChatKeys() {
+  static const std::set<std::string> keys = {
+      "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+      "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "documents",
+      "chat_template", "reasoning_effort", "include_reasoning", "modalities", "functions",
+      "function_call"};
+  return keys;
+}
+
+// Known fields that would change the output but that Strata does not
+// implement: a 400 when set to anything but their default.
+MaybeError RejectUnsupported(const Json& body) {
+  auto unsupported = [](const std::string& key, const std::string& why) {
+    return InvalidRequestError(key, key + " is not supported by this server" + why);
+  };
+  for (const char* key : {"logit_bias", "bad_words", "allowed_token_ids", "logprob_token_ids"}) {
+    const Json* v = Get(body, key);
+    if (v && !(v->is_object() || v->is_array()) ) return WrongType(key, "an object or array", *v);
+    if (v && !v->empty()) return unsupported(key, "");
+  }
+  for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                          "guided_grammar", "prompt_logprobs", "truncate_prompt_tokens", "prompt_embeds",
+                          "chat_template", "documents"}) {
+    if (Get(body, key)) return unsupported(key, "");
+  }
+  if (const Json* v = Get(body, "use_beam_search"); v && *v != false) return unsupported("use_beam_search", "");
+  if (const Json* v = Get(body, "min_tokens"); v && *v != 0) return unsupported("min_tokens", " (send 0 or omit it)");
+  if (const Json* v = Get(body, "suffix"); v && *v != "") return unsupported("suffix", "");
+  if (const Json* v = Get(body, "best_of")) {
+    const Json* n = Get(body, "n");
+    if (*v != (n ? *n : Json(1))) return unsupported("best_of", " (best_of must equal n or be omitted)");
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseStop(const Json& body, const ProtocolLimits& limits, std::vector<std::string>* out) {
+  const Json* v = Get(body, "stop");
+  if (!v) return std::nullopt;
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty()) return InvalidRequestError("stop", "stop must not be an empty string");
+    out->push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > limits.max_stop_strings) {
+      return InvalidRequestError("stop", "stop has " + std::to_string(v->size()) + " strings; at most " +
+                                             std::to_string(limits.max_stop_strings) + " are allowed");
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      const Json& s = (*v)[i];
+      std::string p = Index("stop", i);
+      if (!s.is_string()) return WrongType(p, "a string", s);
+      if (s.get_ref<const std::string&>().empty()) return InvalidRequestError(p, p + " must not be empty");
+      out->push_back(s.get<std::string>());
+    }
+  } else {
+    return WrongType("stop", "a string or an array of strings", *v);
+  }
+  for (size_t i = 0; i < out->size(); ++i) {
+    if ((*out)[i].size() > limits.max_stop_string_bytes) {
+      std::string p = v->is_array() ? Index("stop", i) : "stop";
+      return InvalidRequestError(p, p + " is " + std::to_string((*out)[i].size()) + " bytes long; at most " +
+                                        std::to_string(limits.max_stop_string_bytes) + " are allowed");
+    }
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits, GenerationFields* out) {
+  out->is_chat = chat;
+  const std::set<std::string>& own = chat ? ChatKeys() : CompletionKeys();
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (!CommonKeys().count(it.key()) && !own.count(it.key())) out->ignored_fields.push_back(it.key());
+  }
+  std::sort(out->ignored_fields.begin(), out->ignored_fields.end());
+  RETURN_IF_API_ERROR(RejectUnsupported(body));
+
+  std::optional<std::string> s;
+  RETURN_IF_API_ERROR(ReadString(body, "model", &s));
+  if (s) out->model = *s;
+  s.reset();
+  RETURN_IF_API_ERROR(ReadString(body, "user", &s));
+  if (s) out->user = *s;
+
+  std::optional<int64_t> n;
+  RETURN_IF_API_ERROR(ReadInt(body, "n", &n));
+  if (n) {
+    if (*n < 1 || *n > limits.max_n) {
+      return InvalidRequestError("n", "n must be in [1, " + std::to_string(limits.max_n) + "], got " +
+                                          std::to_string(*n));
+    }
+    out->n = static_cast<int>(*n);
+  }
+
+  RETURN_IF_API_ERROR(ReadBool(body, "stream", &out->stream));
+  if (const Json* so = Get(body, "stream_options")) {
+    if (!so->is_object()) return WrongType("stream_options", "an object", *so);
+    if (!so->empty() && !out->stream) {
+      return InvalidRequestError("stream_options", "stream_options can only be set when stream is true");
+    }
+    for (const char* key : {"include_usage", "continuous_usage_stats"}) {
+      const Json* f = Get(*so, key);
+      if (f && !f->is_boolean()) return WrongType(std::string("stream_options.") + key, "a boolean", *f);
+    }
+    ReadBool(*so, "include_usage", &out->stream_options.include_usage);
+    ReadBool(*so, "continuous_usage_stats", &out->stream_options.continuous_usage_stats);
+  }
+
+  RETURN_IF_API_ERROR(ParseStop(body, limits, &out->stop));
+  if (const Json* ids = Get(body, "stop_token_ids")) {
+    if (!ids->is_array()) return WrongType("stop_token_ids", "an array of token ids", *ids);
+    RETURN_IF_API_ERROR(ReadTokenIds(*ids, "stop_token_ids", limits, &out->sampling.stop_token_ids));
+  }
+  RETURN_IF_API_ERROR(ReadBool(body, "include_stop_str_in_output", &out->include_stop_str_in_output));
+  RETURN_IF_API_ERROR(ReadBool(body, "skip_special_tokens", &out->skip_special_tokens));
+  RETURN_IF_API_ERROR(ReadBool(body, "return_tokens_as_token_ids", &out->return_tokens_as_token_ids));
+  out->add_special_tokens = !chat;
+  RETURN_IF_API_ERROR(ReadBool(body, "add_special_tokens", &out->add_special_tokens));
+  RETURN_IF_API_ERROR(ReadBool(body, "ignore_eos", &out->sampling.ignore_eos));
+  bool unused = false;
+  RETURN_IF_API_ERROR(ReadBool(body, "spaces_between_special_tokens", &unused));
+
+  SamplingParams& sp = out->sampling;
+  RETURN_IF_API_ERROR(ReadRangedFloat(body, "temperature", 0, 2, false, "[0, 2]", &sp.temperature));
+  RETURN_IF_API_ERROR(ReadRangedFloat(body, "top_p", 0, 1, true, "(0, 1]", &sp.top_p));
+  RETURN_IF_API_ERROR(ReadRangedFloat(body, "min_p", 0, 1, false, "[0, 1]", &sp.min_p));
+  RETURN_IF_API_ERROR(ReadRangedFloat(body, "frequency_penalty", -2, 2, false, "[-2, 2]", &sp.frequency_penalty));
+  RETURN_IF_API_ERROR(ReadRangedFloat(body, "presence_penalty", -2, 2, false, "[-2, 2]", &sp.presence_penalty));
+  std::optional<double> rep;
+  RETURN_IF_API_ERROR(ReadNumber(body, "repetition_penalty", &rep));
+  if (rep) {
+    if (!(*rep > 0) || *rep > 3.4e38) {
+      return InvalidRequestError("repetition_penalty", "repetition_penalty must be > 0 (1 is off), got " +
+                                                           Shown(body.at("repetition_penalty")));
+    }
+    sp.repetition_penalty = static_cast<float>(*rep);
+  }
+  std::optional<int64_t> top_k;
+  RETURN_IF_API_ERROR(ReadInt(body, "top_k", &top_k));
+  if (top_k) {
+    if (*top_k < -1) {
+      return InvalidRequestError("top_k", "top_k must be -1 or 0 (off) or at least 1, got " + std::to_string(*top_k));
+    }
+    sp.top_k = *top_k == 0 ? -1 : static_cast<int>(std::min<int64_t>(*top_k, std::numeric_limits<int>::max()));
+  }
+  if (const Json* seed = Get(body, "seed")) {
+    int64_t v = 0;
+    if (!seed->is_number() || !ToInt64(*seed, &v)) {
+      if (seed->is_number()) {
+        return InvalidRequestError("seed", "seed must be an integer in [-2^63, 2^63 - 1], got " + Shown(*seed));
+      }
+      return WrongType("seed", "an integer", *seed);
+    }
+    if (v != -1) sp.seed = static_cast<uint64_t>(v);  // -1: no seed (vLLM)
+  }
+  return std::nullopt;
+}
+
+// max_tokens-like field: an integer in [min, INT32_MAX].
+MaybeError ReadMaxTokens(const Json& body, const std::string& key, int64_t min, std::optional<int64_t>* out) {
+  RETURN_IF_API_ERROR(ReadInt(body, key, out));
+  if (*out && (**out < min || **out > std::numeric_limits<int32_t>::max())) {
+    std::string range = "[" + std::to_string(min) + ", 2147483647]";
+    return InvalidRequestError(key, key + " must be in " + range + ", got " + std::to_string(**out));
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// /v1/completions
+
+MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vector<PromptInput>* out) {
+  const Json* p = Get(body, "prompt");
+  if (!p) return InvalidRequestError("prompt", "prompt is required");
+  const char* kShapes = "a string, an array of strings, an array of token ids or an array of arrays of token ids";
+  if (p->is_string()) {
+    if (p->get_ref<const std::string&>().empty()) return InvalidRequestError("prompt", "prompt must not be empty");
+    out->push_back({false, p->get<std::string>(), {}});
+    return std::nullopt;
+  }
+  if (!p->is_array()) return WrongType("prompt", kShapes, *p);
+  if (p->empty()) return InvalidRequestError("prompt", "prompt must not be an empty array");
+  const Json& first = (*p)[0];
+  if (first.is_number()) {  // one prompt of token ids
+    PromptInput in;
+    in.is_tokens = true;
+    RETURN_IF_API_ERROR(ReadTokenIds(*p, "prompt", limits, &in.token_ids));
+    out->push_back(std::move(in));
+    return std::nullopt;
+  }
+  if (p->size() > limits.max_prompts) {
+    return InvalidRequestError("prompt", "prompt has " + std::to_string(p->size()) + " prompts; at most " +
+                                             std::to_string(limits.max_prompts) + " are allowed per request");
+  }
+  const bool strings = first.is_string();
+  for (size_t i = 0; i < p->size(); ++i) {
+    const Json& e = (*p)[i];
+    std::string param = Index("prompt", i);
+    if (strings) {
+      if (!e.is_string()) return WrongType(param, "a string like the other prompts", e);
+      if (e.get_ref<const std::string&>().empty()) return InvalidRequestError(param, param + " must not be empty");
+      out->push_back({false, e.get<std::string>(), {}});
+    } else {
+      if (!e.is_array()) return WrongType(i == 0 ? "prompt" : param, kShapes, i == 0 ? *p : e);
+      if (e.empty()) return InvalidRequestError(param, param + " must not be an empty array");
+      PromptInput in;
+      in.is_tokens = true;
+      RETURN_IF_API_ERROR(ReadTokenIds(e, param, limits, &in.token_ids));
+      out->push_back(std::move(in));
+    }
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// /v1/chat/completions
+
+MaybeError NormalizeToolCalls(const Json& calls, const std::string& param, const ProtocolLimits& limits,
+                              Json* out) {
+  if (!calls.is_array()) return WrongType(param, "an array", calls);
+  *out = Json::array();
+  for (size_t j = 0; j < calls.size(); ++j) {
+    std::string p = Index(param, j);
+    const Json& call = calls[j];
+    if (!call.is_object()) return WrongType(p, "an object", call);
+    const Json* fn = Get(call, "function");
+    if (!fn) return InvalidRequestError(p + ".function", p + ".function is required");
+    if (!fn->is_object()) return WrongType(p + ".function", "an object", *fn);
+    const Json* name = Get(*fn, "name");
+    if (!name || !name->is_string()) {
+      return InvalidRequestError(p + ".function.name", p + ".function.name is required and must be a string");
+    }
+    Json normalized = call;
+    Json& args = normalized["function"]["arguments"];
+    // Templates expect arguments as a mapping (transformers' convention;
+    // vLLM parses the OpenAI JSON string the same way).
+    if (args.is_null() || (args.is_string() && args.get_ref<const std::string&>().empty())) {
+      args = Json::object();
+    } else if (args.is_string()) {
+      ApiOr<Json> parsed = ParseJsonBody(args.get_ref<const std::string&>(), limits.max_json_depth);
+      if (!parsed.ok()) {
+        return InvalidRequestError(p + ".function.arguments", p + ".function.arguments must be a JSON string: " +
+                                                                  parsed.error().message);
+      }
+      args = std::move(parsed).value();
+    } else if (!args.is_object()) {
+      return WrongType(p + ".function.arguments", "a JSON string or an object", args);
+    }
+    out->push_back(std::move(normalized));
+  }
+  return std::nullopt;
+}
+
+MaybeError NormalizeMessages(const Json& messages, const ProtocolLimits& limits, Json* out) {
+  static const std::set<std::string> kRoles = {"system", "user", "assistant", "tool", "developer"};
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string p = Index("messages", i);
+    const Json& m = messages[i];
+    if (!m.is_object()) return WrongType(p, "an object", m);
+    const Json* role = Get(m, "role");
+    if (!role) return InvalidRequestError(p + ".role", p + ".role is required");
+    if (!role->is_string()) return WrongType(p + ".role", "a string", *role);
+    const std::string& r = role->get_ref<const std::string&>();
+    if (!kRoles.count(r)) {
+      return InvalidRequestError(p + ".role", p + ".role must be one of system, user, assistant, tool, developer; got " +
+                                                  Shown(*role));
+    }
+    Json msg = Json::object();
+    msg["role"] = r;
+    const Json* content = Get(m, "content");
+    if (!content) {
+      if (r != "assistant") {
+        return InvalidRequestError(p + ".content", p + ".content is required for role '" + r + "'");
+      }
+      msg["content"] = "";
+    } else if (content->is_string()) {
+      msg["content"] = *content;
+    } else if (content->is_array()) {
+      std::string text;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const std::string pp = Index(p + ".content", j);
+        const Json& part = (*content)[j];
+        if (!part.is_object()) return WrongType(pp, "a content part object", part);
+        const Json* type = Get(part, "type");
+        if (!type || !type->is_string()) {
+          return InvalidRequestError(pp + ".type", pp + ".type is required and must be a string");
+        }
+        if (*type != "text") {
+          return InvalidRequestError(pp + ".type", "only text content is supported; " + pp + " has type " +
+                                                       Shown(*type));
+        }
+        const Json* t = Get(part, "text");
+        if (!t || !t->is_string()) {
+          return InvalidRequestError(pp + ".text", pp + ".text is required and must be a string");
+        }
+        if (j > 0) text += '\n';
+        text += t->get_ref<const std::string&>();
+      }
+      msg["content"] = std::move(text);
+    } else {
+      return WrongType(p + ".content", "a string or an array of content parts", *content);
+    }
+    if (const Json* name = Get(m, "name")) {
+      if (!name->is_string()) return WrongType(p + ".name", "a string", *name);
+      msg["name"] = *name;
+    }
+    if (r == "assistant") {
+      if (const Json* calls = Get(m, "tool_calls")) {
+        Json normalized;
+        RETURN_IF_API_ERROR(NormalizeToolCalls(*calls, p + ".tool_calls", limits, &normalized));
+        msg["tool_calls"] = std::move(normalized);
+      }
+      for (const char* key : {"reasoning_content", "reasoning"}) {
+        const Json* v = Get(m, key);
+        if (!v) continue;
+        if (!v->is_string()) return WrongType(p + "." + key, "a string", *v);
+        msg["reasoning_content"] = *v;  // templates read either name (vLLM sets both)
+        msg["reasoning"] = *v;
+        break;
+      }
+    }
+    if (r == "tool") {
+      if (const Json* id = Get(m, "tool_call_id")) {
+        if (!id->is_string()) return WrongType(p + ".tool_call_id", "a string", *id);
+        msg["tool_call_id"] = *id;
+      }
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
+  if (const Json* tools = Get(body, "tools")) {
+    if (!tools->is_array()) return WrongType("tools", "an array", *tools);
+    if (tools->empty()) {
+      return InvalidRequestError("tools", "tools must not be an empty array; omit it when there are no tools");
+    }
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string p = Index("tools", i);
+      const Json& t = (*tools)[i];
+      if (!t.is_object()) return WrongType(p, "an object", t);
+      if (const Json* type = Get(t, "type"); type && *type != "function") {
+        return InvalidRequestError(p + ".type", p + ".type must be \"function\", got " + Shown(*type));
+      }
+      const Json* fn = Get(t, "function");
+      if (!fn || !fn->is_object()) return InvalidRequestError(p + ".function", p + ".function must be an object");
+      const Json* name = Get(*fn, "name");
+      if (!name || !name->is_string()) {
+        return InvalidRequestError(p + ".function.name", p + ".function.name is required and must be a string");
+      }
+    }
+    out->tools = *tools;
+  }
+  if (const Json* choice = Get(body, "tool_choice")) {
+    if (*choice == "none" || *choice == "auto") return std::nullopt;
+    if (choice->is_string() || choice->is_object()) {
+      return InvalidRequestError("tool_choice", "tool_choice " + Shown(*choice) +
+                                                    " is not supported by this server (it has no constrained "
+                                                    "decoding); use \"auto\" or \"none\"");
+    }
+    return WrongType("tool_choice", "a string or an object", *choice);
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatCompletionRequest* out) {
+  const Json* messages = Get(body, "messages");
+  if (!messages) return InvalidRequestError("messages", "messages is required");
+  if (!messages->is_array()) return WrongType("messages", "an array of messages", *messages);
+  if (messages->empty()) return InvalidRequestError("messages", "messages must not be empty");
+  RETURN_IF_API_ERROR(NormalizeMessages(*messages, limits, &out->messages));
+
+  std::optional<int64_t> max_tokens, max_completion_tokens;
+  RETURN_IF_API_ERROR(ReadMaxTokens(body, "max_tokens", 1, &max_tokens));
+  RETURN_IF_API_ERROR(ReadMaxTokens(body, "max_completion_tokens", 1, &max_completion_tokens));
+  out->max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+
+  RETURN_IF_API_ERROR(ReadBool(body, "logprobs", &out->logprobs));
+  std::optional<int64_t> top;
+  RETURN_IF_API_ERROR(ReadInt(body, "top_logprobs", &top));
+  if (top) {
+    if (*top < 0 || *top > limits.max_logprobs) {
+      return InvalidRequestError("top_logprobs", "top_logprobs must be in [0, " + std::to_string(limits.max_logprobs) +
+                                                     "], got " + std::to_string(*top));
+    }
+    if (*top > 0 && !out->logprobs) {
+      return InvalidRequestError("top_logprobs", "top_logprobs requires logprobs to be true");
+    }
+    out->top_logprobs = static_cast<int>(*top);
+  }
+  out->sampling.logprobs = out->logprobs ? out->top_logprobs : -1;
+
+  RETURN_IF_API_ERROR(ParseTools(body, out));
+  if (const Json* rf = Get(body, "response_format")) {
+    if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
+    const Json* type = Get(*rf, "type");
+    if (!type || *type != "text") {
+      return InvalidRequestError("response_format", "response_format type " + (type ? Shown(*type) : "null") +
+                                                        " is not supported by this server (it has no constrained "
+                                                        "decoding); only {\"type\": \"text\"} is");
+    }
+  }
+  if (const Json* kwargs = Get(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
+    for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
+      if (kwargs->contains(reserved)) {
+        std::string p = std::string("chat_template_kwargs.") + reserved;
+        return InvalidRequestError(p, p + " may not be set here; use the request's own " + reserved + " field");
+      }
+    }
+    out->chat_template_kwargs = *kwargs;
+  }
+  bool echo = false;
+  RETURN_IF_API_ERROR(ReadBool(body, "echo", &echo));
+  if (echo) return InvalidRequestError("echo", "echo is not supported for chat completions");
+
+  const bool generation_prompt_set = Get(body, "add_generation_prompt") != nullptr;
+  RETURN_IF_API_ERROR(ReadBool(body, "add_generation_prompt", &out->add_generation_prompt));
+  RETURN_IF_API_ERROR(ReadBool(body, "continue_final_message", &out->continue_final_message));
+  if (out->continue_final_message) {
+    if (generation_prompt_set && out->add_generation_prompt) {
+      return InvalidRequestError("continue_final_message",
+                                 "continue_final_message and add_generation_prompt cannot both be true");
+    }
+    out->add_generation_prompt = false;
+    const Json& last = out->messages.back();
+    if (last["content"].get_ref<const std::string&>().empty()) {
+      return InvalidRequestError(Index("messages", out->messages.size() - 1) + ".content",
+                                 "continue_final_message needs a final message with non-empty text content");
+    }
+  }
+  if (!out->add_generation_prompt) out->response_role = out->messages.back()["role"].get<std::string>();
+  return std::nullopt;
+}
+
+template <typename Request, typename Fn>
+ApiOr<Request> ParseGuarded(std::string_view body, const ProtocolLimits& limits, Fn&& fill) {
+  // Nothing below should throw; this keeps a bug from escaping the module
+  // as an exception (the fuzz target treats a 500 from here as a failure).
+  try {
+    ApiOr<Json> json = ParseJsonBody(body, limits.max_json_depth);
+    if (!json.ok()) return json.error();
+    if (!json.value().is_object()) {
+      return InvalidRequestError("", "the request body must be a JSON object, got " + TypeName(json.value()));
+    }
+    Request req;
+    if (MaybeError e = fill(json.value(), &req)) return std::move(*e);
+    return req;
+  } catch (const std::exception& e) {
+    ApiError err;
+    err.http_status = 500;
+    err.type = "server_error";
+    err.message = std::string("internal error while parsing the request: ") + e.what();
+    return err;
+  }
+}
+
+}  // namespace
+
+ApiOr<nlohmann::ordered_json> ParseJsonBody(std::string_view body, int max_depth) {
+  Json root;
+  BoundedDomParser sax(root, max_depth);
+  bool ok = Json::sax_parse(body.begin(), body.end(), &sax, nlohmann::detail::input_format_t::json,
+                            /*strict=*/true);
+  if (!ok || !sax.error().empty()) {
+    return InvalidRequestError("", "invalid JSON: " + (sax.error().empty() ? std::string("parse error") : sax.error()));
+  }
+  return root;
+}
+
+ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits) {
+  return ParseGuarded<CompletionRequest>(body, limits, [&](const Json& j, CompletionRequest* req) -> MaybeError {
+    RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/false, limits, req));
+    RETURN_IF_API_ERROR(ParsePrompt(j, limits, &req->prompts));
+    RETURN_IF_API_ERROR(ReadBool(j, "echo", &req->echo));
+    std::optional<int64_t> logprobs;
+    RETURN_IF_API_ERROR(ReadInt(j, "logprobs", &logprobs));
+    if (logprobs) {
+      if (*logprobs < 0 || *logprobs > limits.max_logprobs) {
+        return InvalidRequestError("logprobs", "logprobs must be in [0, " + std::to_string(limits.max_logprobs) +
+                                                   "], got " + std::to_string(*logprobs));
+      }
+      if (req->echo && !limits.prompt_logprobs_supported) {
+        return InvalidRequestError("logprobs",
+                                   "logprobs with echo needs the prompt's logprobs, which this server does not "
+                                   "compute; drop echo or logprobs");
+      }
+      req->logprobs = static_cast<int>(*logprobs);
+      req->sampling.logprobs = *req->logprobs;
+    }
+    std::optional<int64_t> max_tokens;
+    RETURN_IF_API_ERROR(ReadMaxTokens(j, "max_tokens", 0, &max_tokens));
+    req->max_tokens = max_tokens.value_or(16);
+    if (*req->max_tokens == 0) {
+      if (!req->echo) {
+        return InvalidRequestError("max_tokens", "max_tokens must be at least 1, got 0 (0 is allowed only with echo)");
+      }
+      req->echo_only = true;
+    }
+    req->sampling.max_tokens = static_cast<int>(std::max<int64_t>(*req->max_tokens, 1));
+    return std::nullopt;
+  });
+}
+
+ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body, const ProtocolLimits& limits) {
+  return ParseGuarded<ChatCompletionRequest>(body, limits,
+                                             [&](const Json& j, ChatCompletionRequest* req) -> MaybeError {
+                                               RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/true, limits, req));
+                                               return ParseChatFields(j, limits, req);
+                                             });
+}
+
+ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens, int64_t context_length) {
+  const std::string param = request.is_chat ? "messages" : "prompt";
+  const std::string where = request.is_chat ? "in the messages" : "in the prompt";
+  auto exceeded = [&](std::string message) {
+    ApiError e = InvalidRequestError(param, std::move(message));
+    e.code = "context_length_exceeded";
+    return e;
+  };
+  const std::string head = "This model's maximum context length is " + std::to_string(context_length) + " tokens. ";
+  if (prompt_tokens >= context_length) {
+    return exceeded(head + "However, your request has " + std::to_string(prompt_tokens) + " input tokens (" + where +
+                    "), which leaves no room for the completion. Please reduce the length of the " +
+                    (request.is_chat ? "messages." : "prompt."));
+  }
+  const int64_t room = context_length - prompt_tokens;
+  if (!request.max_tokens) return static_cast<int>(std::min<int64_t>(room, std::numeric_limits<int32_t>::max()));
+  const int64_t asked = std::max<int64_t>(*request.max_tokens, 1);  // 0: echo only
+  if (asked > room) {
+    return exceeded(head + "However, you requested " + std::to_string(prompt_tokens + asked) + " tokens (" +
+                    std::to_string(prompt_tokens) + " " + where + ", " + std::to_string(asked) +
+                    " in the completion). Please reduce the length of the " +
+                    (request.is_chat ? "messages" : "prompt") + " or completion.");
+  }
+  return static_cast<int>(asked);
+}
+
+ChatTemplateInputs MakeChatTemplateInputs(const ChatCompletionRequest& request, const Tokenizer& tokenizer) {
+  ChatTemplateInputs in;
+  in.messages = request.messages;
+  in.add_generation_prompt = request.add_generation_prompt;
+  in.tools = request.tools;
+  in.extra = request.chat_template_kwargs;
+  in.bos_token = tokenizer.bos_token();
+  in.eos_token = tokenizer.eos_token();
+  return in;
+}
+
+ApiOr<std::string> RenderChatPrompt(const ChatTemplate& chat_template, const ChatCompletionRequest& request,
+                                    const Tokenizer& tokenizer) {
+  StatusOr<std::string> rendered = chat_template.Render(MakeChatTemplateInputs(request, tokenizer));
+  if (!rendered.ok()) {
+    ApiError e = ApiErrorFromStatus(rendered.status());
+    if (e.http_status == 400) {
+      e.param = "messages";
+      e.message = "the chat template rejected the messages: " + e.message;
+    }
+    return e;
+  }
+  std::string text = std::move(rendered).value();
+  if (!request.continue_final_message) return text;
+  // transformers: cut after the last occurrence of the final message's
+  // content (stripped, for templates that trim it).
+  std::string final_text = request.messages.back()["content"].get<std::string>();
+  size_t pos = text.rfind(final_text);
+  if (pos == std::string::npos) {
+    size_t b = final_text.find_first_not_of(" \t\n\r\f\v");
+    size_t e = final_text.find_last_not_of(" \t\n\r\f\v");
+    final_text = b == std::string::npos ? std::string() : final_text.substr(b, e - b + 1);
+    pos = final_text.empty() ? std::string::npos : text.rfind(final_text);
+  }
+  if (pos == std::string::npos) {
+    return InvalidRequestError("messages", "continue_final_message is set but the final message's content does not "
+                                           "appear in the prompt the chat template rendered");
+  }
+  text.resize(pos + final_text.size());
+  return text;
+}
+
+}  // namespace strata

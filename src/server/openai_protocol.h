@@ -1,0 +1,187 @@
+// OpenAI-compatible request parsing: the bodies of POST /v1/completions and
+// POST /v1/chat/completions, turned into validated structs the server hands
+// to the engine. Pure functions of the request bytes: no transport, no engine.
+//
+// Semantics follow the OpenAI API and vLLM's extensions to it (top_k, min_p,
+// repetition_penalty, stop_token_ids, ignore_eos, skip_special_tokens,
+// include_stop_str_in_output, return_tokens_as_token_ids,
+// chat_template_kwargs, add_generation_prompt, continue_final_message, ...),
+// with vLLM's ranges: temperature [0, 2], top_p (0, 1], top_k -1, 0 (both
+// off) or >= 1, min_p [0, 1], frequency/presence_penalty [-2, 2],
+// repetition_penalty > 0, seed any int64 (-1: none), logprobs 0..20.
+//
+// Every problem is an ApiError naming the offending field in `param` the way
+// OpenAI does ("temperature", "messages[1].content", "stop[2]"). A field of
+// the wrong JSON type is a 400 for that field; null means "use the default".
+// Unknown fields are ignored (clients send extras) and listed in
+// ignored_fields so the server can log them; known fields that would change
+// the output but are not implemented (logit_bias, suffix, beam search,
+// tool_choice "required", response_format json_schema, ...) are a 400 rather
+// than silently ignored. Nothing here throws.
+//
+// Thread-safety: all functions are reentrant; results are plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "util/status.h"
+
+namespace strata {
+
+// The OpenAI error object: the server sends
+// {"error": {"message", "type", "param", "code"}} with http_status
+// (ErrorJson() in openai_response.h builds it).
+struct ApiError {
+  int http_status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+  std::string param;  // "" is sent as null
+  std::string code;   // "" is sent as null
+};
+
+// 400 invalid_request_error for `param` ("" for the whole body).
+ApiError InvalidRequestError(std::string param, std::string message);
+// 503 "overloaded", e.g. code "max_queued_requests" when the queue is full.
+ApiError OverloadedError(std::string message, std::string code);
+// 404 for a `model` this server does not serve (OpenAI's "model_not_found").
+ApiError ModelNotFoundError(const std::string& model);
+// A Status from elsewhere in the server, as the HTTP error a client sees:
+// InvalidArgument 400, NotFound 404, ResourceExhausted/Unavailable 503
+// overloaded, Unimplemented 501, Aborted 499 (client gone), else 500
+// server_error.
+ApiError ApiErrorFromStatus(const Status& status);
+
+// A value or the ApiError that explains why there is none.
+template <typename T>
+class ApiOr {
+ public:
+  ApiOr(T value) : v_(std::move(value)) {}
+  ApiOr(ApiError error) : v_(std::move(error)) {}
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  // REQUIRES: ok().
+  const T& value() const& { return std::get<T>(v_); }
+  T& value() & { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  // REQUIRES: !ok().
+  const ApiError& error() const { return std::get<ApiError>(v_); }
+
+ private:
+  std::variant<T, ApiError> v_;
+};
+
+// Server-wide limits the parser enforces.
+struct ProtocolLimits {
+  int max_n = 128;                    // choices per request
+  int max_logprobs = kMaxLogprobs;    // logprobs / top_logprobs at most
+  size_t max_stop_strings = 64;       // entries of `stop`
+  size_t max_stop_string_bytes = 1024;
+  size_t max_prompts = 1024;          // batch of prompts in one completion request
+  int64_t vocab_size = 0;             // > 0: token ids must be < vocab_size
+  int max_json_depth = 128;           // deeper nesting is a 400 (keeps renderers' recursion bounded)
+  // echo + logprobs on /v1/completions needs the prompt's logprobs; until
+  // the engine computes them that combination is a 400.
+  bool prompt_logprobs_supported = false;
+};
+
+struct StreamOptions {
+  bool include_usage = false;           // a last chunk with usage and no choices
+  bool continuous_usage_stats = false;  // vLLM: usage on every chunk too
+};
+
+// Fields both endpoints share.
+struct GenerationFields {
+  bool is_chat = false;
+  std::string model;  // "" when absent
+  int n = 1;
+  bool stream = false;
+  StreamOptions stream_options;
+  std::vector<std::string> stop;  // non-empty strings
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  bool return_tokens_as_token_ids = false;
+  // Tokenizer post-processing (e.g. BOS) on the prompt text: default true
+  // for completions, false for chat (the template writes BOS itself).
+  bool add_special_tokens = true;
+  // The requested limit on output tokens: completions default 16 (OpenAI,
+  // vLLM); chat unset = the rest of the context (max_completion_tokens wins
+  // over the deprecated max_tokens). ResolveMaxTokens() turns it into
+  // sampling.max_tokens once the prompt length is known.
+  std::optional<int64_t> max_tokens;
+  // temperature .. seed, stop_token_ids, ignore_eos, logprobs. max_tokens
+  // here is a placeholder until ResolveMaxTokens().
+  SamplingParams sampling;
+  std::string user;
+  std::vector<std::string> ignored_fields;  // unknown top-level keys, sorted
+};
+
+// One prompt of a completion request: text, or token ids as sent.
+struct PromptInput {
+  bool is_tokens = false;
+  std::string text;
+  std::vector<int32_t> token_ids;
+};
+
+struct CompletionRequest : GenerationFields {
+  std::vector<PromptInput> prompts;  // >= 1; choice index = prompt * n + sample
+  bool echo = false;
+  // echo with max_tokens 0: answer with the prompt alone. sampling stays
+  // valid (max_tokens 1, as vLLM does); the server may skip generation.
+  bool echo_only = false;
+  std::optional<int> logprobs;  // completions' integer logprobs (also in sampling.logprobs)
+};
+
+struct ChatCompletionRequest : GenerationFields {
+  // Normalized for the chat template: each {"role", "content": string, and
+  // when sent "name", "tool_calls" (arguments parsed to objects, as
+  // transformers expects), "tool_call_id", "reasoning_content"/"reasoning"}.
+  // Text parts of list content are joined with "\n" (vLLM).
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null when absent
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  // The role of the reply: "assistant", or the last message's role when
+  // add_generation_prompt is false (vLLM).
+  std::string response_role = "assistant";
+};
+
+// Parses and validates a request body.
+ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits = {});
+ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
+                                                        const ProtocolLimits& limits = {});
+
+// The output-token limit for one prompt of prompt_tokens tokens in a context
+// of context_length tokens: the request's max_tokens, or (chat without one)
+// the rest of the context. A 400 with code "context_length_exceeded" (param
+// "messages" / "prompt") when the prompt plus max_tokens does not fit, worded
+// like OpenAI's. Set sampling.max_tokens to the result.
+ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens, int64_t context_length);
+
+// What the chat template sees for this request (bos/eos from the tokenizer).
+ChatTemplateInputs MakeChatTemplateInputs(const ChatCompletionRequest& request, const Tokenizer& tokenizer);
+
+// The prompt text for a chat request. With continue_final_message the text
+// ends right after the final message's content, as transformers' does (the
+// template renders without a generation prompt and the end-of-turn tokens
+// after that content are cut). Template errors are a 400 on "messages".
+ApiOr<std::string> RenderChatPrompt(const ChatTemplate& chat_template, const ChatCompletionRequest& request,
+                                    const Tokenizer& tokenizer);
+
+// Parses JSON without exceptions and with a nesting limit; the error is a 400
+// "invalid JSON: ..." with the byte position and reason (param null).
+ApiOr<nlohmann::ordered_json> ParseJsonBody(std::string_view body, int max_depth);
+
+}  // namespace strata

@@ -1,0 +1,312 @@
+#include "server/openai_response.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+namespace strata {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// OpenAI and vLLM send -9999.0 where the logprob is -inf (or not a number).
+double ClampLogprob(float lp) {
+  if (!std::isfinite(lp) || lp < -9999.f) return -9999.0;
+  return static_cast<double>(lp);
+}
+
+Json StopReasonJson(const StopReason& reason) {
+  if (const auto* s = std::get_if<std::string>(&reason)) return *s;
+  if (const auto* id = std::get_if<int32_t>(&reason)) return *id;
+  return nullptr;
+}
+
+Json FinishReasonJson(FinishReason reason) {
+  const char* name = FinishReasonName(reason);
+  return name ? Json(name) : Json(nullptr);
+}
+
+Json Bytes(const std::string& text) {
+  Json bytes = Json::array();
+  for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return nullptr;
+}
+
+ResponseMeta NewResponseMeta(std::string_view prefix, std::string model) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char kHex[] = "0123456789abcdef";
+  ResponseMeta meta;
+  meta.id.assign(prefix);
+  for (int half = 0; half < 2; ++half) {
+    uint64_t bits = rng();
+    for (int i = 0; i < 16; ++i, bits >>= 4) meta.id += kHex[bits & 15];
+  }
+  meta.created = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  meta.model = std::move(model);
+  return meta;
+}
+
+LogprobOptions LogprobOptionsFor(const CompletionRequest& request, const Tokenizer* tokenizer) {
+  LogprobOptions o;
+  o.enabled = request.logprobs.has_value();
+  o.top = request.logprobs.value_or(0);
+  o.tokens_as_ids = request.return_tokens_as_token_ids;
+  o.tokenizer = tokenizer;
+  return o;
+}
+
+LogprobOptions LogprobOptionsFor(const ChatCompletionRequest& request, const Tokenizer* tokenizer) {
+  LogprobOptions o;
+  o.enabled = request.logprobs;
+  o.top = request.top_logprobs;
+  o.tokens_as_ids = request.return_tokens_as_token_ids;
+  o.tokenizer = tokenizer;
+  return o;
+}
+
+std::string TokenText(int32_t id, const LogprobOptions& options) {
+  if (options.tokens_as_ids || options.tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  return options.tokenizer->Decode({id}, /*skip_special_tokens=*/false);
+}
+
+int64_t CodePointCount(std::string_view utf8) {
+  int64_t n = 0;
+  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+nlohmann::ordered_json UsageJson(const Usage& usage) {
+  Json u = Json::object();
+  u["prompt_tokens"] = usage.prompt_tokens;
+  u["completion_tokens"] = usage.completion_tokens;
+  u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  if (usage.cached_tokens) u["prompt_tokens_details"] = Json{{"cached_tokens", *usage.cached_tokens}};
+  return u;
+}
+
+nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options,
+                                              int64_t initial_offset) {
+  Json out_tokens = Json::array(), out_logprobs = Json::array(), out_top = Json::array(), offsets = Json::array();
+  int64_t offset = initial_offset;
+  for (const GeneratedToken& t : tokens) {
+    std::string text = TokenText(t.id, options);
+    // The sampled token first, then the top N: up to N + 1 entries, as the
+    // OpenAI spec says (a token in both appears once).
+    Json top = Json::object();
+    top[text] = ClampLogprob(t.logprob);
+    for (size_t i = 0; i < t.top.size() && static_cast<int>(i) < options.top; ++i) {
+      top[TokenText(t.top[i].token_id, options)] = ClampLogprob(t.top[i].logprob);
+    }
+    out_logprobs.push_back(ClampLogprob(t.logprob));
+    out_top.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += CodePointCount(text);
+    out_tokens.push_back(std::move(text));
+  }
+  Json lp = Json::object();
+  lp["text_offset"] = std::move(offsets);
+  lp["token_logprobs"] = std::move(out_logprobs);
+  lp["tokens"] = std::move(out_tokens);
+  lp["top_logprobs"] = std::move(out_top);
+  return lp;
+}
+
+nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options) {
+  Json content = Json::array();
+  for (const GeneratedToken& t : tokens) {
+    std::string text = TokenText(t.id, options);
+    Json entry = Json::object();
+    entry["token"] = text;
+    entry["logprob"] = ClampLogprob(t.logprob);
+    entry["bytes"] = Bytes(text);
+    Json top = Json::array();
+    for (size_t i = 0; i < t.top.size() && static_cast<int>(i) < options.top; ++i) {
+      std::string top_text = TokenText(t.top[i].token_id, options);
+      Json e = Json::object();
+      e["token"] = top_text;
+      e["logprob"] = ClampLogprob(t.top[i].logprob);
+      e["bytes"] = Bytes(top_text);
+      top.push_back(std::move(e));
+    }
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return Json{{"content", std::move(content)}};
+}
+
+nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                                              const Usage& usage, const LogprobOptions& logprobs) {
+  Json out = Json::object();
+  out["id"] = meta.id;
+  out["object"] = "text_completion";
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  Json cs = Json::array();
+  for (const ChoiceOutput& c : choices) {
+    Json choice = Json::object();
+    choice["index"] = c.index;
+    choice["text"] = c.text;
+    choice["logprobs"] = logprobs.enabled ? CompletionLogprobsJson(c.tokens, logprobs, c.echo_offset) : Json(nullptr);
+    choice["finish_reason"] = FinishReasonJson(c.finish_reason);
+    choice["stop_reason"] = StopReasonJson(c.stop_reason);
+    cs.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(cs);
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                                                  const Usage& usage, const LogprobOptions& logprobs,
+                                                  std::string_view role) {
+  Json out = Json::object();
+  out["id"] = meta.id;
+  out["object"] = "chat.completion";
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  Json cs = Json::array();
+  for (const ChoiceOutput& c : choices) {
+    Json message = Json::object();
+    message["role"] = role;
+    message["content"] = c.text;
+    message["refusal"] = nullptr;
+    if (c.reasoning_content) message["reasoning_content"] = *c.reasoning_content;
+    Json choice = Json::object();
+    choice["index"] = c.index;
+    choice["message"] = std::move(message);
+    choice["logprobs"] = logprobs.enabled ? ChatLogprobsJson(c.tokens, logprobs) : Json(nullptr);
+    choice["finish_reason"] = FinishReasonJson(c.finish_reason);
+    choice["stop_reason"] = StopReasonJson(c.stop_reason);
+    cs.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(cs);
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+nlohmann::ordered_json ErrorJson(const ApiError& error) {
+  Json e = Json::object();
+  e["message"] = error.message;
+  e["type"] = error.type;
+  e["param"] = error.param.empty() ? Json(nullptr) : Json(error.param);
+  e["code"] = error.code.empty() ? Json(nullptr) : Json(error.code);
+  return Json{{"error", std::move(e)}};
+}
+
+std::string DumpJson(const nlohmann::ordered_json& json) {
+  return json.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+std::string SseEvent(const nlohmann::ordered_json& json) { return "data: " + DumpJson(json) + "\n\n"; }
+
+// ---------------------------------------------------------------------------
+// StreamEncoder
+
+StreamEncoder::StreamEncoder(Kind kind, ResponseMeta meta, StreamSettings settings)
+    : kind_(kind), meta_(std::move(meta)), settings_(std::move(settings)) {}
+
+nlohmann::ordered_json StreamEncoder::Chunk() const {
+  Json c = Json::object();
+  c["id"] = meta_.id;
+  c["object"] = kind_ == Kind::kChat ? "chat.completion.chunk" : "text_completion";
+  c["created"] = meta_.created;
+  c["model"] = meta_.model;
+  return c;
+}
+
+int64_t StreamEncoder::completion_tokens(int index) const {
+  auto it = tokens_.find(index);
+  return it == tokens_.end() ? 0 : it->second;
+}
+
+nlohmann::ordered_json StreamEncoder::UsageFor(int index) const {
+  if (settings_.options.continuous_usage_stats) {
+    Usage u;
+    u.prompt_tokens = settings_.prompt_tokens;
+    u.completion_tokens = completion_tokens(index);
+    return UsageJson(u);
+  }
+  return nullptr;  // OpenAI: null on every chunk but the last
+}
+
+std::string StreamEncoder::Start() {
+  if (kind_ != Kind::kChat) return "";
+  std::string out;
+  for (int i = 0; i < settings_.num_choices; ++i) {
+    Json delta = Json::object();
+    delta["role"] = settings_.role;
+    delta["content"] = "";
+    Json choice = Json::object();
+    choice["index"] = i;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = nullptr;
+    Json chunk = Chunk();
+    chunk["choices"] = Json::array({std::move(choice)});
+    if (settings_.options.include_usage || settings_.options.continuous_usage_stats) chunk["usage"] = UsageFor(i);
+    out += SseEvent(chunk);
+  }
+  return out;
+}
+
+std::string StreamEncoder::Delta(const StreamDelta& d) {
+  tokens_[d.index] += static_cast<int64_t>(d.tokens.size());
+  const bool with_logprobs = settings_.logprobs.enabled && !d.tokens.empty();
+  if (d.text.empty() && !d.reasoning_content && !with_logprobs && d.finish_reason == FinishReason::kNone) return "";
+  Json choice = Json::object();
+  choice["index"] = d.index;
+  if (kind_ == Kind::kChat) {
+    Json delta = Json::object();
+    if (d.reasoning_content) delta["reasoning_content"] = *d.reasoning_content;
+    if (!d.text.empty() || !d.reasoning_content) delta["content"] = d.text;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = with_logprobs ? ChatLogprobsJson(d.tokens, settings_.logprobs) : Json(nullptr);
+    choice["finish_reason"] = FinishReasonJson(d.finish_reason);
+    if (d.finish_reason != FinishReason::kNone) choice["stop_reason"] = StopReasonJson(d.stop_reason);
+  } else {
+    int64_t& offset = text_offset_[d.index];
+    choice["text"] = d.text;
+    choice["logprobs"] = with_logprobs ? CompletionLogprobsJson(d.tokens, settings_.logprobs, offset) : Json(nullptr);
+    choice["finish_reason"] = FinishReasonJson(d.finish_reason);
+    choice["stop_reason"] = StopReasonJson(d.stop_reason);
+    offset += CodePointCount(d.text);
+  }
+  Json chunk = Chunk();
+  chunk["choices"] = Json::array({std::move(choice)});
+  if (settings_.options.include_usage || settings_.options.continuous_usage_stats) chunk["usage"] = UsageFor(d.index);
+  return SseEvent(chunk);
+}
+
+std::string StreamEncoder::Finish(const Usage& usage) {
+  std::string out;
+  if (settings_.options.include_usage) {
+    Json chunk = Chunk();
+    chunk["choices"] = Json::array();
+    chunk["usage"] = UsageJson(usage);
+    out += SseEvent(chunk);
+  }
+  out += kSseDone;
+  return out;
+}
+
+std::string StreamEncoder::Error(const ApiError& error) { return SseEvent(ErrorJson(error)); }
+
+}  // namespace strata
