@@ -130,6 +130,8 @@ TEST(ChatTemplate, UnsupportedSyntaxFailsAtParse) {
       "{{ x is no_such_test }}",
       "{% for x in xs recursive %}{{ loop(x) }}{% endfor %}",
       "{{ f(*args, 1) }}",
+      "{{ '{} items'.format(n) }}",
+      "{{ '%d items' % n }}",
       "{% if x %}unclosed",
       "{{ 'unterminated }}",
       "{% break %}",

@@ -4,6 +4,7 @@
 
 #include "model/jinja_builtins.h"
 #include "model/jinja_lexer.h"
+#include "model/jinja_pystr.h"
 
 namespace strata::jinja {
 namespace {
@@ -461,6 +462,9 @@ class Parser {
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
       std::string op = Cur().value;
       int line = Cur().line;
+      if (op == "%" && e->kind == ExprKind::kLiteral && e->value.is_string())
+        Fail("printf-style string formatting ('...' % x) is not supported; use ~ to concatenate",
+             line);
       Next();
       e = Binary(ExprKind::kBinary, std::move(e), ParsePow(), line, op);
     }
@@ -603,14 +607,20 @@ class Parser {
         Next();
         e = ParseSubscript(std::move(e), line);
       } else if (IsOp("(")) {
-        auto c = Make(ExprKind::kCall, line);
-        c->args.push_back(std::move(e));
-        ParseCallArgs(*c);
-        e = std::move(c);
+        e = MakeCall(std::move(e), line);
       } else {
         return e;
       }
     }
+  }
+
+  ExprPtr MakeCall(ExprPtr callee, int line) {
+    if (callee->kind == ExprKind::kGetAttr && IsUnsupportedPyMethod(callee->name))
+      Fail("the Python method '" + callee->name + "()' is not supported in chat templates", line);
+    auto c = Make(ExprKind::kCall, line);
+    c->args.push_back(std::move(callee));
+    ParseCallArgs(*c);
+    return c;
   }
 
   // After '[': an index or a slice, then ']'.
@@ -703,10 +713,7 @@ class Parser {
         }
         e = std::move(t);
       } else if (IsOp("(")) {
-        auto c = Make(ExprKind::kCall, line);
-        c->args.push_back(std::move(e));
-        ParseCallArgs(*c);
-        e = std::move(c);
+        e = MakeCall(std::move(e), line);
       } else {
         return e;
       }

@@ -282,6 +282,23 @@ Value StrMethod(const std::string& s, const std::string& name, CallArgs& a) {
     }
     return Value(std::move(out));
   }
+  if (name == "removeprefix" || name == "removesuffix") {
+    const std::string& x = RequireString(a.Get(0, "affix"), name.c_str());
+    if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value(s.substr(x.size()));
+    if (name == "removesuffix" && !x.empty() && s.size() >= x.size() &&
+        s.compare(s.size() - x.size(), x.size(), x) == 0)
+      return Value(s.substr(0, s.size() - x.size()));
+    return Value(s);
+  }
+  if (name == "partition" || name == "rpartition") {
+    const std::string& sep = RequireString(a.Get(0, "sep"), name.c_str());
+    if (sep.empty()) Fail("empty separator");
+    size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+    if (p == std::string::npos)
+      return name == "partition" ? Value::MakeTuple({Value(s), Value(""), Value("")})
+                                 : Value::MakeTuple({Value(""), Value(""), Value(s)});
+    return Value::MakeTuple({Value(s.substr(0, p)), Value(sep), Value(s.substr(p + sep.size()))});
+  }
   if (name == "splitlines") {
     List out;
     size_t b = 0;
@@ -321,11 +338,26 @@ Value StrMethod(const std::string& s, const std::string& name, CallArgs& a) {
 }
 
 bool IsStrMethod(const std::string& n) {
-  static const char* kNames[] = {"startswith", "endswith", "strip",      "lstrip",  "rstrip",
-                                 "split",      "rsplit",   "upper",      "lower",   "title",
-                                 "capitalize", "replace",  "find",       "rfind",   "count",
-                                 "index",      "join",     "splitlines", "isdigit", "isalpha",
-                                 "isalnum",    "isspace",  "islower",    "isupper"};
+  static const char* kNames[] = {
+      "startswith",   "endswith",     "strip",     "lstrip",    "rstrip",     "split",
+      "rsplit",       "upper",        "lower",     "title",     "capitalize", "replace",
+      "find",         "rfind",        "count",     "index",     "join",       "splitlines",
+      "isdigit",      "isalpha",      "isalnum",   "isspace",   "islower",    "isupper",
+      "removeprefix", "removesuffix", "partition", "rpartition"};
+  for (const char* k : kNames)
+    if (n == k) return true;
+  return false;
+}
+
+bool IsUnsupportedPyMethod(const std::string& n) {
+  // Real Python str/list/dict methods a template could call that this
+  // engine does not implement: rejected at parse time instead of failing
+  // on the first request that reaches them.
+  static const char* kNames[] = {
+      "format",       "format_map", "encode",      "zfill",      "center",    "ljust",
+      "rjust",        "casefold",   "swapcase",    "expandtabs", "isnumeric", "isdecimal",
+      "isidentifier", "istitle",    "isprintable", "isascii",    "translate", "maketrans",
+      "rindex",       "copy",       "fromkeys"};
   for (const char* k : kNames)
     if (n == k) return true;
   return false;

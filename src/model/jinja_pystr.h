@@ -28,5 +28,8 @@ List Split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_r
 // s.<name>(args) for the supported str methods (IsStrMethod).
 bool IsStrMethod(const std::string& name);
 Value StrMethod(const std::string& s, const std::string& name, CallArgs& args);
+// A Python method name templates might call that the engine lacks (format,
+// zfill, ...); the parser rejects `x.<name>(...)` with it.
+bool IsUnsupportedPyMethod(const std::string& name);
 
 }  // namespace strata::jinja

@@ -163,6 +163,9 @@ TEST(JinjaInterp, StrMethodsUseCodePoints) {
   // After maxsplit the rest keeps its outer whitespace.
   EXPECT_EQ(Render("{{ ' a  b '.rsplit(None, 1) }}|{{ 'a b '.split(None, 1) }}"),
             "[' a', 'b']|['a', 'b ']");
+  EXPECT_EQ(Render("{{ 'v1.txt'.removesuffix('.txt') }}|{{ 'a=b=c'.partition('=') }}|{{ "
+                   "'abc'.rpartition('x') }}"),
+            "v1|('a', '=', 'b=c')|('', '', 'abc')");
   EXPECT_EQ(Render("{{ 'straße'.upper() }}|{{ 'İ'.lower()|length }}|{{ 'ΟΔΟΣ'.lower() }}"),
             "STRASSE|2|οδος");
 }
