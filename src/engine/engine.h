@@ -1,19 +1,25 @@
-// Engine: runs generation requests to completion over a paged KV pool with
-// continuous batching. Each step is three calls, as in nano-vllm:
-//   Schedule()    decide which sequences run and how many tokens each
-//                 (decode tokens first, then prompt chunks, under a per-step
-//                 token budget), reserving their KV pages;
+// Engine: continuous batching over a paged KV pool with a radix prefix
+// cache. One step is three calls, as in nano-vllm:
+//   Schedule()    which sequences run and how many tokens each: decode tokens
+//                 first (one per running sequence), then prompt chunks under
+//                 the per-step budget (chunked prefill); reserves KV pages,
+//                 evicting cached prefixes and, if still short, preempting
+//                 the newest running sequences (they recompute later);
 //   runner.Run()  one forward pass over the whole batch;
-//   Postprocess() sample, append, stream, finish and free pages.
-// This version serves offline use (`strata generate`, benchmarks, parity
-// tests) from one thread; the server wraps the same loop with an inbox.
+//   Postprocess() sample, append to each request's handle, finish requests
+//                 (EOS, stop tokens, length, cancellation, deadlines), cache
+//                 their prefixes and free their pages.
+// The scheduler is CPU-only bookkeeping (ids and refcounts); the runner owns
+// everything that touches the backend.
 //
 // Greedy outputs do not depend on batch composition: every kernel computes a
 // row from that row's data alone.
-// Not thread-safe: one thread drives an Engine.
+// Not thread-safe: one thread drives an Engine (AsyncEngine's engine thread,
+// or the caller of Generate()).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,7 +27,9 @@
 
 #include "backend/backend.h"
 #include "cache/kv_pool.h"
+#include "cache/radix_tree.h"
 #include "engine/model_runner.h"
+#include "engine/request.h"
 #include "engine/sampler.h"
 #include "model/model_dir.h"
 
@@ -33,12 +41,15 @@ struct EngineOptions {
   // contexts, capped at 1 GiB of KV).
   int64_t max_total_tokens = 0;
   int32_t max_running_requests = 64;
-  // Per-step token budget: prompt chunks are cut to fit (chunked prefill).
+  // Prompt tokens one step may carry (chunked prefill); decode tokens come
+  // on top, one per running request.
   int32_t chunked_prefill_size = 512;
   DType kv_dtype = DType::kF32;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
+  bool disable_radix_cache = false;
 };
 
+// Offline API (strata generate, benchmarks, parity tests).
 struct StepOutput {
   int32_t token = 0;
   float logprob = 0;
@@ -57,15 +68,29 @@ struct GenerationResult {
   std::vector<StepOutput> steps;
   std::string finish_reason;  // "stop" (EOS / stop token) or "length"
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
 };
 
 struct EngineStats {
-  int64_t prefill_tokens = 0;
+  int64_t prefill_tokens = 0;   // prompt tokens computed (cache hits excluded)
   int64_t decode_tokens = 0;
-  double prefill_seconds = 0;  // steps that carried only prompt tokens
-  double decode_seconds = 0;   // steps that carried only decode tokens
+  double prefill_seconds = 0;   // steps that carried only prompt tokens
+  double decode_seconds = 0;    // steps that carried only decode tokens
   double mixed_seconds = 0;
   int64_t steps = 0;
+  int64_t preemptions = 0;
+  int64_t finished_requests = 0;
+  int64_t aborted_requests = 0;
+};
+
+// Instantaneous state, for admission control and gauges.
+struct EngineLoad {
+  int64_t running = 0;          // admitted, computing
+  int64_t waiting = 0;          // queued, prefill not started (incl. preempted)
+  int64_t waiting_tokens = 0;   // prompt tokens of waiting requests
+  int64_t pages_total = 0;
+  int64_t pages_active = 0;     // held by at least one request
+  int64_t pages_cached = 0;     // held only by the prefix cache
 };
 
 class Engine {
@@ -74,31 +99,57 @@ class Engine {
                                                   const EngineOptions& options);
   ~Engine();
 
-  // Runs every request to completion. Fails only on a request that can never
-  // run (prompt longer than the context or the KV pool) or an internal error;
-  // pages are freed either way.
+  // Checks what can be checked before queueing: params, token ids within the
+  // vocabulary, prompt + 1 within the context and the KV pool. A request
+  // that passes can always run eventually.
+  Status Validate(const EngineRequest& request) const;
+  // Queues a validated request; output goes to `handle`.
+  void Add(EngineRequest request, std::shared_ptr<RequestHandle> handle);
+  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  // One schedule -> run -> postprocess iteration. Returns an error only for
+  // internal failures (then every request was finished with that error).
+  Status Step();
+  // Finishes every queued and running request with `reason`/`error`.
+  void AbortAll(const std::string& reason, const Status& error);
+
+  // Runs requests to completion (offline use).
   StatusOr<std::vector<GenerationResult>> Generate(std::vector<GenerationRequest> requests);
 
   const EngineStats& stats() const { return stats_; }
+  EngineLoad load() const;
   const KvPool& pool() const { return *pool_; }
+  const RadixTree* prefix_cache() const { return radix_.get(); }
   int64_t context_length() const { return context_length_; }
+  const EngineOptions& options() const { return options_; }
+  // Allocator + radix tree + every request's page table agree.
+  Status CheckIntegrity() const;
 
  private:
   struct Sequence;
   Engine(LoadedModel& model, Backend& backend, const EngineOptions& options);
-  bool Schedule(std::vector<Sequence*>& running, std::vector<StepItem>* items,
-                std::vector<Sequence*>* item_seqs);
+
+  void Schedule(std::vector<StepItem>* items, std::vector<Sequence*>* item_seqs);
+  bool ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt);
+  void Admit(Sequence& s);
+  void Preempt(Sequence& s);
   void Postprocess(const std::vector<Sequence*>& item_seqs, const std::vector<StepItem>& items,
                    const std::vector<float>& logits);
-  void Finish(Sequence& s, const char* reason);
+  void Finish(Sequence& s, const std::string& reason, Status error = OkStatus());
+  void ReleaseKv(Sequence& s, bool cache_prefix);
+  void ReapFinished();
 
   LoadedModel& model_;
   Backend& backend_;
   EngineOptions options_;
   int64_t context_length_ = 0;
   std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<RadixTree> radix_;
   std::unique_ptr<ModelRunner> runner_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   EngineStats stats_;
+  int64_t waiting_tokens_ = 0;
+  std::vector<float> logits_;
 };
 
 }  // namespace strata

@@ -124,7 +124,8 @@ TEST_P(ParityTest, GreedyTokensAndLogprobsMatchTransformers) {
                           (*res)[0], near_tie);
   }
   EXPECT_GT(total, 100) << "too few steps compared: fixtures full of near-ties?";
-  EXPECT_EQ(s.engine->pool().allocator().num_used(), 0);
+  EXPECT_EQ(s.engine->load().pages_active, 0);
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
 }
 
 // All prompts at once: continuous batching, chunked prefill mixed with
@@ -141,8 +142,8 @@ TEST_P(ParityTest, BatchedMatchesReference) {
   for (size_t i = 0; i < golden["cases"].size(); ++i)
     CompareSteps(name + " batched case " + std::to_string(i), golden["cases"][i]["steps"], (*res)[i],
                  golden["near_tie"]);
-  EXPECT_EQ(s.engine->pool().allocator().num_used(), 0);
-  EXPECT_TRUE(s.engine->pool().allocator().CheckIntegrity().ok());
+  EXPECT_EQ(s.engine->load().pages_active, 0);
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
 }
 
 // Text in, text out: the tokenizer and detokenizer agree with HF too.

@@ -31,6 +31,7 @@ class DecoderModel final : public Model {
             static_cast<int32_t>(config_.num_key_value_heads),
             static_cast<int32_t>(config_.head_dim), d_.sliding_window};
   }
+  int32_t max_batch_tokens() const override { return options_.max_batch_tokens; }
   Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv, Tensor logits) override;
 
  private:

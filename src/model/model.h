@@ -57,6 +57,8 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
   virtual KvRequirements kv_requirements() const = 0;
+  // Most rows one Forward() may carry (ModelOptions::max_batch_tokens).
+  virtual int32_t max_batch_tokens() const = 0;
   // REQUIRES: batch.num_tokens <= options.max_batch_tokens; kv has
   // kv_requirements().num_layers entries; logits is F32
   // [batch.num_logit_rows, vocab_size] in backend memory.

@@ -1,0 +1,52 @@
+#include "engine/request.h"
+
+namespace strata {
+
+RequestOutput RequestHandle::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  RequestOutput out;
+  out.tokens = std::move(pending_.tokens);
+  pending_.tokens.clear();
+  out.finished = pending_.finished;
+  out.finish_reason = pending_.finish_reason;
+  out.error = pending_.error;
+  out.prompt_tokens = pending_.prompt_tokens;
+  out.cached_tokens = pending_.cached_tokens;
+  out.completion_tokens = pending_.completion_tokens;
+  out.started = pending_.started;
+  return out;
+}
+
+bool RequestHandle::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.finished;
+}
+
+void RequestHandle::Push(GeneratedToken token) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.tokens.push_back(std::move(token));
+    pending_.completion_tokens++;
+  }
+  Notify();
+}
+
+void RequestHandle::SetStarted(int64_t prompt_tokens, int64_t cached_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.started = true;
+  pending_.prompt_tokens = prompt_tokens;
+  pending_.cached_tokens = cached_tokens;
+}
+
+void RequestHandle::Finish(const std::string& reason, Status error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.finished) return;
+    pending_.finished = true;
+    pending_.finish_reason = reason;
+    pending_.error = std::move(error);
+  }
+  Notify();
+}
+
+}  // namespace strata

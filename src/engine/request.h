@@ -1,0 +1,93 @@
+// What flows between the server's I/O threads and the engine thread for one
+// request: the request itself (EngineRequest) and its output channel
+// (RequestHandle), shared by both sides.
+//
+// The engine appends generated tokens to the handle and calls its notifier;
+// the I/O side takes them with Take(), detokenizes, matches stop strings and
+// writes to the socket. Neither side ever blocks on the other: the notifier
+// must only post work elsewhere (e.g. to the connection's executor).
+// Cancel() (client gone, stop string seen, deadline) is picked up by the
+// engine at its next step, which frees the request's pages.
+//
+// Thread-safety: RequestHandle is fully thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "util/status.h"
+
+namespace strata {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+struct EngineRequest {
+  std::string id;  // for logs and errors
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  SteadyTime arrival = std::chrono::steady_clock::now();
+  // Abort (finish_reason "abort") if not finished by then.
+  SteadyTime deadline = SteadyTime::max();
+  // Fail with Unavailable ("queue time limit") if prefill has not started by
+  // then: a request that would wait longer is refused, not served late.
+  SteadyTime queue_deadline = SteadyTime::max();
+  // Called from the engine thread after new output is available. Must not
+  // block. Optional.
+  std::function<void()> notify;
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  float logprob = 0;  // filled when params.logprobs >= 0
+  std::vector<TokenLogprob> top;
+};
+
+// Everything a handle accumulated since the last Take().
+struct RequestOutput {
+  std::vector<GeneratedToken> tokens;
+  bool finished = false;
+  // "stop" (EOS or stop token), "length", "abort" (cancelled, deadline),
+  // "error" (see error).
+  std::string finish_reason;
+  Status error;  // set when the request failed (e.g. queue timeout: kUnavailable)
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t completion_tokens = 0;  // total so far
+  bool started = false;  // the engine began computing this request
+};
+
+class RequestHandle {
+ public:
+  explicit RequestHandle(std::function<void()> notify = nullptr) : notify_(std::move(notify)) {}
+
+  // Asks the engine to stop this request; idempotent.
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+  // Consumer side: takes what accumulated (tokens move out; the flags and
+  // counters are copied).
+  RequestOutput Take();
+  bool finished() const;
+
+  // Engine side.
+  void Push(GeneratedToken token);
+  void SetStarted(int64_t prompt_tokens, int64_t cached_tokens);
+  void Finish(const std::string& reason, Status error = OkStatus());
+
+ private:
+  void Notify() {
+    if (notify_) notify_();
+  }
+  mutable std::mutex mu_;
+  RequestOutput pending_;
+  std::atomic<bool> cancelled_{false};
+  std::function<void()> notify_;
+};
+
+}  // namespace strata
