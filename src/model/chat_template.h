@@ -25,11 +25,14 @@ class ChatTemplateImpl;
 // survives into tojson output exactly as the request sent it (transformers
 // keeps Python dict order; a sorted std::map would reorder tool schemas).
 struct ChatTemplateInputs {
-  nlohmann::ordered_json messages =
-      nlohmann::ordered_json::array();  // [{"role":..., "content":...}, ...]
+  // [{"role": ..., "content": ...}, ...] as the request sent them (content
+  // may be a string, null or a list of parts; extra keys such as tool_calls
+  // and reasoning_content pass through).
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   bool add_generation_prompt = true;
-  nlohmann::ordered_json
-      tools;  // null when absent (the template still sees `tools` defined as none)
+  // The request's tools list; null when absent (the template still sees
+  // `tools` defined, as none, like transformers passes it).
+  nlohmann::ordered_json tools;
   // Extra variables (chat_template_kwargs), e.g. {"enable_thinking": false}.
   // They may not redefine messages, tools, documents or add_generation_prompt.
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
