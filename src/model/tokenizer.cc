@@ -444,7 +444,7 @@ std::vector<int32_t> TokenizerImpl::Encode(std::string_view text, bool add_speci
   }
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + prefix_ids_.size() + suffix_ids_.size() + 4);
-  if (add_special_tokens) out = prefix_ids_;
+  if (add_special_tokens) out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
 
   struct ModelSink final : tok::PieceSink {
     const tok::BpeModel* model;

@@ -35,9 +35,13 @@ class Tokenizer {
 
   ~Tokenizer();
 
-  // Like HF `tokenizer.encode(text, add_special_tokens=...)`: special tokens
-  // written in the text are recognised; add_special_tokens applies the
-  // post-processor (e.g. Llama 3's BOS).
+  // Like HF `tokenizers` Tokenizer.encode(text, add_special_tokens=...):
+  // added/special tokens written in the text are recognised;
+  // add_special_tokens applies tokenizer.json's post-processor (e.g. Llama
+  // 3's BOS). tokenizer_config.json's add_bos_token is not consulted (HF
+  // `tokenizers` ignores it too; DeepSeek V3's tokenizer.json adds no BOS).
+  // Invalid UTF-8 in `text` is first repaired like Rust's from_utf8_lossy
+  // (each maximal invalid subpart -> U+FFFD).
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true) const;
   // Like HF `decode(ids, skip_special_tokens=...)`. Unknown ids are skipped.
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
@@ -64,7 +68,10 @@ class Tokenizer {
 // Turns a growing token sequence into text for streaming. Emits text only
 // once it is complete UTF-8 that later tokens cannot change, never emits
 // broken UTF-8, and the concatenation of all Add() results plus Flush()
-// equals Decode(all ids).
+// equals Decode(all ids). With a ByteFallback decoder (Llama 2, Mistral) a
+// run of <0xNN> tokens is held until a non-byte token ends it, because HF
+// decodes the run as a whole (one invalid byte turns it all into U+FFFD).
+// Cost per Add() is one decode of the short window since the last emission.
 class IncrementalDecoder {
  public:
   IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens);

@@ -1,7 +1,7 @@
 #include "model/tokenizer_bpe.h"
 
 #include <cstdio>
-#include <queue>
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
@@ -233,25 +233,29 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* out) const
     uint32_t rank;
     int32_t pos;
     int32_t new_id;
-    bool operator<(const Candidate& o) const {  // priority_queue pops the largest
+    bool operator<(const Candidate& o) const {  // the heap's top is the largest
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
   };
-  thread_local std::vector<Candidate> heap_storage;
-  heap_storage.clear();
-  std::priority_queue<Candidate, std::vector<Candidate>> queue(std::less<Candidate>(), std::move(heap_storage));
+  thread_local std::vector<Candidate> queue;  // a binary heap (std::push_heap / pop_heap)
+  queue.clear();
+  auto push = [&](Candidate c) {
+    queue.push_back(c);
+    std::push_heap(queue.begin(), queue.end());
+  };
   auto lookup = [&](int32_t a, int32_t b) -> const MergeInfo* {
     auto it = merges_.find(PairKey(a, b));
     return it == merges_.end() ? nullptr : &it->second;
   };
   for (size_t k = 0; k + 1 < symbols.size(); ++k) {
     if (const MergeInfo* m = lookup(symbols[k].id, symbols[k + 1].id)) {
-      queue.push(Candidate{m->rank, static_cast<int32_t>(k), m->new_id});
+      push(Candidate{m->rank, static_cast<int32_t>(k), m->new_id});
     }
   }
   while (!queue.empty()) {
-    Candidate top = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end());
+    Candidate top = queue.back();
+    queue.pop_back();
     Symbol& cur = symbols[top.pos];
     if (!cur.alive || cur.next < 0) continue;
     Symbol& right = symbols[cur.next];
@@ -263,12 +267,12 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* out) const
     if (right.next >= 0) symbols[right.next].prev = top.pos;
     if (cur.prev >= 0) {
       if (const MergeInfo* pm = lookup(symbols[cur.prev].id, cur.id)) {
-        queue.push(Candidate{pm->rank, cur.prev, pm->new_id});
+        push(Candidate{pm->rank, cur.prev, pm->new_id});
       }
     }
     if (cur.next >= 0) {
       if (const MergeInfo* nm = lookup(cur.id, symbols[cur.next].id)) {
-        queue.push(Candidate{nm->rank, top.pos, nm->new_id});
+        push(Candidate{nm->rank, top.pos, nm->new_id});
       }
     }
   }
