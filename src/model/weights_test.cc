@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 namespace strata {
 namespace {
@@ -278,6 +279,40 @@ TEST_F(WeightsTest, NoWeightsInDir) {
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(s.status().message(), HasSubstr("model.safetensors"));
   EXPECT_THAT(s.status().message(), HasSubstr("model.safetensors.index.json"));
+}
+
+// Corrupting bytes of a valid file (or cutting it short) gives OK or an
+// error, never a crash or a tensor reaching outside the mapping.
+TEST_F(WeightsTest, MutatedFilesNeverCrash) {
+  ASSERT_TRUE(WriteSafetensors(Path("good.safetensors"),
+                               {{"model.a", DType::kBF16, {3, 4}, Bytes(24, 0)},
+                                {"model.b", DType::kF32, {5}, Bytes(20, 0)},
+                                {"c", DType::kI64, {1}, Bytes(8, 0)}},
+                               {{"format", "pt"}})
+                  .ok());
+  std::ifstream in(Path("good.safetensors"), std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), {});
+  std::mt19937_64 rng(42);  // fixed sequence: the test is deterministic
+  const char kInteresting[] = {'0', '9', '[', ']', '{', '}', ',', '"', '-', ' ', '\0', '\xff'};
+  for (int iter = 0; iter < 150; ++iter) {
+    std::string bad = good;
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k) {
+      size_t pos = rng() % bad.size();
+      bad[pos] = (rng() % 2) ? kInteresting[rng() % sizeof(kInteresting)]
+                             : static_cast<char>(rng() & 0xff);
+    }
+    if (rng() % 8 == 0) bad.resize(rng() % bad.size());
+    WriteRaw("m.safetensors", bad);
+    auto store = WeightStore::OpenFile(Path("m.safetensors"));
+    if (!store.ok()) continue;
+    for (const auto& [name, w] : store->tensors()) {
+      const char* begin = static_cast<const char*>(w.data);
+      ASSERT_LE(w.nbytes, bad.size()) << iter;
+      volatile char sink = 0;
+      for (size_t i = 0; i < w.nbytes; ++i)
+        sink = sink + begin[i];  // faults if outside the mapping
+    }
+  }
 }
 
 class ShardedTest : public WeightsTest {
