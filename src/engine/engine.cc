@@ -303,6 +303,7 @@ void Engine::Postprocess(const std::vector<Sequence*>& item_seqs,
     if (!items[i].want_logits) continue;
     const float* l = logits.data() + row++ * vocab;
     SampleResult r = s.sampler.Sample(l, vocab, s.history);
+    stats_.generated_tokens++;
     s.tokens.push_back(r.token_id);
     if (s.req.params.UsesPenalties()) s.history.AddOutputToken(r.token_id);
     s.handle->Push(GeneratedToken{r.token_id, r.logprob, std::move(r.top_logprobs)});

@@ -74,6 +74,7 @@ struct GenerationResult {
 struct EngineStats {
   int64_t prefill_tokens = 0;   // prompt tokens computed (cache hits excluded)
   int64_t decode_tokens = 0;
+  int64_t generated_tokens = 0;  // every sampled token (first tokens included)
   double prefill_seconds = 0;   // steps that carried only prompt tokens
   double decode_seconds = 0;    // steps that carried only decode tokens
   double mixed_seconds = 0;

@@ -14,6 +14,7 @@ RequestOutput RequestHandle::Take() {
   out.cached_tokens = pending_.cached_tokens;
   out.completion_tokens = pending_.completion_tokens;
   out.started = pending_.started;
+  out.started_at = pending_.started_at;
   return out;
 }
 
@@ -34,6 +35,7 @@ void RequestHandle::Push(GeneratedToken token) {
 void RequestHandle::SetStarted(int64_t prompt_tokens, int64_t cached_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   pending_.started = true;
+  pending_.started_at = std::chrono::steady_clock::now();
   pending_.prompt_tokens = prompt_tokens;
   pending_.cached_tokens = cached_tokens;
 }

@@ -60,6 +60,7 @@ struct RequestOutput {
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   int64_t completion_tokens = 0;  // total so far
   bool started = false;  // the engine began computing this request
+  SteadyTime started_at;  // when prefill started (valid when started)
 };
 
 class RequestHandle {

@@ -1,0 +1,225 @@
+#include "engine/async_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/logging.h"
+
+namespace strata {
+
+AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, const AdmissionOptions& admission)
+    : engine_(std::move(engine)), admission_(admission) {}
+
+StatusOr<std::unique_ptr<AsyncEngine>> AsyncEngine::Start(std::unique_ptr<Engine> engine,
+                                                          const AdmissionOptions& admission,
+                                                          metrics::Registry* registry) {
+  std::unique_ptr<AsyncEngine> a(new AsyncEngine(std::move(engine), admission));
+  if (registry) a->RegisterMetrics(*registry);
+  a->Publish();
+  a->thread_ = std::thread([p = a.get()] { p->Loop(); });
+  return a;
+}
+
+AsyncEngine::~AsyncEngine() { Stop(); }
+
+void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
+  auto gauge = [&](const char* name, const char* help, int64_t EngineSnapshot::*field) {
+    Status st = r.AddCallbackGauge(name, help, [this, field] { return static_cast<double>(snapshot().*field); });
+    if (!st.ok()) STRATA_LOG(ERROR) << st.ToString();
+  };
+  gauge("strata_running_requests", "Requests being computed (prefill or decode).", &EngineSnapshot::running);
+  gauge("strata_queued_requests", "Admitted requests waiting for prefill to start.", &EngineSnapshot::queued_requests);
+  gauge("strata_queued_tokens", "Prompt tokens of queued requests.", &EngineSnapshot::queued_tokens);
+  gauge("strata_kv_pages_total", "Pages in the KV cache pool.", &EngineSnapshot::pages_total);
+  auto used = r.AddGauge("strata_kv_pages_used",
+                         "KV pages in use: active = held by in-flight requests, cached = held only by the prefix cache.",
+                         {"state"});
+  if (used.ok()) {
+    // Callback gauges carry no labels: keep two gauges current at publish time.
+    (*used)->Get({"active"});
+    (*used)->Get({"cached"});
+    kv_used_ = *used;
+  }
+  auto counter = [&](const char* name, const char* help) -> metrics::Counter* {
+    auto f = r.AddCounter(name, help);
+    if (!f.ok()) {
+      STRATA_LOG(ERROR) << f.status().ToString();
+      return nullptr;
+    }
+    return &(*f)->Get();
+  };
+  prompt_tokens_ = counter("strata_prompt_tokens_total", "Prompt tokens computed by prefill (prefix-cache hits excluded).");
+  generation_tokens_ = counter("strata_generation_tokens_total", "Tokens generated.");
+  prefix_hit_tokens_ = counter("strata_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.");
+  preemptions_ = counter("strata_preemptions_total", "Requests preempted (KV pages ran out) and recomputed later.");
+}
+
+EngineSnapshot AsyncEngine::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineSnapshot s = published_;
+  s.queued_requests += static_cast<int64_t>(inbox_.size());
+  s.queued_tokens += inbox_tokens_;
+  return s;
+}
+
+SubmitResult AsyncEngine::Submit(EngineRequest request) {
+  SubmitResult r;
+  if (draining_.load()) {
+    r.status = Unavailable("the server is shutting down and accepts no new requests");
+    r.limit = "draining";
+    r.retry_after_seconds = 5;
+    return r;
+  }
+  r.status = engine_->Validate(request);  // reads only immutable engine state
+  if (!r.status.ok()) return r;
+  const int64_t tokens = static_cast<int64_t>(request.prompt.size());
+  std::unique_lock<std::mutex> lock(mu_);
+  const int64_t queued = published_.queued_requests + static_cast<int64_t>(inbox_.size());
+  const int64_t queued_tokens = published_.queued_tokens + inbox_tokens_;
+  const double rate = published_.prefill_tokens_per_second;
+  // Time for the queue ahead to drain, from the measured prefill rate.
+  auto drain_seconds = [&](int64_t toks) { return rate > 0 ? toks / rate : 1.0; };
+  auto reject = [&](const char* limit, std::string msg) {
+    r.status = Unavailable(std::move(msg));
+    r.limit = limit;
+    r.retry_after_seconds = std::clamp(std::ceil(drain_seconds(queued_tokens)), 1.0, 600.0);
+    return r;
+  };
+  if (admission_.max_queued_requests > 0 && queued + 1 > admission_.max_queued_requests)
+    return reject("max_queued_requests", "server overloaded: " + std::to_string(queued) +
+                                             " requests are already queued (--max-queued-requests " +
+                                             std::to_string(admission_.max_queued_requests) + ")");
+  if (admission_.max_queued_tokens > 0 && queued_tokens + tokens > admission_.max_queued_tokens)
+    return reject("max_queued_tokens", "server overloaded: " + std::to_string(queued_tokens) +
+                                           " prompt tokens are queued and this request adds " +
+                                           std::to_string(tokens) + " (--max-queued-tokens " +
+                                           std::to_string(admission_.max_queued_tokens) + ")");
+  if (admission_.max_queue_time_ms > 0) {
+    if (rate > 0) {
+      const double wait_ms = 1000.0 * queued_tokens / rate;
+      if (wait_ms > admission_.max_queue_time_ms)
+        return reject("max_queue_time", "server overloaded: the estimated queue wait is " +
+                                            std::to_string(static_cast<int64_t>(wait_ms)) +
+                                            " ms (--max-queue-time-ms " +
+                                            std::to_string(admission_.max_queue_time_ms) + ")");
+    }
+    request.queue_deadline = std::min(request.queue_deadline,
+                                      request.arrival + std::chrono::milliseconds(admission_.max_queue_time_ms));
+  }
+  r.handle = std::make_shared<RequestHandle>(std::move(request.notify));
+  request.notify = nullptr;
+  inbox_tokens_ += tokens;
+  inbox_.push_back({std::move(request), r.handle});
+  lock.unlock();
+  cv_.notify_one();
+  return r;
+}
+
+void AsyncEngine::Drain() { draining_.store(true); }
+
+bool AsyncEngine::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, timeout, [&] {
+    return inbox_.empty() && published_.running == 0 && published_.queued_requests == 0;
+  });
+}
+
+void AsyncEngine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status AsyncEngine::CheckIntegrityWhenIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  integrity_requested_ = true;
+  integrity_done_ = false;
+  cv_.notify_all();
+  if (!idle_cv_.wait_for(lock, timeout, [&] { return integrity_done_; }))
+    return Unavailable("engine did not become idle within the timeout");
+  return integrity_;
+}
+
+void AsyncEngine::Publish() {
+  const EngineLoad l = engine_->load();
+  const EngineStats& st = engine_->stats();
+  // Prefill rate: tokens over time of steps that carried prompt tokens.
+  const int64_t dtok = st.prefill_tokens - last_stats_.prefill_tokens;
+  const double dsec = (st.prefill_seconds + st.mixed_seconds) -
+                      (last_stats_.prefill_seconds + last_stats_.mixed_seconds);
+  if (dtok > 0 && dsec > 0) {
+    const double now_rate = dtok / dsec;
+    prefill_rate_ = prefill_rate_ > 0 ? 0.8 * prefill_rate_ + 0.2 * now_rate : now_rate;
+  }
+  if (prompt_tokens_ && dtok > 0) prompt_tokens_->Inc(static_cast<double>(dtok));
+  if (generation_tokens_) {
+    const int64_t gen = st.generated_tokens - last_stats_.generated_tokens;
+    if (gen > 0) generation_tokens_->Inc(static_cast<double>(gen));
+  }
+  if (preemptions_ && st.preemptions > last_stats_.preemptions)
+    preemptions_->Inc(static_cast<double>(st.preemptions - last_stats_.preemptions));
+  if (engine_->prefix_cache()) {
+    const int64_t hits = engine_->prefix_cache()->stats().hit_tokens;
+    if (prefix_hit_tokens_ && hits > last_hit_tokens_) prefix_hit_tokens_->Inc(static_cast<double>(hits - last_hit_tokens_));
+    last_hit_tokens_ = hits;
+  }
+  last_stats_ = st;
+  if (kv_used_) {
+    kv_used_->Get({"active"}).Set(static_cast<double>(l.pages_active));
+    kv_used_->Get({"cached"}).Set(static_cast<double>(l.pages_cached));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  published_.running = l.running;
+  published_.queued_requests = l.waiting;
+  published_.queued_tokens = l.waiting_tokens;
+  published_.pages_total = l.pages_total;
+  published_.pages_active = l.pages_active;
+  published_.pages_cached = l.pages_cached;
+  published_.prefill_tokens_per_second = prefill_rate_;
+}
+
+void AsyncEngine::Loop() {
+  std::vector<Pending> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Idle: wake for new requests, stop, or an integrity check. Busy:
+      // take whatever arrived without waiting.
+      if (!engine_->HasWork()) {
+        if (integrity_requested_) {
+          integrity_ = engine_->CheckIntegrity();
+          integrity_requested_ = false;
+          integrity_done_ = true;
+        }
+        idle_cv_.notify_all();
+        cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || integrity_requested_; });
+      }
+      if (stop_) break;
+      batch.swap(inbox_);
+      inbox_tokens_ = 0;
+    }
+    for (Pending& p : batch) engine_->Add(std::move(p.request), std::move(p.handle));
+    batch.clear();
+    // The queue counters must include what just moved from the inbox into
+    // the engine before the next admission decision.
+    Publish();
+    if (engine_->HasWork()) {
+      Status st = engine_->Step();
+      if (!st.ok()) STRATA_LOG(ERROR) << "engine step failed: " << st.ToString();
+      Publish();
+    }
+  }
+  engine_->AbortAll("abort", Unavailable("the server stopped before this request finished"));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Pending& p : inbox_) p.handle->Finish("abort", Unavailable("the server stopped before this request started"));
+  inbox_.clear();
+  inbox_tokens_ = 0;
+  published_ = EngineSnapshot{};
+  idle_cv_.notify_all();
+}
+
+}  // namespace strata
