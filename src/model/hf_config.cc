@@ -313,6 +313,20 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
     c.architecture = t->architecture;  // what AutoModelForCausalLM would pick
   }
 
+  // Quantized checkpoints (GPTQ/AWQ int32-packed weights, FP8 scales) need
+  // kernels Strata does not have; say so instead of "missing tensor".
+  if (f.Has("quantization_config")) {
+    std::string method = "unknown";
+    const Json& q = j.at("quantization_config");
+    if (q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()) {
+      method = q["quant_method"].get<std::string>();
+    }
+    return Unimplemented(path +
+                         ": quantized checkpoints are not supported (quantization_config "
+                         "quant_method '" +
+                         method + "'); use the unquantized bf16/fp16 model");
+  }
+
   RETURN_IF_ERROR(f.Positive("vocab_size", &c.vocab_size, true));
   RETURN_IF_ERROR(f.Positive("hidden_size", &c.hidden_size, true));
   RETURN_IF_ERROR(f.Positive("intermediate_size", &c.intermediate_size, true));

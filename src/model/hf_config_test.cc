@@ -466,6 +466,14 @@ TEST(HfConfigTest, UnsupportedModelTypeAndDtype) {
   EXPECT_THAT(s.message(), HasSubstr("float8_e4m3fn"));
 }
 
+TEST(HfConfigTest, QuantizedCheckpointIsUnimplemented) {
+  Status s = ParseError(Patched(
+      kQwen25,
+      {{"quantization_config", {{"bits", 4}, {"quant_method", "awq"}, {"group_size", 128}}}}));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("quant_method 'awq'"));
+}
+
 TEST(HfConfigTest, QwenSlidingWindow) {
   // Every layer sliding is supported; only some is not.
   ModelConfig c =
