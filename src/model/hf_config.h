@@ -5,7 +5,12 @@
 //  - published checkpoints: "rope_theta" + "rope_scaling" + "torch_dtype"
 //  - transformers >= 5:     "rope_parameters" (holds rope_theta and the
 //                           scaling fields) + "dtype"
-// Errors name the file and the field and say what was expected.
+// Fields a config leaves out get the defaults of transformers' config class
+// for its model_type (llama, mistral, qwen2, qwen3; others are Unimplemented).
+// Errors name the file and the field and say what was expected:
+// InvalidArgument for missing/mistyped/inconsistent fields, Unimplemented for
+// valid settings Strata cannot run (rope types other than default/linear/
+// llama3, sliding windows on only some layers, quantized checkpoints).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +46,8 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   std::string hidden_act = "silu";
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
+  bool attention_bias = false;  // q/k/v biases: Qwen2 always (o_proj never); Llama/Qwen3 from
+                                // the field, where it also gives o_proj a bias
   bool mlp_bias = false;
   int64_t sliding_window = 0;   // 0: none (null, absent, or use_sliding_window false)
   std::string dtype = "bfloat16";  // torch_dtype / dtype: "bfloat16", "float16", "float32"
