@@ -193,37 +193,81 @@ class SequenceNormalizer : public Normalizer {
   }
 };
 
+// True for characters NFC may change or that may change their neighbours:
+// combining marks, composition participants, characters with a
+// decomposition, and Hangul jamo (composed algorithmically). Everything
+// else below or around them is left alone by NFC. Nothing below U+0300
+// qualifies.
+bool NfcSensitive(char32_t c) {
+  if (c < 0x300) return false;
+  if (c >= 0x1100 && c <= 0x11FF) return true;
+  const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(c));
+  return p->combining_class != 0 || p->comb_index != UINT16_MAX || p->decomp_seqindex != UINT16_MAX;
+}
+
+std::string Utf8procMap(std::string_view s, int options) {
+  utf8proc_uint8_t* out = nullptr;
+  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                    static_cast<utf8proc_ssize_t>(s.size()), &out,
+                                    static_cast<utf8proc_option_t>(options));
+  std::string r = n >= 0 ? std::string(reinterpret_cast<const char*>(out), n) : std::string(s);
+  std::free(out);
+  return r;
+}
+
 class UnicodeNormalizer : public Normalizer {
  public:
-  UnicodeNormalizer(int options, bool compose) : options_(options), compose_(compose) {}
+  explicit UnicodeNormalizer(int options) : options_(options) {}
   void Normalize(std::string& s) const override {
-    // Fast path: ASCII is invariant under every form; below U+0300 nothing
-    // composes, so such text is already NFC.
-    bool below = true;
-    for (size_t i = 0; i < s.size();) {
-      unsigned char c = static_cast<unsigned char>(s[i]);
-      if (c < 0x80) {
-        ++i;
-        continue;
-      }
-      char32_t cp = NextCodepoint(s, i);
-      if (!(compose_ && !(options_ & UTF8PROC_COMPAT) && cp < 0x300)) {
-        below = false;
-        break;
+    if (options_ == (UTF8PROC_STABLE | UTF8PROC_COMPOSE)) {
+      NormalizeNfc(s);
+      return;
+    }
+    for (unsigned char c : s) {
+      if (c >= 0x80) {
+        s = Utf8procMap(s, options_);
+        return;
       }
     }
-    if (below) return;
-    utf8proc_uint8_t* out = nullptr;
-    utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                      static_cast<utf8proc_ssize_t>(s.size()), &out,
-                                      static_cast<utf8proc_option_t>(options_));
-    if (n >= 0) s.assign(reinterpret_cast<const char*>(out), n);
-    std::free(out);
   }
 
  private:
+  // NFC only rewrites maximal runs of NfcSensitive characters plus the
+  // starter before each run; runs are bounded by characters that neither
+  // compose backwards nor reorder, so each run normalises independently.
+  // Most text (ASCII, CJK, ...) is copied untouched.
+  void NormalizeNfc(std::string& s) const {
+    std::string out;
+    size_t copied = 0, prev_start = 0, i = 0;
+    while (i < s.size()) {
+      if (static_cast<unsigned char>(s[i]) < 0x80) {
+        prev_start = i++;
+        continue;
+      }
+      size_t cs = i;
+      if (!NfcSensitive(NextCodepoint(s, i))) {
+        prev_start = cs;
+        continue;
+      }
+      size_t start = cs == 0 ? 0 : std::max(prev_start, copied);
+      size_t end = i;
+      while (end < s.size()) {
+        size_t k = end;
+        if (!NfcSensitive(NextCodepoint(s, k))) break;
+        end = k;
+      }
+      out.append(s, copied, start - copied);
+      out += Utf8procMap(std::string_view(s).substr(start, end - start), options_);
+      copied = end;
+      prev_start = end;
+      i = end;
+    }
+    if (copied == 0) return;
+    out.append(s, copied, std::string::npos);
+    s.swap(out);
+  }
+
   int options_;
-  bool compose_;
 };
 
 class LowercaseNormalizer : public Normalizer {
@@ -533,15 +577,13 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j, const std::
     }
     return std::unique_ptr<Normalizer>(std::move(seq));
   }
-  if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE, true));
-  if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, false));
+  if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
   if (type == "NFKC") {
-    return std::unique_ptr<Normalizer>(
-        new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, true));
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
   }
   if (type == "NFKD") {
-    return std::unique_ptr<Normalizer>(
-        new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, false));
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
   }
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new LowercaseNormalizer());
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccentsNormalizer());

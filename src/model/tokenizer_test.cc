@@ -15,7 +15,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "model/tokenizer_pipeline.h"
 #include "model/tokenizer_text.h"
+
+#include <utf8proc.h>
 
 namespace strata {
 namespace {
@@ -269,6 +272,29 @@ TEST(TokenizerTest, Utf8LossyMatchesRust) {
   EXPECT_EQ(tok::CompleteUtf8Prefix("ab\xE4\xBD"), 2u);
   EXPECT_EQ(tok::CompleteUtf8Prefix("ab\xE4\xBD\xA0"), 5u);
   EXPECT_EQ(tok::CompleteUtf8Prefix("ab\x80"), 3u);
+}
+
+// The NFC normalizer only hands the runs around sensitive characters to
+// utf8proc; on random mixes of composing material it must equal NFC of the
+// whole string.
+TEST(TokenizerTest, NfcByRunsEqualsWholeStringNfc) {
+  auto nfc = tok::ParseNormalizer(json{{"type", "NFC"}}, "test");
+  ASSERT_TRUE(nfc.ok()) << nfc.status().ToString();
+  const std::vector<char32_t> pool = {
+      'a', 'e', 'A', 'o', ' ', '\n', 0xE9, 0xEA, 0xC5, 0x212B, 0x0300, 0x0301, 0x0327, 0x0323, 0x0308, 0x0340,
+      0x0344, 0x0F73, 0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01, 0x3131, 0x304B, 0x3099, 0x309A, 0x30AB, 0x4E00,
+      0xF900, 0x2FA1D, 0x0915, 0x093C, 0x0958, 0x1E9B, 0x0345, 0x03B1, 0x1F00, 0xFB01, 0x1D15E, 0x0CD5, 0x0CC6};
+  std::mt19937 rng(11);
+  for (int k = 0; k < 3000; ++k) {
+    std::string s;
+    for (int n = 1 + rng() % 12; n > 0; --n) tok::AppendUtf8(s, pool[rng() % pool.size()]);
+    std::string got = s;
+    (*nfc)->Normalize(got);
+    utf8proc_uint8_t* ref = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(s.c_str()));
+    ASSERT_NE(ref, nullptr);
+    EXPECT_EQ(got, std::string(reinterpret_cast<const char*>(ref))) << Show(s);
+    std::free(ref);
+  }
 }
 
 // --- error cases -----------------------------------------------------------
