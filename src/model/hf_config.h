@@ -49,7 +49,7 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v biases: Qwen2 always (o_proj never); Llama/Qwen3 from
                                 // the field, where it also gives o_proj a bias
   bool mlp_bias = false;
-  int64_t sliding_window = 0;   // 0: none (null, absent, or use_sliding_window false)
+  int64_t sliding_window = 0;   // 0: none (Mistral: null; Qwen: use_sliding_window false)
   std::string dtype = "bfloat16";  // torch_dtype / dtype: "bfloat16", "float16", "float32"
   RopeConfig rope;
   std::optional<int64_t> bos_token_id;
