@@ -5,7 +5,10 @@
 // Every structural problem is caught at Open(): bad header length, invalid
 // JSON, unknown dtype, offsets outside the data area or overlapping, shape
 // not matching the byte size, index naming a missing shard or a tensor not
-// in its shard. Errors name the file and tensor.
+// in its shard. Errors name the file and tensor: DataLoss for a corrupt or
+// truncated file or an index that disagrees with its shards, Unimplemented
+// for a dtype other than F32/F16/BF16/I32/I64 (e.g. F8_E4M3), NotFound for
+// missing files.
 // Thread-safety: const methods are safe from many threads; Get() records use
 // and is not.
 #pragma once
