@@ -34,15 +34,21 @@ struct AddedToken {
 // Aho-Corasick leftmost-longest matching, then single_word / lstrip / rstrip.
 class AddedTokenMatcher {
  public:
-  void Build(const std::vector<AddedToken>& tokens, bool normalized) {
+  // Indexes the tokens whose `normalized` flag equals `normalized`. As in
+  // HF, normalized tokens are matched in normalized text, so their patterns
+  // go through `normalizer` (may be null) first.
+  void Build(const std::vector<AddedToken>& tokens, bool normalized, const tok::Normalizer* normalizer) {
     nodes_.assign(1, Node{});
     first_byte_.fill(false);
     for (size_t k = 0; k < tokens.size(); ++k) {
       const AddedToken& t = tokens[k];
-      if (t.normalized != normalized || t.content.empty()) continue;
-      first_byte_[static_cast<unsigned char>(t.content[0])] = true;
+      if (t.normalized != normalized) continue;
+      std::string pattern = t.content;
+      if (normalized && normalizer != nullptr) normalizer->Normalize(pattern);
+      if (pattern.empty()) continue;
+      first_byte_[static_cast<unsigned char>(pattern[0])] = true;
       int node = 0;
-      for (unsigned char c : t.content) {
+      for (unsigned char c : pattern) {
         int child = Child(node, c);
         if (child < 0) {
           child = static_cast<int>(nodes_.size());
@@ -258,12 +264,11 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
   } catch (const json::exception& e) {
     return InvalidArgument(file + ": field added_tokens is malformed (" + e.what() + ")");
   }
-  raw_matcher_.Build(added_, false);
-  normalized_matcher_.Build(added_, true);
-
   if (auto it = j.find("normalizer"); it != j.end() && !it->is_null()) {
     ASSIGN_OR_RETURN(normalizer_, tok::ParseNormalizer(*it, file + ": normalizer"));
   }
+  raw_matcher_.Build(added_, false, nullptr);
+  normalized_matcher_.Build(added_, true, normalizer_.get());
   {
     auto it = j.find("pre_tokenizer");
     ASSIGN_OR_RETURN(pretok_, tok::PreTokenizerChain::Parse(it == j.end() ? json() : *it, file + ": pre_tokenizer"));

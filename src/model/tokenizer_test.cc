@@ -4,6 +4,7 @@
 // npm: run `npm ci --prefix tests/js` first (scripts/test.sh does).
 #include "model/tokenizer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <map>
@@ -295,6 +296,22 @@ TEST(TokenizerTest, NfcByRunsEqualsWholeStringNfc) {
     EXPECT_EQ(got, std::string(reinterpret_cast<const char*>(ref))) << Show(s);
     std::free(ref);
   }
+}
+
+// HF (AddedVocabulary::refresh_added_tokens) normalizes the patterns of
+// normalized added tokens, so with a Lowercase normalizer "[MASK]" is found
+// as "[mask]" in the lowercased text. Not covered by the goldens.
+TEST(TokenizerTest, NormalizedAddedTokensMatchNormalizedPattern) {
+  json j = json::parse(ReadAll(Src("tests/fixtures/tokenizer/bl_nfkc/tokenizer.json")));
+  j["added_tokens"].push_back({{"id", 9999}, {"content", "[MASK]"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", true}, {"special", true}});
+  auto t = Tokenizer::FromJson(j.dump(), "", "bl_nfkc+mask");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto mask = (*t)->TokenToId("[MASK]");
+  ASSERT_TRUE(mask.has_value());
+  EXPECT_EQ(*mask, 441);  // HF assigns the next free id, not the file's 9999
+  auto ids = (*t)->Encode("a [MASK] b [Mask]", false);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *mask), 2) << json(ids).dump();
 }
 
 // --- error cases -----------------------------------------------------------
