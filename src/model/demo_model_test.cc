@@ -30,25 +30,25 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-// Writes the demo model once for the whole suite (it takes a moment).
+// The demo model, written once per test process (it takes a moment, so the
+// checks below are grouped into a few tests).
+std::string g_root, g_dir;
+
 class DemoModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     std::string tmpl = ::testing::TempDir() + "/demo_model_test_XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    dir_ = root_ + "/a/demo";  // parent directories are created too
-    Status s = WriteDemoModel(dir_);
+    g_root = tmpl;
+    g_dir = g_root + "/a/demo";  // parent directories are created too
+    Status s = WriteDemoModel(g_dir);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
-  static void TearDownTestSuite() { std::filesystem::remove_all(root_); }
-
-  static std::string root_, dir_;
+  static void TearDownTestSuite() { std::filesystem::remove_all(g_root); }
 };
-std::string DemoModelTest::root_, DemoModelTest::dir_;
 
-TEST_F(DemoModelTest, ConfigParses) {
-  auto c = LoadModelConfig(dir_ + "/config.json");
+void CheckConfigParses() {
+  auto c = LoadModelConfig(g_dir + "/config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->architecture, "LlamaForCausalLM");
   EXPECT_EQ(c->model_type, "llama");
@@ -68,16 +68,16 @@ TEST_F(DemoModelTest, ConfigParses) {
   EXPECT_THAT(c->eos_token_ids, ElementsAre(1020, 1023));
 
   auto g =
-      ParseGenerationConfig(ReadAll(dir_ + "/generation_config.json"), "generation_config.json");
+      ParseGenerationConfig(ReadAll(g_dir + "/generation_config.json"), "generation_config.json");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_THAT(g->eos_token_ids, ElementsAre(1020, 1023));
   EXPECT_EQ(g->bos_token_id, 1019);
 }
 
-TEST_F(DemoModelTest, WeightsAreExactlyLlamaForCausalLM) {
-  auto c = LoadModelConfig(dir_ + "/config.json");
+void CheckWeightsAreExactlyLlamaForCausalLM() {
+  auto c = LoadModelConfig(g_dir + "/config.json");
   ASSERT_TRUE(c.ok());
-  auto w = WeightStore::Open(dir_);
+  auto w = WeightStore::Open(g_dir);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   const int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
   const int64_t q = c->num_attention_heads * c->head_dim, kv = c->num_key_value_heads * c->head_dim;
@@ -119,8 +119,8 @@ std::pair<double, double> Stats(const WeightInfo& w) {
   return {mean, std::sqrt(sq / n - mean * mean)};
 }
 
-TEST_F(DemoModelTest, WeightScales) {
-  auto w = WeightStore::Open(dir_);
+void CheckWeightScales() {
+  auto w = WeightStore::Open(g_dir);
   ASSERT_TRUE(w.ok());
   auto [m, s] = Stats(*w->Find("model.layers.2.mlp.up_proj.weight"));
   EXPECT_NEAR(m, 0.0, 0.002);
@@ -134,8 +134,8 @@ TEST_F(DemoModelTest, WeightScales) {
             0);
 }
 
-TEST_F(DemoModelTest, TokenizerIsByteLevelBpeLikeLlama3) {
-  Json t = Json::parse(ReadAll(dir_ + "/tokenizer.json"));
+void CheckTokenizerIsByteLevelBpeLikeLlama3() {
+  Json t = Json::parse(ReadAll(g_dir + "/tokenizer.json"));
   ASSERT_EQ(t["model"]["type"], "BPE");
   const Json& vocab = t["model"]["vocab"];
   ASSERT_EQ(vocab.size(), 1019u);
@@ -185,8 +185,8 @@ TEST_F(DemoModelTest, TokenizerIsByteLevelBpeLikeLlama3) {
   EXPECT_EQ(post["special_tokens"]["<|begin_of_text|>"]["ids"][0], 1019);
 }
 
-TEST_F(DemoModelTest, TokenizerConfigHasChatTemplate) {
-  Json tc = Json::parse(ReadAll(dir_ + "/tokenizer_config.json"));
+void CheckTokenizerConfigHasChatTemplate() {
+  Json tc = Json::parse(ReadAll(g_dir + "/tokenizer_config.json"));
   EXPECT_EQ(tc["bos_token"], "<|begin_of_text|>");
   EXPECT_EQ(tc["eos_token"], "<|eot_id|>");
   std::string tmpl = tc["chat_template"].get<std::string>();
@@ -197,10 +197,10 @@ TEST_F(DemoModelTest, TokenizerConfigHasChatTemplate) {
 
 // Strata's tokenizer and chat template on the demo model agree with HF
 // transformers/tokenizers (tests/fixtures/demo_model/hf_reference.json).
-TEST_F(DemoModelTest, TokenizerAndChatTemplateMatchHf) {
+void CheckTokenizerAndChatTemplateMatchHf() {
   Json ref = Json::parse(
       ReadAll(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/demo_model/hf_reference.json"));
-  auto tok = Tokenizer::FromDir(dir_);
+  auto tok = Tokenizer::FromDir(g_dir);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   EXPECT_EQ((*tok)->vocab_size(), 1024);
   EXPECT_EQ((*tok)->bos_id(), 1019);
@@ -237,12 +237,24 @@ uint64_t Fnv1a(const std::string& bytes) {
 // checked against (tests/fixtures/demo_model/hf_reference.json). If this fails on purpose (the demo
 // model changed), regenerate that fixture with tools/reference/check_demo_model.py and update these
 // hashes; if it fails on a new machine, generation is not portable and that is a bug.
+TEST_F(DemoModelTest, ConfigAndWeights) {
+  CheckConfigParses();
+  CheckWeightsAreExactlyLlamaForCausalLM();
+  CheckWeightScales();
+}
+
+TEST_F(DemoModelTest, Tokenizer) {
+  CheckTokenizerIsByteLevelBpeLikeLlama3();
+  CheckTokenizerConfigHasChatTemplate();
+  CheckTokenizerAndChatTemplateMatchHf();
+}
+
 TEST_F(DemoModelTest, SameBytesAsTheFilesHfWasCheckedAgainst) {
-  EXPECT_EQ(Fnv1a(ReadAll(dir_ + "/model.safetensors")), 0x87a7d6848a9e305dull);
-  EXPECT_EQ(Fnv1a(ReadAll(dir_ + "/tokenizer.json")), 0xcffe75d401934737ull);
-  EXPECT_EQ(Fnv1a(ReadAll(dir_ + "/config.json")), 0xd3208bad903917e7ull);
-  EXPECT_EQ(Fnv1a(ReadAll(dir_ + "/tokenizer_config.json")), 0x1c5032680991346dull);
-  EXPECT_EQ(Fnv1a(ReadAll(dir_ + "/generation_config.json")), 0xf6ed36ae66f1792bull);
+  EXPECT_EQ(Fnv1a(ReadAll(g_dir + "/model.safetensors")), 0x87a7d6848a9e305dull);
+  EXPECT_EQ(Fnv1a(ReadAll(g_dir + "/tokenizer.json")), 0xcffe75d401934737ull);
+  EXPECT_EQ(Fnv1a(ReadAll(g_dir + "/config.json")), 0xd3208bad903917e7ull);
+  EXPECT_EQ(Fnv1a(ReadAll(g_dir + "/tokenizer_config.json")), 0x1c5032680991346dull);
+  EXPECT_EQ(Fnv1a(ReadAll(g_dir + "/generation_config.json")), 0xf6ed36ae66f1792bull);
 }
 
 TEST(DemoModelErrorTest, UnwritableDirectory) {
