@@ -143,13 +143,13 @@ class AddedTokenMatcher {
     size_t k = s.size() - 1;
     while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
     char32_t c = tok::NextCodepoint(s, k);
-    return tok::IsAlphanumeric(c) || c == '_';
+    return tok::IsWordChar(c);
   }
   static bool StartsWithWordChar(std::string_view s) {
     if (s.empty()) return false;
     size_t k = 0;
     char32_t c = tok::NextCodepoint(s, k);
-    return tok::IsAlphanumeric(c) || c == '_';
+    return tok::IsWordChar(c);
   }
 
   std::vector<Node> nodes_;

@@ -130,11 +130,13 @@ bool IsNumeric(char32_t c) {
   return cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
 }
 
-bool IsAlphanumeric(char32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+bool IsWordChar(char32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
+  if (c == 0x200C || c == 0x200D) return true;
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || cat == UTF8PROC_CATEGORY_ND ||
-         cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
+  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+         (cat >= UTF8PROC_CATEGORY_MN && cat <= UTF8PROC_CATEGORY_ME) || cat == UTF8PROC_CATEGORY_ND ||
+         cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_PC;
 }
 
 bool IsCombiningMark(char32_t c) {

@@ -1,7 +1,7 @@
 // Text primitives shared by the tokenizer pieces: UTF-8 walking and repair
 // (with the exact semantics of Rust's String::from_utf8_lossy, which HF
 // `tokenizers` uses when decoding bytes), Unicode predicates with Rust's
-// meaning (char::is_whitespace, is_numeric, is_alphanumeric), the GPT-2
+// meaning (char::is_whitespace, is_numeric, regex \w), the GPT-2
 // byte-level alphabet, and a PCRE2 regex wrapper for the Split patterns.
 //
 // Everything here is stateless or immutable after construction and safe to
@@ -51,7 +51,9 @@ size_t CompleteUtf8Prefix(std::string_view s);
 // Rust char predicates.
 bool IsWhitespace(char32_t c);    // White_Space property
 bool IsNumeric(char32_t c);       // general category Nd, Nl or No
-bool IsAlphanumeric(char32_t c);  // letters (L*) or numeric
+// Rust regex's Unicode \w (letters, marks, Nd, Nl, Pc, ZWNJ/ZWJ), which HF
+// uses for single_word added tokens.
+bool IsWordChar(char32_t c);
 bool IsCombiningMark(char32_t c);  // general category M* (HF StripAccents)
 
 // GPT-2 byte-level alphabet: every byte maps to one printable code point.
