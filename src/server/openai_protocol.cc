@@ -111,6 +111,8 @@ class BoundedDomParser {
     if (size_t p = error_.find("] "); error_.rfind("[json.exception.", 0) == 0 && p != std::string::npos) {
       error_.erase(0, p + 2);
     }
+    // "last read: '<token>'" can quote a huge token; keep messages short.
+    if (error_.size() > 160) error_ = error_.substr(0, 157) + "...";
     return false;
   }
 
