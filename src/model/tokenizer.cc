@@ -515,8 +515,19 @@ std::string TokenizerImpl::Decode(const int32_t* ids, size_t n, bool skip_specia
 }
 
 bool TokenizerImpl::UnstableEnd(const std::string& text, const int32_t* ids, size_t n, bool skip_special) const {
-  // An incomplete UTF-8 sequence (ByteLevel) or an invalid byte run
-  // (ByteFallback) shows as a trailing U+FFFD; either may still change.
+  if (decoder_traits_.byte_level_only) {
+    // Bytes concatenate: only an unfinished UTF-8 sequence at the very end
+    // can still change (a U+FFFD for invalid bytes is final).
+    std::string tail;
+    for (size_t k = n; k-- > 0 && tail.size() < 4;) {
+      int32_t id = ids[k];
+      if (id < 0 || id >= vocab_size_ || (skip_special && special_[id])) continue;
+      tail.insert(0, byte_level_raw_[id]);
+    }
+    return tok::CompleteUtf8Prefix(tail) < tail.size();
+  }
+  // Otherwise an unfinished sequence or an invalid byte run (ByteFallback)
+  // shows as a trailing U+FFFD; either may still change.
   if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;
   if (decoder_traits_.byte_fallback) {
     // A ByteFallback run is decoded as a whole: the next byte token can turn

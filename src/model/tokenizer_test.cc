@@ -79,6 +79,7 @@ void CheckIncremental(const std::shared_ptr<const Tokenizer>& tok, const std::st
 void CheckMetadata(const Tokenizer& tok, const std::string& name);
 void CheckConcurrentEncode(const Tokenizer& tok, const std::string& name);
 void CheckQwenMetadata(const Tokenizer& tok);
+void CheckStreamsPromptly(const std::shared_ptr<const Tokenizer>& tok);
 void CheckLlamaMetadata(const Tokenizer& tok);
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
@@ -213,6 +214,7 @@ void CheckLongRuns(const Tokenizer& tok) {
 
 void CheckMetadata(const Tokenizer& tok, const std::string& name) {
   if (name == "qwen3" || name == "llama3") CheckLongRuns(tok);
+  if (name == "qwen3" || name == "llama3" || name == "deepseek_v3") CheckStreamsPromptly(Load(name));
   if (name == "qwen3") {
     CheckQwenMetadata(tok);
   } else if (name == "llama3") {
@@ -230,6 +232,18 @@ void CheckMetadata(const Tokenizer& tok, const std::string& name) {
     EXPECT_EQ(tok.eos_id(), 2);
     EXPECT_EQ(tok.Encode(""), std::vector<int32_t>{1});  // Prepend does not apply to empty text
     EXPECT_TRUE(tok.Encode("", false).empty());
+  }
+}
+
+// Streaming latency: text that is final is emitted without waiting for Flush.
+void CheckStreamsPromptly(const std::shared_ptr<const Tokenizer>& tok) {
+  for (const std::string& text : {std::string("x\xEF\xBF\xBD"), std::string("\xE4\xBD\xA0\xE5\xA5\xBD"),
+                                   std::string("emoji \xF0\x9F\x91\x8D")}) {
+    IncrementalDecoder dec(tok, false);
+    std::string got;
+    for (int32_t id : tok->Encode(text, false)) got += dec.Add(id);
+    EXPECT_EQ(got, text) << "held back until Flush";
+    EXPECT_EQ(dec.Flush(), "");
   }
 }
 
