@@ -7,10 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "model/tokenizer_bpe.h"
 #include "model/tokenizer_decoder.h"
@@ -37,7 +36,8 @@ class AddedTokenMatcher {
   // Indexes the tokens whose `normalized` flag equals `normalized`. As in
   // HF, normalized tokens are matched in normalized text, so their patterns
   // go through `normalizer` (may be null) first.
-  void Build(const std::vector<AddedToken>& tokens, bool normalized, const tok::Normalizer* normalizer) {
+  void Build(const std::vector<AddedToken>& tokens, bool normalized,
+             const tok::Normalizer* normalizer) {
     nodes_.assign(1, Node{});
     first_byte_.fill(false);
     for (size_t k = 0; k < tokens.size(); ++k) {
@@ -183,7 +183,8 @@ std::string TokenName(const json& cfg, const char* key) {
 
 class TokenizerImpl {
  public:
-  Status Load(const std::string& tokenizer_json, const std::string& config_json, const std::string& path);
+  Status Load(const std::string& tokenizer_json, const std::string& config_json,
+              const std::string& path);
   Status ParsePostProcessor(const json& j, const std::string& where, std::vector<int32_t>* prefix,
                             std::vector<int32_t>* suffix);
 
@@ -191,7 +192,9 @@ class TokenizerImpl {
   std::string Decode(const int32_t* ids, size_t n, bool skip_special) const;
   void RegisterAddedToken(AddedToken t);
   const std::string* TokenString(int32_t id) const;
-  bool IsSpecial(int32_t id) const { return id >= 0 && id < static_cast<int32_t>(special_.size()) && special_[id]; }
+  bool IsSpecial(int32_t id) const {
+    return id >= 0 && id < static_cast<int32_t>(special_.size()) && special_[id];
+  }
   // True when text decoded from ids[0..n) may still change once more tokens
   // arrive (see IncrementalDecoder).
   bool UnstableEnd(const std::string& text, const int32_t* ids, size_t n, bool skip_special) const;
@@ -223,19 +226,24 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
   try {
     j = json::parse(tokenizer_json);
   } catch (const json::exception& e) {
-    return InvalidArgument(file + ": not valid JSON (" + e.what() + "); the tokenizer.json is corrupt or truncated");
+    return InvalidArgument(file + ": not valid JSON (" + e.what() +
+                           "); the tokenizer.json is corrupt or truncated");
   }
-  if (!j.is_object()) return InvalidArgument(file + ": top level is not a JSON object; expected a tokenizer.json");
+  if (!j.is_object())
+    return InvalidArgument(file + ": top level is not a JSON object; expected a tokenizer.json");
   auto model_it = j.find("model");
   if (model_it == j.end() || !model_it->is_object()) {
-    return InvalidArgument(file + ": field \"model\" is missing or not an object; expected a HF tokenizer.json");
+    return InvalidArgument(
+        file + ": field \"model\" is missing or not an object; expected a HF tokenizer.json");
   }
   std::string model_type = TypeOf(*model_it);
-  if (model_type.empty() && model_it->contains("merges")) model_type = "BPE";  // untagged older files
+  if (model_type.empty() && model_it->contains("merges"))
+    model_type = "BPE";  // untagged older files
   if (model_type != "BPE") {
-    return Unimplemented(file + ": tokenizer model type \"" + model_type +
-                         "\" is not supported; Strata implements BPE models (Llama, Qwen, DeepSeek, Mistral). "
-                         "WordPiece/Unigram/WordLevel tokenizers are not supported");
+    return Unimplemented(
+        file + ": tokenizer model type \"" + model_type +
+        "\" is not supported; Strata implements BPE models (Llama, Qwen, DeepSeek, Mistral). "
+        "WordPiece/Unigram/WordLevel tokenizers are not supported");
   }
   ASSIGN_OR_RETURN(model_, tok::BpeModel::FromJson(*model_it, file));
 
@@ -245,8 +253,8 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
       for (size_t k = 0; k < it->size(); ++k) {
         const json& a = (*it)[k];
         AddedToken t;
-        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
-            !a["content"].is_string()) {
+        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+            !a.contains("content") || !a["content"].is_string()) {
           return InvalidArgument(file + ": added_tokens[" + std::to_string(k) +
                                  "] needs an integer \"id\" and a string \"content\"");
         }
@@ -257,7 +265,8 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
         t.rstrip = GetBool(a, "rstrip", false);
         t.special = GetBool(a, "special", false);
         t.normalized = GetBool(a, "normalized", !t.special);
-        if (t.id < 0) return InvalidArgument(file + ": added_tokens[" + std::to_string(k) + "].id is negative");
+        if (t.id < 0)
+          return InvalidArgument(file + ": added_tokens[" + std::to_string(k) + "].id is negative");
         RegisterAddedToken(std::move(t));
       }
     }
@@ -271,7 +280,8 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
   normalized_matcher_.Build(added_, true, normalizer_.get());
   {
     auto it = j.find("pre_tokenizer");
-    ASSIGN_OR_RETURN(pretok_, tok::PreTokenizerChain::Parse(it == j.end() ? json() : *it, file + ": pre_tokenizer"));
+    ASSIGN_OR_RETURN(pretok_, tok::PreTokenizerChain::Parse(it == j.end() ? json() : *it,
+                                                            file + ": pre_tokenizer"));
   }
   if (auto it = j.find("post_processor"); it != j.end() && !it->is_null()) {
     RETURN_IF_ERROR(ParsePostProcessor(*it, file + ": post_processor", &prefix_ids_, &suffix_ids_));
@@ -305,8 +315,9 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
 
   // tokenizer_config.json: special token names and the chat template.
   if (!config_json.empty()) {
-    const std::string cfg_file = path.empty() ? std::string("tokenizer_config.json")
-                                              : path.substr(0, path.rfind('/') + 1) + "tokenizer_config.json";
+    const std::string cfg_file =
+        path.empty() ? std::string("tokenizer_config.json")
+                     : path.substr(0, path.rfind('/') + 1) + "tokenizer_config.json";
     json cfg;
     try {
       cfg = json::parse(config_json);
@@ -322,8 +333,10 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
       } else if (it->is_array()) {  // [{"name": ..., "template": ...}]: prefer "default"
         for (const json& t : *it) {
           if (!t.is_object() || !t.contains("template") || !t["template"].is_string()) continue;
-          std::string name = t.contains("name") && t["name"].is_string() ? t["name"].get<std::string>() : "";
-          if (chat_template_.empty() || name == "default") chat_template_ = t["template"].get<std::string>();
+          std::string name =
+              t.contains("name") && t["name"].is_string() ? t["name"].get<std::string>() : "";
+          if (chat_template_.empty() || name == "default")
+            chat_template_ = t["template"].get<std::string>();
           if (name == "default") break;
         }
       }
@@ -343,17 +356,21 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
   return OkStatus();
 }
 
-Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where, std::vector<int32_t>* prefix,
+Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where,
+                                         std::vector<int32_t>* prefix,
                                          std::vector<int32_t>* suffix) {
   std::string type = TypeOf(j);
   if (type == "ByteLevel") return OkStatus();  // only moves offsets
   if (type == "Sequence") {
     auto it = j.find("processors");
-    if (it == j.end() || !it->is_array()) return InvalidArgument(where + ".processors is missing or not an array");
+    if (it == j.end() || !it->is_array())
+      return InvalidArgument(where + ".processors is missing or not an array");
     for (size_t k = 0; k < it->size(); ++k) {
       std::vector<int32_t> p, s;
-      RETURN_IF_ERROR(ParsePostProcessor((*it)[k], where + ".processors[" + std::to_string(k) + "]", &p, &s));
-      prefix->insert(prefix->begin(), p.begin(), p.end());  // a later processor wraps the earlier result
+      RETURN_IF_ERROR(
+          ParsePostProcessor((*it)[k], where + ".processors[" + std::to_string(k) + "]", &p, &s));
+      prefix->insert(prefix->begin(), p.begin(),
+                     p.end());  // a later processor wraps the earlier result
       suffix->insert(suffix->end(), s.begin(), s.end());
     }
     return OkStatus();
@@ -374,7 +391,8 @@ Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where
       const std::string item_where = where + ".single[" + std::to_string(k) + "]";
       if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") ||
           !item["SpecialToken"]["id"].is_string()) {
-        return InvalidArgument(item_where + " is neither {\"Sequence\": ...} nor {\"SpecialToken\": {\"id\": ...}}");
+        return InvalidArgument(
+            item_where + " is neither {\"Sequence\": ...} nor {\"SpecialToken\": {\"id\": ...}}");
       }
       std::string name = item["SpecialToken"]["id"].get<std::string>();
       if (specials == nullptr || !specials->contains(name) || !(*specials)[name].contains("ids") ||
@@ -384,7 +402,8 @@ Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where
       }
       std::vector<int32_t>& dst = seen_sequence ? *suffix : *prefix;
       for (const json& id : (*specials)[name]["ids"]) {
-        if (!id.is_number_integer()) return InvalidArgument(where + ".special_tokens[\"" + name + "\"].ids has a non-integer");
+        if (!id.is_number_integer())
+          return InvalidArgument(where + ".special_tokens[\"" + name + "\"].ids has a non-integer");
         dst.push_back(id.get<int32_t>());
       }
     }
@@ -393,18 +412,21 @@ Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     auto id_of = [&](const char* key) -> std::optional<int32_t> {
       auto it = j.find(key);
-      if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer()) return std::nullopt;
+      if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer())
+        return std::nullopt;
       return (*it)[1].get<int32_t>();
     };
     auto cls = id_of("cls"), sep = id_of("sep");
-    if (!cls || !sep) return InvalidArgument(where + ": " + type + " needs \"cls\" and \"sep\" as [token, id]");
+    if (!cls || !sep)
+      return InvalidArgument(where + ": " + type + " needs \"cls\" and \"sep\" as [token, id]");
     prefix->push_back(*cls);
     suffix->push_back(*sep);
     return OkStatus();
   }
-  return Unimplemented(where + ": post-processor type \"" + type +
-                       "\" is not supported (supported: TemplateProcessing, ByteLevel, Sequence, RobertaProcessing, "
-                       "BertProcessing)");
+  return Unimplemented(
+      where + ": post-processor type \"" + type +
+      "\" is not supported (supported: TemplateProcessing, ByteLevel, Sequence, RobertaProcessing, "
+      "BertProcessing)");
 }
 
 // HF re-derives added-token ids when loading (AddedVocabulary::add_tokens):
@@ -416,8 +438,8 @@ Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where
 void TokenizerImpl::RegisterAddedToken(AddedToken t) {
   if (t.content.empty()) return;
   for (const AddedToken& a : added_) {
-    if (a.content == t.content && a.single_word == t.single_word && a.lstrip == t.lstrip && a.rstrip == t.rstrip &&
-        a.normalized == t.normalized && a.special == t.special) {
+    if (a.content == t.content && a.single_word == t.single_word && a.lstrip == t.lstrip &&
+        a.rstrip == t.rstrip && a.normalized == t.normalized && a.special == t.special) {
       return;  // identical token already registered
     }
   }
@@ -429,7 +451,9 @@ void TokenizerImpl::RegisterAddedToken(AddedToken t) {
     const int32_t model_size = static_cast<int32_t>(model_->vocab_count());
     int32_t max_added = -1;
     for (const auto& [id, idx] : added_by_id_) max_added = std::max(max_added, id);
-    t.id = max_added < 0 ? model_size : (max_added >= model_size || model_size == 0 ? max_added + 1 : model_size);
+    t.id = max_added < 0
+               ? model_size
+               : (max_added >= model_size || model_size == 0 ? max_added + 1 : model_size);
   }
   added_by_content_[t.content] = t.id;
   added_by_id_[t.id] = added_.size();
@@ -514,7 +538,8 @@ std::string TokenizerImpl::Decode(const int32_t* ids, size_t n, bool skip_specia
   return out;
 }
 
-bool TokenizerImpl::UnstableEnd(const std::string& text, const int32_t* ids, size_t n, bool skip_special) const {
+bool TokenizerImpl::UnstableEnd(const std::string& text, const int32_t* ids, size_t n,
+                                bool skip_special) const {
   if (decoder_traits_.byte_level_only) {
     // Bytes concatenate: only an unfinished UTF-8 sequence at the very end
     // can still change (a U+FFFD for invalid bytes is final).
@@ -548,9 +573,9 @@ bool TokenizerImpl::UnstableEnd(const std::string& text, const int32_t* ids, siz
 Tokenizer::Tokenizer() : impl_(std::make_unique<TokenizerImpl>()) {}
 Tokenizer::~Tokenizer() = default;
 
-StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(const std::string& tokenizer_json,
-                                                               const std::string& tokenizer_config_json,
-                                                               const std::string& path) {
+StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(
+    const std::string& tokenizer_json, const std::string& tokenizer_config_json,
+    const std::string& path) {
   std::shared_ptr<Tokenizer> t(new Tokenizer());
   RETURN_IF_ERROR(t->impl_->Load(tokenizer_json, tokenizer_config_json, path));
   return std::shared_ptr<const Tokenizer>(std::move(t));
@@ -590,7 +615,8 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
 int64_t Tokenizer::vocab_size() const { return impl_->vocab_size_; }
 
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
-  if (auto it = impl_->added_by_content_.find(token); it != impl_->added_by_content_.end()) return it->second;
+  if (auto it = impl_->added_by_content_.find(token); it != impl_->added_by_content_.end())
+    return it->second;
   return impl_->model_->TokenToId(token);
 }
 
@@ -618,7 +644,8 @@ const std::string& Tokenizer::chat_template() const { return impl_->chat_templat
 // read_offset_ only ever sits where the text was stable (complete UTF-8, no
 // open byte-fallback run), so the difference equals what Decode(all) adds.
 
-IncrementalDecoder::IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens)
+IncrementalDecoder::IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer,
+                                       bool skip_special_tokens)
     : tok_(std::move(tokenizer)), skip_special_(skip_special_tokens) {}
 
 std::string IncrementalDecoder::Add(int32_t id) {
@@ -628,7 +655,8 @@ std::string IncrementalDecoder::Add(int32_t id) {
   const size_t n = ids_.size() - prefix_offset_;
   std::string prefix_text = impl.Decode(base, read_offset_ - prefix_offset_, skip_special_);
   std::string new_text = impl.Decode(base, n, skip_special_);
-  if (new_text.size() <= prefix_text.size() || new_text.compare(0, prefix_text.size(), prefix_text) != 0 ||
+  if (new_text.size() <= prefix_text.size() ||
+      new_text.compare(0, prefix_text.size(), prefix_text) != 0 ||
       impl.UnstableEnd(new_text, base, n, skip_special_)) {
     return "";
   }
@@ -645,7 +673,8 @@ std::string IncrementalDecoder::Flush() {
   std::string new_text = impl.Decode(base, ids_.size() - prefix_offset_, skip_special_);
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
-  if (new_text.compare(0, prefix_text.size(), prefix_text) != 0) return new_text;  // cannot happen for known decoders
+  if (new_text.compare(0, prefix_text.size(), prefix_text) != 0)
+    return new_text;  // cannot happen for known decoders
   return new_text.substr(prefix_text.size());
 }
 

@@ -25,11 +25,14 @@ class TokenizerImpl;
 class Tokenizer {
  public:
   // tokenizer_json: contents of tokenizer.json. tokenizer_config_json:
-  // contents of tokenizer_config.json or "" (supplies bos/eos names,
-  // add_bos_token, chat_template). `path` is for error messages.
-  static StatusOr<std::shared_ptr<const Tokenizer>> FromJson(const std::string& tokenizer_json,
-                                                            const std::string& tokenizer_config_json,
-                                                            const std::string& path);
+  // contents of tokenizer_config.json or "" (supplies bos/eos names and
+  // chat_template). `path` (the tokenizer.json path) is for error messages.
+  // Errors: InvalidArgument naming the file and field for malformed input,
+  // Unimplemented naming the type for unsupported models/stages (only BPE
+  // models are supported).
+  static StatusOr<std::shared_ptr<const Tokenizer>> FromJson(
+      const std::string& tokenizer_json, const std::string& tokenizer_config_json,
+      const std::string& path);
   // Reads dir/tokenizer.json and dir/tokenizer_config.json (optional).
   static StatusOr<std::shared_ptr<const Tokenizer>> FromDir(const std::string& dir);
 

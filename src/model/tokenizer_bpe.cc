@@ -1,8 +1,7 @@
 #include "model/tokenizer_bpe.h"
 
-#include <cstdio>
 #include <algorithm>
-
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "model/tokenizer_text.h"
@@ -23,28 +22,36 @@ bool OptBool(const json& j, const char* key, bool def) {
   return it != j.end() && it->is_boolean() ? it->get<bool>() : def;
 }
 
-uint64_t PairKey(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t PairKey(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 
 }  // namespace
 
-StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const std::string& where) {
+StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
+                                                       const std::string& where) {
   std::unique_ptr<BpeModel> m(new BpeModel());
   auto vocab_it = model.find("vocab");
   if (vocab_it == model.end() || !vocab_it->is_object()) {
-    return InvalidArgument(where + ": field model.vocab is missing or not an object {token: id}; the file is not a "
-                                   "valid BPE tokenizer.json");
+    return InvalidArgument(
+        where +
+        ": field model.vocab is missing or not an object {token: id}; the file is not a "
+        "valid BPE tokenizer.json");
   }
   auto dropout = model.find("dropout");
   if (dropout != model.end() && dropout->is_number() && dropout->get<double>() != 0.0) {
-    return Unimplemented(where + ": model.dropout is set; BPE dropout is a training-time feature and is not "
-                                 "supported for inference (set it to null)");
+    return Unimplemented(
+        where +
+        ": model.dropout is set; BPE dropout is a training-time feature and is not "
+        "supported for inference (set it to null)");
   }
   m->vocab_.reserve(vocab_it->size());
   int32_t max_id = -1;
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() > INT32_MAX) {
-      return InvalidArgument(where + ": model.vocab[\"" + it.key() + "\"] is not a non-negative integer id");
+      return InvalidArgument(where + ": model.vocab[\"" + it.key() +
+                             "\"] is not a non-negative integer id");
     }
     int32_t id = it.value().get<int32_t>();
     m->vocab_[it.key()] = id;
@@ -85,8 +92,10 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const 
 
   auto merges_it = model.find("merges");
   if (merges_it == model.end() || !merges_it->is_array()) {
-    return InvalidArgument(where + ": field model.merges is missing or not an array; the file is not a valid BPE "
-                                   "tokenizer.json");
+    return InvalidArgument(
+        where +
+        ": field model.merges is missing or not an array; the file is not a valid BPE "
+        "tokenizer.json");
   }
   m->merges_.reserve(merges_it->size());
   const size_t prefix_len = m->prefix_.size();
@@ -117,10 +126,11 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, const 
     std::string merged = a + (b.size() >= prefix_len ? b.substr(prefix_len) : std::string());
     auto im = m->vocab_.find(merged);
     if (im == m->vocab_.end()) {
-      return InvalidArgument(where + ": model.merges[" + std::to_string(rank) + "] produces \"" + merged +
-                             "\" which is not in model.vocab");
+      return InvalidArgument(where + ": model.merges[" + std::to_string(rank) + "] produces \"" +
+                             merged + "\" which is not in model.vocab");
     }
-    m->merges_[PairKey(ia->second, ib->second)] = MergeInfo{rank, im->second};  // later duplicates win, as in HF
+    m->merges_[PairKey(ia->second, ib->second)] =
+        MergeInfo{rank, im->second};  // later duplicates win, as in HF
     ++rank;
   }
   return m;
@@ -162,7 +172,8 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* out) const 
   if (cacheable) {
     std::lock_guard<std::mutex> lock(shard->mu);
     if (shard->map.size() < kCacheShardCapacity) {
-      shard->map.emplace(std::string(word), std::vector<int32_t>(out->begin() + before, out->end()));
+      shard->map.emplace(std::string(word),
+                         std::vector<int32_t>(out->begin() + before, out->end()));
     }
   }
 }

@@ -13,13 +13,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "util/status.h"
 
@@ -35,7 +34,8 @@ using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::eq
 class BpeModel {
  public:
   // `model` is the "model" object; `where` names the file for errors.
-  static StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& model, const std::string& where);
+  static StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& model,
+                                                      const std::string& where);
 
   // Appends the ids of `word` to *out. Empty words give nothing.
   void Tokenize(std::string_view word, std::vector<int32_t>* out) const;

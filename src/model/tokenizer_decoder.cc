@@ -213,8 +213,8 @@ class BpeSuffixDecoder : public Decoder {
   }
 };
 
-Status ParseInto(const json& j, const std::string& where, std::unique_ptr<Decoder>* out, DecoderTraits* traits,
-                 int* count) {
+Status ParseInto(const json& j, const std::string& where, std::unique_ptr<Decoder>* out,
+                 DecoderTraits* traits, int* count) {
   std::string type = TypeOf(j);
   ++*count;
   if (type == "Sequence") {
@@ -226,7 +226,8 @@ Status ParseInto(const json& j, const std::string& where, std::unique_ptr<Decode
     --*count;
     for (size_t k = 0; k < it->size(); ++k) {
       std::unique_ptr<Decoder> d;
-      RETURN_IF_ERROR(ParseInto((*it)[k], where + ".decoders[" + std::to_string(k) + "]", &d, traits, count));
+      RETURN_IF_ERROR(
+          ParseInto((*it)[k], where + ".decoders[" + std::to_string(k) + "]", &d, traits, count));
       seq->parts.push_back(std::move(d));
     }
     *out = std::move(seq);
@@ -242,8 +243,9 @@ Status ParseInto(const json& j, const std::string& where, std::unique_ptr<Decode
     auto pat = j.find("pattern");
     auto content = j.find("content");
     if (pat == j.end() || !pat->is_object() || content == j.end() || !content->is_string()) {
-      return InvalidArgument(where + ": Replace needs pattern {\"String\"|\"Regex\": ...} and content; fix "
-                                     "tokenizer.json");
+      return InvalidArgument(where +
+                             ": Replace needs pattern {\"String\"|\"Regex\": ...} and content; fix "
+                             "tokenizer.json");
     }
     if (auto s = pat->find("String"); s != pat->end() && s->is_string()) {
       d->literal = s->get<std::string>();
@@ -273,15 +275,18 @@ Status ParseInto(const json& j, const std::string& where, std::unique_ptr<Decode
       size_t i = 0;
       d->content = NextCodepoint(s, i);
     }
-    if (auto s = j.find("start"); s != j.end() && s->is_number_unsigned()) d->start = s->get<size_t>();
-    if (auto s = j.find("stop"); s != j.end() && s->is_number_unsigned()) d->stop = s->get<size_t>();
+    if (auto s = j.find("start"); s != j.end() && s->is_number_unsigned())
+      d->start = s->get<size_t>();
+    if (auto s = j.find("stop"); s != j.end() && s->is_number_unsigned())
+      d->stop = s->get<size_t>();
     *out = std::move(d);
     return OkStatus();
   }
   if (type == "Metaspace") {
     auto d = std::make_unique<MetaspaceDecoder>();
     d->replacement = "\xE2\x96\x81";
-    if (auto r = j.find("replacement"); r != j.end() && r->is_string() && !r->get<std::string>().empty()) {
+    if (auto r = j.find("replacement");
+        r != j.end() && r->is_string() && !r->get<std::string>().empty()) {
       d->replacement = r->get<std::string>();
     }
     if (auto p = j.find("prepend_scheme"); p != j.end() && p->is_string()) {
@@ -295,18 +300,21 @@ Status ParseInto(const json& j, const std::string& where, std::unique_ptr<Decode
   if (type == "BPEDecoder") {
     auto d = std::make_unique<BpeSuffixDecoder>();
     d->suffix = "</w>";
-    if (auto s = j.find("suffix"); s != j.end() && s->is_string()) d->suffix = s->get<std::string>();
+    if (auto s = j.find("suffix"); s != j.end() && s->is_string())
+      d->suffix = s->get<std::string>();
     *out = std::move(d);
     return OkStatus();
   }
-  return Unimplemented(where + ": decoder type \"" + type +
-                       "\" is not supported (supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, "
-                       "Metaspace, BPEDecoder)");
+  return Unimplemented(
+      where + ": decoder type \"" + type +
+      "\" is not supported (supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, "
+      "Metaspace, BPEDecoder)");
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j, const std::string& where, DecoderTraits* traits) {
+StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j, const std::string& where,
+                                                DecoderTraits* traits) {
   *traits = DecoderTraits{};
   std::unique_ptr<Decoder> d;
   int count = 0;

@@ -1,10 +1,10 @@
 #include "model/tokenizer_pipeline.h"
 
+#include <utf8proc.h>
+
 #include <cstdlib>
 #include <functional>
-
 #include <nlohmann/json.hpp>
-#include <utf8proc.h>
 
 #include "model/tokenizer_text.h"
 
@@ -25,7 +25,8 @@ bool GetBool(const json& j, const char* key, bool def) {
 }
 
 Status MissingField(const std::string& where, const char* field, const char* what) {
-  return InvalidArgument(where + "." + field + " is missing or not " + what + "; fix tokenizer.json");
+  return InvalidArgument(where + "." + field + " is missing or not " + what +
+                         "; fix tokenizer.json");
 }
 
 // A Split/Replace pattern: {"String": "..."} or {"Regex": "..."}.
@@ -36,7 +37,8 @@ struct Pattern {
 
 StatusOr<Pattern> ParsePattern(const json& j, const std::string& where) {
   Pattern p;
-  if (!j.is_object()) return MissingField(where, "pattern", "an object {\"String\"|\"Regex\": ...}");
+  if (!j.is_object())
+    return MissingField(where, "pattern", "an object {\"String\"|\"Regex\": ...}");
   if (auto it = j.find("String"); it != j.end() && it->is_string()) {
     p.literal = it->get<std::string>();
   } else if (auto it2 = j.find("Regex"); it2 != j.end() && it2->is_string()) {
@@ -114,8 +116,9 @@ StatusOr<Behavior> ParseBehavior(const json& j, const std::string& where) {
   if (b == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
   if (b == "MergedWithNext") return Behavior::kMergedWithNext;
   if (b == "Contiguous") return Behavior::kContiguous;
-  return InvalidArgument(where + ".behavior = \"" + b +
-                         "\" is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+  return InvalidArgument(
+      where + ".behavior = \"" + b +
+      "\" is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
 }
 
 // HF NormalizedString::split: applies the delimiter behaviour to the spans
@@ -282,7 +285,8 @@ class LowercaseNormalizer : public Normalizer {
         continue;
       }
       AppendUtf8(out, c < 0x80 ? (c >= 'A' && c <= 'Z' ? c + 32 : c)
-                               : static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+                               : static_cast<char32_t>(
+                                     utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
     }
     s.swap(out);
   }
@@ -416,8 +420,9 @@ class ByteLevelPreTokenizer : public PreTokenizer {
     p.regex = regex;
     std::vector<Span> spans;
     FindMatches(p, piece, spans);
-    ApplyBehavior(spans, Behavior::kIsolated, false,
-                  [&](size_t b, size_t e) { map_and_emit(piece.substr(b, e - b), first && b == 0); });
+    ApplyBehavior(spans, Behavior::kIsolated, false, [&](size_t b, size_t e) {
+      map_and_emit(piece.substr(b, e - b), first && b == 0);
+    });
   }
 };
 
@@ -431,8 +436,10 @@ class MetaspacePreTokenizer : public PreTokenizer {
   void Run(std::string_view piece, bool first, PieceSink& next) const override {
     std::string s;
     s.reserve(piece.size() + 3);
-    bool starts_with_rep = piece.substr(0, 1) == " " || piece.substr(0, replacement_utf8.size()) == replacement_utf8;
-    if ((prepend == Prepend::kAlways || (prepend == Prepend::kFirst && first)) && !starts_with_rep) {
+    bool starts_with_rep =
+        piece.substr(0, 1) == " " || piece.substr(0, replacement_utf8.size()) == replacement_utf8;
+    if ((prepend == Prepend::kAlways || (prepend == Prepend::kFirst && first)) &&
+        !starts_with_rep) {
       s += replacement_utf8;
     }
     for (char c : piece) {
@@ -448,13 +455,16 @@ class MetaspacePreTokenizer : public PreTokenizer {
     }
     std::vector<Span> spans;
     FindCharMatches([this](char32_t c) { return c == replacement; }, s, spans);
-    ApplyBehavior(spans, Behavior::kMergedWithNext, false,
-                  [&](size_t b, size_t e) { next.Piece(std::string_view(s).substr(b, e - b), first && b == 0); });
+    ApplyBehavior(spans, Behavior::kMergedWithNext, false, [&](size_t b, size_t e) {
+      next.Piece(std::string_view(s).substr(b, e - b), first && b == 0);
+    });
   }
 };
 
 bool IsPunctuation(char32_t c) {
-  if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
+  if (c < 0x80)
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+           (c >= 123 && c <= 126);
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
 }
@@ -466,14 +476,16 @@ Status ParsePreTokenizerInto(const json& j, const std::string& where,
     auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) return MissingField(where, "pretokenizers", "an array");
     for (size_t k = 0; k < it->size(); ++k) {
-      RETURN_IF_ERROR(ParsePreTokenizerInto((*it)[k], where + ".pretokenizers[" + std::to_string(k) + "]", out));
+      RETURN_IF_ERROR(ParsePreTokenizerInto(
+          (*it)[k], where + ".pretokenizers[" + std::to_string(k) + "]", out));
     }
     return OkStatus();
   }
   if (type == "Split") {
     auto p = std::make_shared<SplitPreTokenizer>();
     auto pat = j.find("pattern");
-    if (pat == j.end()) return MissingField(where, "pattern", "an object {\"String\"|\"Regex\": ...}");
+    if (pat == j.end())
+      return MissingField(where, "pattern", "an object {\"String\"|\"Regex\": ...}");
     ASSIGN_OR_RETURN(p->pattern, ParsePattern(*pat, where));
     ASSIGN_OR_RETURN(p->behavior, ParseBehavior(j, where));
     p->invert = GetBool(j, "invert", false);
@@ -484,9 +496,11 @@ Status ParsePreTokenizerInto(const json& j, const std::string& where,
     auto p = std::make_shared<ByteLevelPreTokenizer>();
     p->add_prefix_space = GetBool(j, "add_prefix_space", true);
     if (GetBool(j, "use_regex", true)) {
-      ASSIGN_OR_RETURN(p->regex, Regex::Compile("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
-                                                "\\s+(?!\\S)|\\s+",
-                                                where + " (GPT-2 regex)"));
+      ASSIGN_OR_RETURN(
+          p->regex,
+          Regex::Compile("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
+                         "\\s+(?!\\S)|\\s+",
+                         where + " (GPT-2 regex)"));
     }
     out.push_back(std::move(p));
     return OkStatus();
@@ -494,7 +508,8 @@ Status ParsePreTokenizerInto(const json& j, const std::string& where,
   if (type == "Metaspace") {
     auto p = std::make_shared<MetaspacePreTokenizer>();
     std::string rep = "\xE2\x96\x81";
-    if (auto it = j.find("replacement"); it != j.end() && it->is_string()) rep = it->get<std::string>();
+    if (auto it = j.find("replacement"); it != j.end() && it->is_string())
+      rep = it->get<std::string>();
     size_t i = 0;
     if (rep.empty() || !IsValidUtf8(rep) || (NextCodepoint(rep, i), i != rep.size())) {
       return InvalidArgument(where + ".replacement must be a single character");
@@ -511,7 +526,8 @@ Status ParsePreTokenizerInto(const json& j, const std::string& where,
       } else if (s == "never") {
         p->prepend = MetaspacePreTokenizer::Prepend::kNever;
       } else {
-        return InvalidArgument(where + ".prepend_scheme = \"" + s + "\" is not always, first or never");
+        return InvalidArgument(where + ".prepend_scheme = \"" + s +
+                               "\" is not always, first or never");
       }
     } else {  // older files: add_prefix_space
       p->prepend = GetBool(j, "add_prefix_space", true) ? MetaspacePreTokenizer::Prepend::kAlways
@@ -524,7 +540,8 @@ Status ParsePreTokenizerInto(const json& j, const std::string& where,
   if (type == "Digits") {
     auto p = std::make_shared<CharSplitPreTokenizer>();
     p->pred = IsNumeric;
-    p->behavior = GetBool(j, "individual_digits", false) ? Behavior::kIsolated : Behavior::kContiguous;
+    p->behavior =
+        GetBool(j, "individual_digits", false) ? Behavior::kIsolated : Behavior::kContiguous;
     out.push_back(std::move(p));
     return OkStatus();
   }
@@ -558,9 +575,10 @@ Status ParsePreTokenizerInto(const json& j, const std::string& where,
     out.push_back(std::move(p));
     return OkStatus();
   }
-  return Unimplemented(where + ": pre-tokenizer type \"" + type +
-                       "\" is not supported (supported: Sequence, Split, ByteLevel, Metaspace, Digits, Whitespace, "
-                       "WhitespaceSplit, Punctuation)");
+  return Unimplemented(
+      where + ": pre-tokenizer type \"" + type +
+      "\" is not supported (supported: Sequence, Split, ByteLevel, Metaspace, Digits, Whitespace, "
+      "WhitespaceSplit, Punctuation)");
 }
 
 }  // namespace
@@ -572,18 +590,23 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j, const std::
     auto it = j.find("normalizers");
     if (it == j.end() || !it->is_array()) return MissingField(where, "normalizers", "an array");
     for (size_t k = 0; k < it->size(); ++k) {
-      ASSIGN_OR_RETURN(auto n, ParseNormalizer((*it)[k], where + ".normalizers[" + std::to_string(k) + "]"));
+      ASSIGN_OR_RETURN(
+          auto n, ParseNormalizer((*it)[k], where + ".normalizers[" + std::to_string(k) + "]"));
       seq->parts.push_back(std::move(n));
     }
     return std::unique_ptr<Normalizer>(std::move(seq));
   }
-  if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
+  if (type == "NFC")
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (type == "NFD")
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
   if (type == "NFKC") {
-    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
+    return std::unique_ptr<Normalizer>(
+        new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
   }
   if (type == "NFKD") {
-    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
+    return std::unique_ptr<Normalizer>(
+        new UnicodeNormalizer(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
   }
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new LowercaseNormalizer());
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccentsNormalizer());
@@ -596,7 +619,8 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j, const std::
   if (type == "Replace") {
     auto n = std::make_unique<ReplaceNormalizer>();
     auto pat = j.find("pattern");
-    if (pat == j.end()) return MissingField(where, "pattern", "an object {\"String\"|\"Regex\": ...}");
+    if (pat == j.end())
+      return MissingField(where, "pattern", "an object {\"String\"|\"Regex\": ...}");
     ASSIGN_OR_RETURN(n->pattern, ParsePattern(*pat, where));
     auto c = j.find("content");
     if (c == j.end() || !c->is_string()) return MissingField(where, "content", "a string");
@@ -610,9 +634,10 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j, const std::
     n->prepend = p->get<std::string>();
     return std::unique_ptr<Normalizer>(std::move(n));
   }
-  return Unimplemented(where + ": normalizer type \"" + type +
-                       "\" is not supported (supported: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, "
-                       "Strip, Replace, Prepend)");
+  return Unimplemented(
+      where + ": normalizer type \"" + type +
+      "\" is not supported (supported: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, "
+      "Strip, Replace, Prepend)");
 }
 
 StatusOr<PreTokenizerChain> PreTokenizerChain::Parse(const json& j, const std::string& where) {
@@ -626,7 +651,8 @@ void PreTokenizerChain::Run(std::string_view text, bool first, PieceSink& out) c
   RunFrom(0, text, first, out);
 }
 
-void PreTokenizerChain::RunFrom(size_t stage, std::string_view text, bool first, PieceSink& out) const {
+void PreTokenizerChain::RunFrom(size_t stage, std::string_view text, bool first,
+                                PieceSink& out) const {
   if (stage == stages_.size()) {
     out.Piece(text, first);
     return;

@@ -9,11 +9,10 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "util/status.h"
 
@@ -27,7 +26,8 @@ class Normalizer {
 };
 
 // `j` is the "normalizer" value (not null); `where` is "<file>: normalizer".
-StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const nlohmann::json& j, const std::string& where);
+StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const nlohmann::json& j,
+                                                      const std::string& where);
 
 // Receives pre-tokens. `first` is true when the piece starts at offset 0 of
 // the original input (Metaspace's prepend_scheme "first" needs it).

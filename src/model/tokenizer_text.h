@@ -49,8 +49,8 @@ std::string Utf8Lossy(std::string_view s);
 size_t CompleteUtf8Prefix(std::string_view s);
 
 // Rust char predicates.
-bool IsWhitespace(char32_t c);    // White_Space property
-bool IsNumeric(char32_t c);       // general category Nd, Nl or No
+bool IsWhitespace(char32_t c);  // White_Space property
+bool IsNumeric(char32_t c);     // general category Nd, Nl or No
 // Rust regex's Unicode \w (letters, marks, Nd, Nl, Pc, ZWNJ/ZWJ), which HF
 // uses for single_word added tokens.
 bool IsWordChar(char32_t c);
@@ -67,7 +67,8 @@ int ByteLevelByte(char32_t cp);
 class Regex {
  public:
   // `where` names the JSON field for the error message.
-  static StatusOr<std::shared_ptr<const Regex>> Compile(const std::string& pattern, const std::string& where);
+  static StatusOr<std::shared_ptr<const Regex>> Compile(const std::string& pattern,
+                                                        const std::string& where);
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
