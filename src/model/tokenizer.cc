@@ -258,6 +258,10 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
           return InvalidArgument(file + ": added_tokens[" + std::to_string(k) +
                                  "] needs an integer \"id\" and a string \"content\"");
         }
+        if (a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() >= tok::kMaxTokenId) {
+          return InvalidArgument(file + ": added_tokens[" + std::to_string(k) +
+                                 "].id is not in [0, " + std::to_string(tok::kMaxTokenId) + ")");
+        }
         t.id = a["id"].get<int32_t>();
         t.content = a["content"].get<std::string>();
         t.single_word = GetBool(a, "single_word", false);
@@ -265,8 +269,6 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
         t.rstrip = GetBool(a, "rstrip", false);
         t.special = GetBool(a, "special", false);
         t.normalized = GetBool(a, "normalized", !t.special);
-        if (t.id < 0)
-          return InvalidArgument(file + ": added_tokens[" + std::to_string(k) + "].id is negative");
         RegisterAddedToken(std::move(t));
       }
     }

@@ -48,10 +48,12 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
   m->vocab_.reserve(vocab_it->size());
   int32_t max_id = -1;
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
+    // Ids index dense tables; real vocabularies stay far below 2^24.
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX) {
+        it.value().get<int64_t>() >= kMaxTokenId) {
       return InvalidArgument(where + ": model.vocab[\"" + it.key() +
-                             "\"] is not a non-negative integer id");
+                             "\"] is not an integer id in [0, " + std::to_string(kMaxTokenId) +
+                             ")");
     }
     int32_t id = it.value().get<int32_t>();
     m->vocab_[it.key()] = id;

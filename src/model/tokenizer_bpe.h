@@ -31,6 +31,9 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// Upper bound (exclusive) for token ids; they index dense per-id tables.
+inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 class BpeModel {
  public:
   // `model` is the "model" object; `where` names the file for errors.

@@ -382,6 +382,7 @@ TEST(TokenizerErrorTest, MalformedFieldsNameTheField) {
   std::vector<Case> cases = {
       {[](json& j) { j["model"].erase("vocab"); }, "model.vocab"},
       {[](json& j) { j["model"]["vocab"]["\xE2\x96\x81the"] = "seven"; }, "model.vocab"},
+      {[](json& j) { j["model"]["vocab"]["\xE2\x96\x81the"] = 2000000000; }, "model.vocab"},
       {[](json& j) { j["model"]["merges"][3] = "onlyone"; }, "model.merges[3]"},
       {[](json& j) {
          j["model"]["merges"][5] = json::array({"zzz_not_a_token", "a"});
