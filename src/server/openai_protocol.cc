@@ -666,6 +666,7 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
   RETURN_IF_API_ERROR(ReadMaxTokens(body, "max_tokens", 1, &max_tokens));
   RETURN_IF_API_ERROR(ReadMaxTokens(body, "max_completion_tokens", 1, &max_completion_tokens));
   out->max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  if (out->max_tokens) out->sampling.max_tokens = static_cast<int>(*out->max_tokens);
 
   RETURN_IF_API_ERROR(ReadBool(body, "logprobs", &out->logprobs));
   std::optional<int64_t> top;

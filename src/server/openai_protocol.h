@@ -119,7 +119,8 @@ struct GenerationFields {
   // sampling.max_tokens once the prompt length is known.
   std::optional<int64_t> max_tokens;
   // temperature .. seed, stop_token_ids, ignore_eos, logprobs. max_tokens
-  // here is a placeholder until ResolveMaxTokens().
+  // is the requested one (chat without one: a placeholder 16); set it from
+  // ResolveMaxTokens() once the prompt is tokenized.
   SamplingParams sampling;
   std::string user;
   std::vector<std::string> ignored_fields;  // unknown top-level keys, sorted

@@ -257,6 +257,7 @@ TEST(ChatRequest, EveryChatFieldIsRead) {
 TEST(ChatRequest, MaxTokensAloneAndLogprobsWithoutTop) {
   ChatCompletionRequest r = Chat(ChatBody(R"("max_tokens": 5, "logprobs": true)"));
   EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_EQ(r.sampling.max_tokens, 5);
   EXPECT_EQ(r.sampling.logprobs, 0) << "logprobs true, top 0: the sampled token's logprob only";
   EXPECT_EQ(Chat(ChatBody(R"("top_logprobs": 0)")).sampling.logprobs, -1);
 }

@@ -40,19 +40,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/request.h"
 #include "engine/sampler.h"
 #include "model/tokenizer.h"
 #include "server/openai_protocol.h"
 
 namespace strata {
 
-// One generated token as the engine reports it. logprob and top are read
-// only when the request asked for logprobs.
-struct GeneratedToken {
-  int32_t id = 0;
-  float logprob = 0.f;
-  std::vector<TokenLogprob> top;  // the top N, logprob descending
-};
+// Generated tokens are the engine's GeneratedToken (engine/request.h): id,
+// plus logprob and top alternatives, read only when logprobs were asked for.
 
 enum class FinishReason { kNone, kStop, kLength, kAbort };
 // "stop", "length", "abort"; nullptr for kNone (sent as null).
