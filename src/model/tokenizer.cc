@@ -199,7 +199,6 @@ class TokenizerImpl {
   // arrive (see IncrementalDecoder).
   bool UnstableEnd(const std::string& text, const int32_t* ids, size_t n, bool skip_special) const;
 
-  std::string path_;
   std::unique_ptr<tok::BpeModel> model_;
   std::unique_ptr<tok::Normalizer> normalizer_;
   tok::PreTokenizerChain pretok_;
@@ -220,7 +219,6 @@ class TokenizerImpl {
 
 Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string& config_json,
                            const std::string& path) {
-  path_ = path;
   const std::string file = path.empty() ? std::string("tokenizer.json") : path;
   json j;
   try {
@@ -371,8 +369,8 @@ Status TokenizerImpl::ParsePostProcessor(const json& j, const std::string& where
       std::vector<int32_t> p, s;
       RETURN_IF_ERROR(
           ParsePostProcessor((*it)[k], where + ".processors[" + std::to_string(k) + "]", &p, &s));
-      prefix->insert(prefix->begin(), p.begin(),
-                     p.end());  // a later processor wraps the earlier result
+      // A later processor wraps what the earlier ones produced.
+      prefix->insert(prefix->begin(), p.begin(), p.end());
       suffix->insert(suffix->end(), s.begin(), s.end());
     }
     return OkStatus();
