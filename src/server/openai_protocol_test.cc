@@ -1,5 +1,8 @@
 #include "server/openai_protocol.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -559,6 +562,71 @@ TEST(ResolveMaxTokens, FitsTheContextLikeOpenAI) {
 
   CompletionRequest echo = Completion(CompletionBody(R"("echo": true, "max_tokens": 0)"));
   EXPECT_EQ(ResolveMaxTokens(echo, 5, 20).value(), 1);
+}
+
+// Rendering through a real template (Qwen2.5's, as in tests/fixtures/chat).
+class ChatRendering : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/chat/qwen2_5.jinja");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto t = ChatTemplate::Parse(ss.str());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    tmpl_ = *t;
+    auto tok = Tokenizer::FromDir(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/qwen2");
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    tok_ = *tok;
+  }
+  std::shared_ptr<const ChatTemplate> tmpl_;
+  std::shared_ptr<const Tokenizer> tok_;
+};
+
+TEST_F(ChatRendering, ToolCallArgumentsRenderAsObjects) {
+  ChatCompletionRequest r = Chat(R"({"messages": [
+      {"role": "user", "content": [{"type": "text", "text": "weather"}, {"type": "text", "text": "in Paris?"}]},
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "content": "sunny", "tool_call_id": "c1"}]})");
+  ApiOr<std::string> text = RenderChatPrompt(*tmpl_, r, *tok_);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_EQ(text.value(),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nweather\nin Paris?<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n"
+            "</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n");
+  ChatTemplateInputs in = MakeChatTemplateInputs(r, *tok_);
+  EXPECT_EQ(in.bos_token, "<|bos|>");
+  EXPECT_EQ(in.eos_token, "<|eos|>");
+  EXPECT_TRUE(in.add_generation_prompt);
+}
+
+TEST_F(ChatRendering, ContinueFinalMessageEndsInsideTheLastTurn) {
+  ChatCompletionRequest r = Chat(R"({"messages": [{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "Sure, here"}], "continue_final_message": true})");
+  ApiOr<std::string> text = RenderChatPrompt(*tmpl_, r, *tok_);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_THAT(text.value(), ::testing::EndsWith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nSure, here"));
+}
+
+TEST_F(ChatRendering, TemplateErrorsAre400sOnMessages) {
+  auto t = ChatTemplate::Parse("{{ raise_exception('Conversation roles must alternate') }}");
+  ASSERT_TRUE(t.ok());
+  ApiOr<std::string> text = RenderChatPrompt(**t, Chat(ChatBody("")), *tok_);
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.error().http_status, 400);
+  EXPECT_EQ(text.error().param, "messages");
+  EXPECT_THAT(text.error().message, HasSubstr("Conversation roles must alternate"));
+
+  auto cut = ChatTemplate::Parse("{% for m in messages %}[{{ m.role }}]{% endfor %}");
+  ASSERT_TRUE(cut.ok());
+  ChatCompletionRequest r = Chat(R"({"messages": [{"role": "assistant", "content": "abc"}],
+                                     "continue_final_message": true})");
+  ApiOr<std::string> missing = RenderChatPrompt(**cut, r, *tok_);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.error().message, HasSubstr("does not appear in the prompt"));
 }
 
 TEST(ApiErrors, Constructors) {
