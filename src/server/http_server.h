@@ -1,0 +1,169 @@
+// HTTP/1.1 transport for `strata serve`: accepts connections, parses requests,
+// routes them to handlers by (method, path), and writes complete or chunked
+// (server-sent events) responses. Built on Boost.Asio/Beast, kept out of this
+// header so that users of the server compile without Boost.
+//
+// Model: a few I/O threads (HttpServerOptions::io_threads) run every socket;
+// thousands of idle or streaming connections cost file descriptors and a few
+// hundred bytes each, not threads. Each connection is serialised on its own
+// strand. Handlers are called on an I/O thread and MUST return quickly (queue
+// the work elsewhere); the response is given later through the
+// HttpResponder, from any thread.
+//
+// What the transport does by itself (handlers never see these requests):
+//   - 400 (malformed request), 413 (body over max_body_bytes), 431 (headers
+//     over max_header_bytes), 408 (request not received within read_timeout),
+//     then closes the connection;
+//   - 404 (no route for the path) and 405 (path known, method not; with an
+//     Allow header), keeping the connection alive when the body was read;
+//   - `Expect: 100-continue`: answers 100 only when the request will be read
+//     (routed, body within the limit), otherwise the final error at once;
+//   - keep-alive (HTTP/1.1 default, HTTP/1.0 on request), idle connections
+//     closed after read_timeout; stalled writes closed after write_timeout.
+// Error bodies are OpenAI-shaped JSON: {"error":{"message","type","param","code"}}.
+//
+// Disconnects: while a response is pending the connection keeps a read
+// outstanding, so a peer that closes (or half-closes) its socket is seen at
+// once; the request's OnClose callback then fires and its writes become no-ops.
+//
+// Ownership: HttpServer owns its threads and listener. A connection lives
+// while the peer is connected or while an HttpResponder for it is held.
+// Thread-safety: every public method of HttpServer and HttpResponder is
+// thread-safe, except Handle()/SetFallback() (call before Start()).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "util/status.h"
+
+namespace strata {
+
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ... as sent (case-sensitive per RFC 9110)
+  std::string target;  // the request target as sent: "/v1/models?x=1"
+  std::string path;    // target up to '?': "/v1/models" (not percent-decoded)
+  std::string query;   // after '?', without it; empty if none
+  HttpHeaders headers;  // in order received; names as sent
+  std::string body;     // de-chunked when sent chunked
+  std::string remote;   // peer "ip:port"
+  int version = 11;     // 10 or 11
+
+  // The first header named `name` (ASCII case-insensitive); empty if absent.
+  std::string_view Header(std::string_view name) const;
+};
+
+// The response to one request. Created by the server, handed to the handler;
+// hold the shared_ptr as long as the response is being produced.
+//
+// Exactly one of: Send(); or StartStream(), any number of Write(), End().
+// Calls out of that order are ignored. Every method may be called from any
+// thread at any time; calls are queued onto the connection in call order (per
+// calling thread) and never block. After the peer goes away every call is a
+// no-op. If the last reference is dropped with no response given, the server
+// answers 500 (or, mid-stream, closes the connection so the client sees a
+// truncated stream rather than a clean end).
+class HttpResponder {
+ public:
+  virtual ~HttpResponder() = default;
+
+  // A complete response. Content-Length, Transfer-Encoding and Connection are
+  // set by the server (handler copies are dropped).
+  virtual void Send(int status, HttpHeaders headers, std::string body) = 0;
+  // Starts a streamed response (chunked on HTTP/1.1; on HTTP/1.0 raw bytes,
+  // then close). Defaults Content-Type: text/event-stream and
+  // Cache-Control: no-cache when the handler gives none.
+  virtual void StartStream(int status, HttpHeaders headers) = 0;
+  // One piece of the stream body; empty pieces are skipped. Requires
+  // StartStream() first. If the peer stops reading and unsent output exceeds
+  // HttpServerOptions::max_buffered_bytes, the connection is closed.
+  virtual void Write(std::string chunk) = 0;
+  // Ends the stream; the connection then serves its next request.
+  virtual void End() = 0;
+
+  // True once the connection is gone (the peer closed it, it failed, or the
+  // server stopped) before the response completed.
+  virtual bool closed() const = 0;
+  // `fn` runs once, on an I/O thread (so: quick, non-blocking), if the
+  // connection goes away before the response completes; at once on the
+  // calling thread if it already has. Replaces an earlier callback. Dropped
+  // unrun when the response completes. Must not block on the server.
+  virtual void OnClose(std::function<void()> fn) = 0;
+
+  // Convenience: Send(status, {Content-Type: application/json}, json_body).
+  void SendJson(int status, std::string json_body);
+};
+
+// Called on an I/O thread; must return quickly (see above).
+using HttpHandler = std::function<void(HttpRequest&&, std::shared_ptr<HttpResponder>)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";  // an IP address or a resolvable name
+  int port = 8000;                 // 0: an ephemeral port (see HttpServer::port())
+  int io_threads = 1;
+  size_t max_body_bytes = 32 << 20;   // larger bodies: 413
+  size_t max_header_bytes = 64 << 10;  // request line + headers; larger: 431
+  // Time allowed to receive a whole request (from its first byte), and to
+  // wait idle for the next request on a kept-alive connection.
+  std::chrono::milliseconds read_timeout{60'000};
+  // Time one write may stall (the peer not reading) before the connection is closed.
+  std::chrono::milliseconds write_timeout{60'000};
+  size_t max_buffered_bytes = 16 << 20;  // unsent stream output per connection
+  int backlog = 4096;
+};
+
+// {"error":{"message":message,"type":type,"param":null,"code":null}}.
+std::string HttpErrorJson(std::string_view message, std::string_view type = "invalid_request_error");
+
+class HttpServer {
+ public:
+  // Binds and listens (connections queue in the backlog until Start()).
+  // Errors name host:port and the reason, e.g. "address already in use".
+  static StatusOr<std::unique_ptr<HttpServer>> Create(HttpServerOptions options);
+  ~HttpServer();  // Stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Routes requests with exactly this method and path (no query string).
+  // REQUIRES: before Start().
+  void Handle(std::string method, std::string path, HttpHandler handler);
+  // Gets every request with no route for its path (instead of 404).
+  // REQUIRES: before Start().
+  void SetFallback(HttpHandler handler);
+
+  // Raises the open-file limit to its hard maximum (logging the result) and
+  // starts the I/O threads. REQUIRES: called once.
+  Status Start();
+  // The bound port (useful with port 0).
+  int port() const;
+
+  // Closes the listener (new connections are refused) and starts draining:
+  // idle kept-alive connections are closed, requests being read or answered
+  // complete normally and then their connections close. Idempotent.
+  void StopAccepting();
+  // Closes everything (pending responses' OnClose callbacks fire) and joins
+  // the I/O threads. Idempotent; later responder calls are no-ops.
+  void Stop();
+
+  int64_t active_connections() const;
+  // Requests handed to a handler whose response has not yet been fully
+  // written (nor their connection closed).
+  int64_t in_flight_requests() const;
+
+  struct Core;  // implementation (http_server.cc)
+
+ private:
+  explicit HttpServer(std::shared_ptr<Core> core);
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace strata
