@@ -167,6 +167,15 @@ MaybeError RejectUnsupported(const Json& body) {
     if (v && !(v->is_object() || v->is_array()) ) return WrongType(key, "an object or array", *v);
     if (v && !v->empty()) return unsupported(key, "");
   }
+  if (const Json* rf = Get(body, "response_format")) {
+    if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
+    const Json* type = Get(*rf, "type");
+    if (!type || *type != "text") {
+      return InvalidRequestError("response_format", "response_format type " + (type ? Shown(*type) : "null") +
+                                                        " is not supported by this server (it has no constrained "
+                                                        "decoding); only {\"type\": \"text\"} is");
+    }
+  }
   for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
                           "guided_grammar", "prompt_logprobs", "truncate_prompt_tokens", "prompt_embeds",
                           "chat_template", "documents"}) {
@@ -540,15 +549,6 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
   out->sampling.logprobs = out->logprobs ? out->top_logprobs : -1;
 
   RETURN_IF_API_ERROR(ParseTools(body, out));
-  if (const Json* rf = Get(body, "response_format")) {
-    if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
-    const Json* type = Get(*rf, "type");
-    if (!type || *type != "text") {
-      return InvalidRequestError("response_format", "response_format type " + (type ? Shown(*type) : "null") +
-                                                        " is not supported by this server (it has no constrained "
-                                                        "decoding); only {\"type\": \"text\"} is");
-    }
-  }
   if (const Json* kwargs = Get(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
     for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {

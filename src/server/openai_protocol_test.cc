@@ -444,6 +444,7 @@ TEST(RequestErrors, UnsupportedFeaturesAreRejectedNotIgnored) {
       {CompletionBody(R"("guided_json": {})"), "guided_json", "not supported"},
       {CompletionBody(R"("prompt_embeds": "abc")"), "prompt_embeds", "not supported"},
       {CompletionBody(R"("truncate_prompt_tokens": 5)"), "truncate_prompt_tokens", "not supported"},
+      {CompletionBody(R"("response_format": {"type": "json_object"})"), "response_format", "not supported"},
       {CompletionBody(R"("echo": true, "logprobs": 1)"), "logprobs", "logprobs with echo needs the prompt's logprobs"},
   };
   for (const ErrorCase& c : cases) ExpectCompletionError(c);
