@@ -103,11 +103,20 @@ nlohmann::ordered_json UsageJson(const Usage& usage) {
 }
 
 nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options,
-                                              int64_t initial_offset) {
+                                              int64_t initial_offset, size_t null_logprobs) {
   Json out_tokens = Json::array(), out_logprobs = Json::array(), out_top = Json::array(), offsets = Json::array();
   int64_t offset = initial_offset;
-  for (const GeneratedToken& t : tokens) {
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const GeneratedToken& t = tokens[k];
     std::string text = TokenText(t.id, options);
+    if (k < null_logprobs) {
+      out_logprobs.push_back(nullptr);
+      out_top.push_back(nullptr);
+      offsets.push_back(offset);
+      offset += CodePointCount(text);
+      out_tokens.push_back(std::move(text));
+      continue;
+    }
     // The sampled token first, then the top N: up to N + 1 entries, as the
     // OpenAI spec says (a token in both appears once).
     Json top = Json::object();
@@ -164,7 +173,7 @@ nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const st
     Json choice = Json::object();
     choice["index"] = c.index;
     choice["text"] = c.text;
-    choice["logprobs"] = logprobs.enabled ? CompletionLogprobsJson(c.tokens, logprobs, c.echo_offset) : Json(nullptr);
+    choice["logprobs"] = logprobs.enabled ? CompletionLogprobsJson(c.tokens, logprobs, c.echo_offset, c.leading_null_logprobs) : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(c.finish_reason);
     choice["stop_reason"] = StopReasonJson(c.stop_reason);
     cs.push_back(std::move(choice));

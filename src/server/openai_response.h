@@ -96,9 +96,14 @@ struct ChoiceOutput {
   std::vector<GeneratedToken> tokens;  // for logprobs (may be empty when not asked)
   FinishReason finish_reason = FinishReason::kStop;
   StopReason stop_reason;
-  // Completions with echo: code points of `text` that are the echoed prompt
-  // (the first token's text_offset).
+  // Completions with echo: the text_offset of the first entry of `tokens`:
+  // the prompt's length in code points when `tokens` holds the output only,
+  // 0 when it starts with the prompt's tokens (echo with prompt logprobs).
   int64_t echo_offset = 0;
+  // The first this-many entries of `tokens` have no logprob and are sent
+  // with null token_logprobs / top_logprobs: with echo and prompt logprobs,
+  // 1 (the first prompt token, as vLLM sends it).
+  size_t leading_null_logprobs = 0;
 };
 
 nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
@@ -108,9 +113,10 @@ nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta, cons
                                                   std::string_view role = "assistant");
 
 // Logprobs objects on their own (the builders above and StreamEncoder use
-// them). text_offset starts at initial_offset code points.
+// them). text_offset starts at initial_offset code points; the first
+// null_logprobs tokens get null logprobs.
 nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options,
-                                              int64_t initial_offset);
+                                              int64_t initial_offset, size_t null_logprobs = 0);
 nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options);
 
 // {"error": {...}} for an ApiError; the HTTP status is error.http_status.

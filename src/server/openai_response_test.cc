@@ -106,6 +106,17 @@ TEST(CompletionResponse, EchoOffsetsStartAfterThePromptInCodePoints) {
   EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"].dump(), "[5,15]") << "5 code points, then len(\"token_id:1\")";
 }
 
+TEST(CompletionResponse, EchoedPromptTokensStartWithANullLogprob) {
+  ChoiceOutput c;
+  c.text = "ab";
+  c.tokens = {Token(1, 0.f), Token(2, -1.f, {{3, -0.5f}})};
+  c.leading_null_logprobs = 1;
+  Json j = CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(1));
+  EXPECT_EQ(j["choices"][0]["logprobs"].dump(),
+            R"({"text_offset":[0,10],"token_logprobs":[null,-1.0],"tokens":["token_id:1","token_id:2"],)"
+            R"("top_logprobs":[null,{"token_id:2":-1.0,"token_id:3":-0.5}]})");
+}
+
 TEST(CompletionResponse, TokenTextsComeFromTheTokenizer) {
   auto tok = Tok();
   ASSERT_TRUE(tok);
