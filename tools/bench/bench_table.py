@@ -3,7 +3,7 @@
 
 Each input line is one engine run:
   {"shape", "threads", "round", "engine", "prefill_tok_s", "decode_tok_s",
-   "bw_gb_s", "weight_bytes", "loadavg"}
+   "bw_gb_s", "weight_bytes", "loadavg", "cpu_share" (optional)}
 A run's roofline is its own adjacent bandwidth / weight bytes (batch-1 decode
 reads every weight once per token); the table shows medians over rounds.
 """
@@ -20,8 +20,9 @@ def main(path):
         groups.setdefault((r["shape"], r["threads"]), {}).setdefault(r["engine"], []).append(r)
     med = statistics.median
     print("| shape | threads | engine | prefill tok/s | decode tok/s | read bw GB/s "
-          "| decode roofline tok/s | decode / roofline | vs llama.cpp (prefill, decode) | runs | load avg |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| decode roofline tok/s | decode / roofline | vs llama.cpp (prefill, decode) | runs | load avg "
+          "| CPU share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (shape, threads), by_engine in groups.items():
         stats = {}
         for engine, rs in by_engine.items():
@@ -34,6 +35,7 @@ def main(path):
                 "ratio": med(r["decode_tok_s"] / x for r, x in zip(rs, roof)),
                 "n": len(rs),
                 "load": (min(r["loadavg"] for r in rs), max(r["loadavg"] for r in rs)),
+                "share": [r["cpu_share"] for r in rs if "cpu_share" in r],
             }
         peer = stats.get("llama.cpp")
         for engine in sorted(stats, key=lambda e: (e == "llama.cpp", e)):
@@ -43,7 +45,8 @@ def main(path):
                 vs = f"{s['prefill'] / peer['prefill']:.2f}×, {s['decode'] / peer['decode']:.2f}×"
             print(f"| {shape} | {threads} | {engine} | {s['prefill']:.1f} | {s['decode']:.2f} "
                   f"| {s['bw']:.1f} | {s['roof']:.2f} | {s['ratio']:.2f} | {vs} | {s['n']} "
-                  f"| {s['load'][0]:.1f}–{s['load'][1]:.1f} |")
+                  f"| {s['load'][0]:.1f}–{s['load'][1]:.1f} "
+                  f"| {med(s['share']) if s['share'] else float('nan'):.2f} |")
 
 
 if __name__ == "__main__":

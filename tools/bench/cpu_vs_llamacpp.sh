@@ -79,7 +79,12 @@ for shape in $SHAPES; do
 done
 
 RESULTS="$MODELS/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+TREE="$(git -C "$ROOT" describe --always --dirty)"  # what the strata binary was built from
+TIMES="$MODELS/time.txt"
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
+# CPU seconds the last timed process got per wall second per thread: near 1
+# means it ran uncontended (or spun); well below 1 means others took the cores.
+cpu_share() { awk -v t="$1" '{ if ($3 > 0) printf "%.2f", ($1 + $2) / ($3 * t); else print 0 }' "$TIMES"; }
 json_field() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
 weight_bytes() {  # bf16 weight bytes from the safetensors header: what decode reads per token
   /usr/bin/python3 - "$1/model.safetensors" <<'EOF'
@@ -94,25 +99,25 @@ EOF
 run_strata() {  # shape threads round precision
   local la out
   la=$(loadavg)
-  out=$("$STRATA" bench engine --model-path "$MODELS/$1" --threads "$2" --prompt-len "$PROMPT" \
+  out=$(/usr/bin/time -o "$TIMES" -f "%U %S %e" "$STRATA" bench engine --model-path "$MODELS/$1" --threads "$2" --prompt-len "$PROMPT" \
         --gen-len "$GEN" --repeats "$REPEATS" --matmul-precision "$4" --json 2>>"$LOG")
   echo "$out" >>"$LOG"
-  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"strata %s matmul","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s}\n' \
+  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"strata %s matmul","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s,"cpu_share":%s}\n' \
     "$1" "$2" "$3" "$4" "$(json_field prefill_tok_s <<<"$out")" "$(json_field decode_tok_s <<<"$out")" \
-    "$(json_field read_bandwidth_gb_s <<<"$out")" "$WB" "$la" >>"$RESULTS"
+    "$(json_field read_bandwidth_gb_s <<<"$out")" "$WB" "$la" "$(cpu_share "$2")" >>"$RESULTS"
 }
 
 run_llama() {  # shape threads round; bandwidth right before and after, best kept (as Strata does)
   local la out bw1 bw2
   la=$(loadavg)
   bw1=$("$STRATA" bench bandwidth --threads "$2" --json | json_field read_bandwidth_gb_s)
-  out=$(node "$LLAMA_DIR/bench.mjs" --model "$MODELS/$1/model-bf16.gguf" --threads "$2" \
+  out=$(/usr/bin/time -o "$TIMES" -f "%U %S %e" node "$LLAMA_DIR/bench.mjs" --model "$MODELS/$1/model-bf16.gguf" --threads "$2" \
         --prompt-len "$PROMPT" --gen-len "$GEN" --repeats "$REPEATS" --vocab-hi "$VOCAB_HI" 2>>"$LOG")
   bw2=$("$STRATA" bench bandwidth --threads "$2" --json | json_field read_bandwidth_gb_s)
   echo "$out" >>"$LOG"
-  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"llama.cpp","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s}\n' \
+  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"llama.cpp","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s,"cpu_share":%s}\n' \
     "$1" "$2" "$3" "$(json_field prefill_tok_s <<<"$out")" "$(json_field decode_tok_s <<<"$out")" \
-    "$(/usr/bin/python3 -c "print(max($bw1, $bw2))")" "$WB" "$la" >>"$RESULTS"
+    "$(/usr/bin/python3 -c "print(max($bw1, $bw2))")" "$WB" "$la" "$(cpu_share "$2")" >>"$RESULTS"
 }
 
 for shape in $SHAPES; do
@@ -132,6 +137,6 @@ for shape in $SHAPES; do
 done
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus; $(date -u +%FT%TZ); results: $RESULTS"
-echo "strata $(git -C "$ROOT" describe --always --dirty); prompt $PROMPT tokens, decode $GEN tokens, best of $REPEATS per run after a warm-up, median of $ROUNDS rounds"
+echo "strata $TREE; prompt $PROMPT tokens, decode $GEN tokens, best of $REPEATS per run after a warm-up, median of $ROUNDS rounds"
 echo
 /usr/bin/python3 "$ROOT/tools/bench/bench_table.py" "$RESULTS"
