@@ -94,6 +94,36 @@ SHAPES = {
         "use_cache": True,
         "vocab_size": 128256,
     },
+    # Llama layout (rope permutation in GGUF, llama3 rope factors), tiny dims.
+    "tiny-llama": {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "bos_token_id": None,
+        "eos_token_id": 0,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "max_position_embeddings": 4096,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "factor": 32.0,
+            "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 64,
+            "rope_type": "llama3",
+        },
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": 2048,
+    },
     # Smoke tests of the pipeline in seconds: Qwen2 layout (qkv bias), tiny dims.
     "tiny": {
         "architectures": ["Qwen2ForCausalLM"],
@@ -119,7 +149,7 @@ SHAPES = {
     },
 }
 
-WEIGHT_STD = 0.02
+WEIGHT_STD = 0.02  # --weight-std; larger (0.1-0.3) gives decisive logits for parity checks
 CHUNK = 1 << 24  # elements generated at a time (64 MiB of float32)
 
 
@@ -188,7 +218,7 @@ def layout(cfg):
     return ts
 
 
-def generate(t, seed):
+def generate(t, seed, std):
     """Yields the tensor's bf16 bits in row-major chunks; deterministic per name."""
     rng = np.random.default_rng([seed, zlib.crc32(t.hf_name.encode())])
     left = t.numel
@@ -200,7 +230,7 @@ def generate(t, seed):
         x -= np.float32(0.5)
         x *= np.float32(math.sqrt(12.0))
         if t.kind == "matrix":
-            x *= np.float32(WEIGHT_STD)
+            x *= np.float32(std)
         elif t.kind == "norm":
             x = np.float32(1.0) + np.float32(0.1) * x
         else:
@@ -360,7 +390,7 @@ def gguf_model_kvs(cfg, name):
 # ---- main -----------------------------------------------------------------
 
 
-def write(shape, out, tok_dir, seed):
+def write(shape, out, tok_dir, seed, std):
     cfg = {k: v for k, v in SHAPES[shape].items() if v is not None}
     os.makedirs(out, exist_ok=True)
     tensors = layout(cfg)
@@ -407,13 +437,13 @@ def write(shape, out, tok_dir, seed):
             assert gg.tell() - gbase == o
             as_gguf = (lambda b: b) if ggml_type == GGML_BF16 else bf16_to_f32
             if t.permute_heads:  # small (q/k): materialise, permute rows for GGUF
-                bits = np.concatenate(list(generate(t, seed)))
+                bits = np.concatenate(list(generate(t, seed, std)))
                 st.write(memoryview(bits))
                 rows = bits.reshape(t.shape[0], -1)
                 gg.write(memoryview(as_gguf(np.ascontiguousarray(
                     rope_interleave(rows, t.permute_heads)).reshape(-1))))
             else:
-                for bits in generate(t, seed):
+                for bits in generate(t, seed, std):
                     st.write(memoryview(bits))
                     gg.write(memoryview(as_gguf(bits)))
             gg.write(b"\0" * (align(gg.tell() - gbase) - (gg.tell() - gbase)))
@@ -449,8 +479,10 @@ def main():
                     help="directory with a byte-level BPE tokenizer.json + tokenizer_config.json "
                          "(e.g. from `strata demo-model --out DIR`)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--weight-std", type=float, default=WEIGHT_STD,
+                    help="std of the matrices (default 0.02, like trained checkpoints)")
     a = ap.parse_args()
-    write(a.shape, a.out, a.tokenizer_dir, a.seed)
+    write(a.shape, a.out, a.tokenizer_dir, a.seed, a.weight_std)
 
 
 if __name__ == "__main__":
