@@ -238,13 +238,18 @@ void HttpServer::StopAccepting() {
       core->accept_retry.cancel();
       closed->set_value();
     });
-    done.wait();  // once this returns, connecting is refused
+    // Once this returns, connecting is refused. On an I/O thread (a handler)
+    // waiting could deadlock; the close then happens just after.
+    if (!core_->ioc.get_executor().running_in_this_thread()) done.wait();
   }
   for (auto& c : core_->Connections()) c->PostDrain();
 }
 
 void HttpServer::Stop() {
   if (core_->stopped.load()) return;
+  STRATA_CHECK(!core_->ioc.get_executor().running_in_this_thread())
+      << "HttpServer::Stop called from an I/O thread (a handler or OnClose callback); "
+         "call it from another thread";
   StopAccepting();
   for (auto& c : core_->Connections()) c->PostClose();
   // Posted before `stopped` is set, so these closes run (OnClose callbacks

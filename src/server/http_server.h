@@ -146,12 +146,14 @@ class HttpServer {
   // The bound port (useful with port 0).
   int port() const;
 
-  // Closes the listener (new connections are refused) and starts draining:
-  // idle kept-alive connections are closed, requests being read or answered
-  // complete normally and then their connections close. Idempotent.
+  // Closes the listener (new connections are refused once this returns) and
+  // starts draining: idle kept-alive connections are closed, requests being
+  // read or answered complete normally and then their connections close.
+  // Idempotent. Wait for in_flight_requests() to reach 0, then Stop().
   void StopAccepting();
   // Closes everything (pending responses' OnClose callbacks fire) and joins
   // the I/O threads. Idempotent; later responder calls are no-ops.
+  // REQUIRES: not called on an I/O thread (from a handler or OnClose).
   void Stop();
 
   int64_t active_connections() const;
@@ -159,7 +161,7 @@ class HttpServer {
   // written (nor their connection closed).
   int64_t in_flight_requests() const;
 
-  struct Core;  // implementation (http_server.cc)
+  struct Core;  // internal (http_connection.h)
 
  private:
   explicit HttpServer(std::shared_ptr<Core> core);

@@ -34,7 +34,9 @@ std::unique_ptr<HttpServer> MakeServer(HttpServerOptions options,
 // Each request starts a stream; a timer thread writes to all of them every
 // 50 ms; every client must see every event; then all clients hang up and the
 // server must notice each one and free everything.
-TEST(HttpServerStress, TwoThousandConcurrentStreams) {
+class HttpServerStreams : public ::testing::TestWithParam<int> {};  // io_threads
+
+TEST_P(HttpServerStreams, TwoThousandConcurrentStreams) {
   constexpr int kConns = 2000;
   constexpr int kRounds = 4;
   if (http_test::RaiseFdLimit(2 * kConns + 200) < 2 * kConns + 200) {
@@ -44,7 +46,7 @@ TEST(HttpServerStress, TwoThousandConcurrentStreams) {
   std::vector<std::shared_ptr<HttpResponder>> streams;
   std::atomic<int> closes{0};
   HttpServerOptions options;
-  options.io_threads = 1;
+  options.io_threads = GetParam();
   auto server = MakeServer(options, [&](HttpServer& s) {
     s.Handle("GET", "/v1/stream", [&](HttpRequest&&, std::shared_ptr<HttpResponder> r) {
       r->StartStream(200, {});
@@ -128,6 +130,8 @@ TEST(HttpServerStress, TwoThousandConcurrentStreams) {
   streams.clear();
   server->Stop();
 }
+
+INSTANTIATE_TEST_SUITE_P(IoThreads, HttpServerStreams, ::testing::Values(1, 2));
 
 // Random bytes, random header soup and mutated valid requests never crash or
 // wedge the server: each connection ends (the client half-closes and the
