@@ -135,8 +135,8 @@ void HttpConnection::PostAbandon(uint64_t seq) {
     } else {
       STRATA_LOG(WARN) << "http: handler dropped a request from " << self->remote_
                        << " without a response; answering 500";
-      self->RespondError(500, "the server dropped the request without a response",
-                         "server_error", false);
+      self->RespondError(500, "the server dropped the request without a response", "server_error",
+                         false);
     }
   });
 }
@@ -146,10 +146,9 @@ void HttpConnection::PostAbandon(uint64_t seq) {
 void HttpConnection::StartRead() {
   if (reading_ || state_ == State::kClosed) return;
   reading_ = true;
-  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](
-                                                  boost::system::error_code ec) {
-    self->OnReadable(ec);
-  });
+  socket_.async_wait(
+      tcp::socket::wait_read,
+      [self = shared_from_this()](boost::system::error_code ec) { self->OnReadable(ec); });
 }
 
 void HttpConnection::OnReadable(boost::system::error_code ec) {
@@ -202,8 +201,8 @@ void HttpConnection::ParsePending() {
   while (state_ == State::kReading && !pending_.empty()) {
     if (!parser_) {
       parser_.emplace();
-      parser_->header_limit(static_cast<uint32_t>(
-          std::min<size_t>(core_->options.max_header_bytes, UINT32_MAX)));
+      parser_->header_limit(
+          static_cast<uint32_t>(std::min<size_t>(core_->options.max_header_bytes, UINT32_MAX)));
       parser_->body_limit(core_->options.max_body_bytes);
       parser_->eager(true);
       header_checked_ = false;
@@ -223,8 +222,7 @@ void HttpConnection::ParsePending() {
                          std::to_string(core_->options.max_header_bytes) + "-byte limit",
                      "invalid_request_error", true);
       } else {
-        RespondError(400, "malformed HTTP request: " + ec.message(), "invalid_request_error",
-                     true);
+        RespondError(400, "malformed HTTP request: " + ec.message(), "invalid_request_error", true);
       }
       return;
     }
@@ -315,10 +313,12 @@ void HttpConnection::Dispatch() {
     (*route.handler)(std::move(req), std::move(responder));
   } catch (const std::exception& e) {
     STRATA_LOG(ERROR) << "http: handler for " << what << " threw: " << e.what();
-    if (!started_) RespondError(500, "internal error in the request handler", "server_error", false);
+    if (!started_)
+      RespondError(500, "internal error in the request handler", "server_error", false);
   } catch (...) {
     STRATA_LOG(ERROR) << "http: handler for " << what << " threw";
-    if (!started_) RespondError(500, "internal error in the request handler", "server_error", false);
+    if (!started_)
+      RespondError(500, "internal error in the request handler", "server_error", false);
   }
 }
 
@@ -337,8 +337,7 @@ bool HttpConnection::Current(uint64_t seq) const {
   return seq == seq_ && state_ == State::kHandling && !done_;
 }
 
-std::string HttpConnection::Head(int status, const HttpHeaders& headers,
-                                 std::string_view framing) {
+std::string HttpConnection::Head(int status, const HttpHeaders& headers, std::string_view framing) {
   if (status < 100 || status > 999) status = 500;
   std::string reason(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status))));
   if (reason.empty() || reason[0] == '<') reason = "Unknown";
@@ -389,8 +388,8 @@ void HttpConnection::DoStartStream(int status, const HttpHeaders& headers) {
 void HttpConnection::DoWrite(std::string_view chunk) {
   if (head_only_) return;
   if (outbox_bytes_ + chunk.size() > core_->options.max_buffered_bytes) {
-    STRATA_LOG(WARN) << "http: " << remote_ << " is not reading its stream ("
-                     << outbox_bytes_ << " bytes unsent); closing the connection";
+    STRATA_LOG(WARN) << "http: " << remote_ << " is not reading its stream (" << outbox_bytes_
+                     << " bytes unsent); closing the connection";
     Close();
     return;
   }
@@ -444,10 +443,9 @@ void HttpConnection::Flush() {
   bufs.reserve(writing_.size());
   for (const auto& s : writing_) bufs.emplace_back(s.data(), s.size());
   SetDeadline(&write_deadline_, Clock::now() + core_->options.write_timeout);
-  net::async_write(socket_, bufs,
-                   [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                     self->OnWritten(ec);
-                   });
+  net::async_write(
+      socket_, bufs,
+      [self = shared_from_this()](boost::system::error_code ec, size_t) { self->OnWritten(ec); });
 }
 
 void HttpConnection::OnWritten(boost::system::error_code ec) {
@@ -507,8 +505,9 @@ void HttpConnection::OnTimer() {
   }
   if (read_deadline_ <= now) {
     if (state_ == State::kReading && request_started_ && !write_in_progress_) {
-      RespondError(408, "the request was not received within " +
-                            std::to_string(core_->options.read_timeout.count()) + " ms",
+      RespondError(408,
+                   "the request was not received within " +
+                       std::to_string(core_->options.read_timeout.count()) + " ms",
                    "invalid_request_error", true);
     } else if (state_ == State::kReading || state_ == State::kLingering) {
       Close();

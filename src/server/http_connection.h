@@ -22,6 +22,8 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -31,9 +33,6 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <boost/beast/http.hpp>
 
 #include "server/http_server.h"
 
@@ -150,7 +149,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   State state_ = State::kReading;
 
   // Input.
-  bool reading_ = false;       // a readiness wait is outstanding
+  bool reading_ = false;          // a readiness wait is outstanding
   bool request_started_ = false;  // bytes of the current request have arrived
   bool header_checked_ = false;
   bool discard_input_ = false;  // answering an error; ignore what the peer sends
@@ -161,13 +160,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // The response being produced.
   uint64_t seq_ = 0;  // of the current request
   std::weak_ptr<ConnectionResponder> responder_;
-  bool counted_ = false;  // counted in Core::in_flight
+  bool counted_ = false;    // counted in Core::in_flight
   bool head_only_ = false;  // a HEAD request: headers only
   bool keep_alive_ = true;
   bool http10_ = false;
-  bool started_ = false;   // status line queued
+  bool started_ = false;  // status line queued
   bool streaming_ = false;
-  bool done_ = false;      // every byte of the response is queued
+  bool done_ = false;  // every byte of the response is queued
 
   // Output.
   std::vector<std::string> outbox_;

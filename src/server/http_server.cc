@@ -4,11 +4,9 @@
 
 #include <sys/resource.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <future>
-
 #include <nlohmann/json.hpp>
 
 #include "server/http_connection.h"
@@ -23,8 +21,7 @@ namespace net = boost::asio;
 
 std::string_view HttpRequest::Header(std::string_view name) const {
   for (const auto& [k, v] : headers) {
-    if (k.size() == name.size() &&
-        std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
+    if (k.size() == name.size() && std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
           return std::tolower(static_cast<unsigned char>(a)) ==
                  std::tolower(static_cast<unsigned char>(b));
         })) {
@@ -165,8 +162,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions optio
   auto results = resolver.resolve(options.host, std::to_string(options.port),
                                   tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || results.empty()) {
-    return InvalidArgument("cannot listen on " + where + ": cannot resolve host '" +
-                           options.host + "': " + ec.message() +
+    return InvalidArgument("cannot listen on " + where + ": cannot resolve host '" + options.host +
+                           "': " + ec.message() +
                            "; give an IP address such as 127.0.0.1 or 0.0.0.0");
   }
   tcp::endpoint endpoint = results.begin()->endpoint();

@@ -49,10 +49,10 @@ namespace strata {
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ... as sent (case-sensitive per RFC 9110)
-  std::string target;  // the request target as sent: "/v1/models?x=1"
-  std::string path;    // target up to '?': "/v1/models" (not percent-decoded)
-  std::string query;   // after '?', without it; empty if none
+  std::string method;   // "GET", "POST", ... as sent (case-sensitive per RFC 9110)
+  std::string target;   // the request target as sent: "/v1/models?x=1"
+  std::string path;     // target up to '?': "/v1/models" (not percent-decoded)
+  std::string query;    // after '?', without it; empty if none
   HttpHeaders headers;  // in order received; names as sent
   std::string body;     // de-chunked when sent chunked
   std::string remote;   // peer "ip:port"
@@ -110,7 +110,7 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";  // an IP address or a resolvable name
   int port = 8000;                 // 0: an ephemeral port (see HttpServer::port())
   int io_threads = 1;
-  size_t max_body_bytes = 32 << 20;   // larger bodies: 413
+  size_t max_body_bytes = 32 << 20;    // larger bodies: 413
   size_t max_header_bytes = 64 << 10;  // request line + headers; larger: 431
   // Time allowed to receive a whole request (from its first byte), and to
   // wait idle for the next request on a kept-alive connection.
@@ -122,7 +122,8 @@ struct HttpServerOptions {
 };
 
 // {"error":{"message":message,"type":type,"param":null,"code":null}}.
-std::string HttpErrorJson(std::string_view message, std::string_view type = "invalid_request_error");
+std::string HttpErrorJson(std::string_view message,
+                          std::string_view type = "invalid_request_error");
 
 class HttpServer {
  public:

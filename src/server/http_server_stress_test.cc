@@ -151,11 +151,32 @@ TEST(HttpServerStress, RandomRequestsNeverCrashTheServer) {
     });
   });
   ASSERT_TRUE(server);
-  const std::vector<std::string> tokens = {
-      "GET ", "POST ", "/v1/completions", "/v1/models", " HTTP/1.1", " HTTP/1.0", "\r\n",
-      "\r\n\r\n", "Host: x", "Content-Length: ", "Transfer-Encoding: chunked", "Expect: 100-continue",
-      "Connection: close", ": ", "0", "5", "ffffffffffffffff", "-1", "\n", " ", "\t", "\x00",
-      "\xff", "abcde", "4\r\nWiki\r\n", "0\r\n\r\n"};
+  const std::vector<std::string> tokens = {"GET ",
+                                           "POST ",
+                                           "/v1/completions",
+                                           "/v1/models",
+                                           " HTTP/1.1",
+                                           " HTTP/1.0",
+                                           "\r\n",
+                                           "\r\n\r\n",
+                                           "Host: x",
+                                           "Content-Length: ",
+                                           "Transfer-Encoding: chunked",
+                                           "Expect: 100-continue",
+                                           "Connection: close",
+                                           ": ",
+                                           "0",
+                                           "5",
+                                           "ffffffffffffffff",
+                                           "-1",
+                                           "\n",
+                                           " ",
+                                           "\t",
+                                           std::string(1, '\0'),
+                                           "\xff",
+                                           "abcde",
+                                           "4\r\nWiki\r\n",
+                                           "0\r\n\r\n"};
   const std::string valid =
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
   std::mt19937 rng(20240611);
@@ -178,9 +199,15 @@ TEST(HttpServerStress, RandomRequestsNeverCrashTheServer) {
         for (int e = 0; e < edits; ++e) {
           size_t at = rng() % input.size();
           switch (rng() % 3) {
-            case 0: input[at] = static_cast<char>(rng()); break;
-            case 1: input.resize(at); break;
-            default: input.insert(at, tokens[rng() % tokens.size()]); break;
+            case 0:
+              input[at] = static_cast<char>(rng());
+              break;
+            case 1:
+              input.resize(at);
+              break;
+            default:
+              input.insert(at, tokens[rng() % tokens.size()]);
+              break;
           }
           if (input.empty()) input = valid;
         }
@@ -250,8 +277,8 @@ TEST(HttpServerCurl, StreamsKeepAliveAndLargeBodies) {
             "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\ndata: [DONE]\n\n");
 
   // Three URLs in one curl invocation reuse one connection: same peer port.
-  std::string remotes =
-      RunCommand("curl -sS --max-time 10 " + base + "/remote " + base + "/remote " + base + "/remote");
+  std::string remotes = RunCommand("curl -sS --max-time 10 " + base + "/remote " + base +
+                                   "/remote " + base + "/remote");
   std::string first = remotes.substr(0, remotes.find('\n') + 1);
   EXPECT_FALSE(first.empty());
   EXPECT_EQ(remotes, first + first + first);
@@ -262,15 +289,15 @@ TEST(HttpServerCurl, StreamsKeepAliveAndLargeBodies) {
     std::ofstream f(path, std::ios::binary);
     f << std::string(300'000, 'q');
   }
-  EXPECT_EQ(RunCommand("curl -sS --max-time 10 -H 'Expect: 100-continue' --data-binary @" + path + " " +
-                base + "/len"),
+  EXPECT_EQ(RunCommand("curl -sS --max-time 10 -H 'Expect: 100-continue' --data-binary @" + path +
+                       " " + base + "/len"),
             "300000");
   {
     std::ofstream f(path, std::ios::binary);
     f << std::string((1 << 20) + 1, 'q');
   }
   std::string over = RunCommand("curl -sS --max-time 10 -w ' %{http_code}' --data-binary @" + path +
-                         " " + base + "/len");
+                                " " + base + "/len");
   EXPECT_NE(over.find("1048576-byte limit"), std::string::npos) << over;
   EXPECT_NE(over.find(" 413"), std::string::npos) << over;
   std::remove(path.c_str());

@@ -137,15 +137,17 @@ TEST_F(HttpServerTest, RequestBodiesContentLengthChunkedAndExpectContinue) {
   EXPECT_EQ(r->body, "{\"prompt\":\"hi\"}");
   EXPECT_EQ(r->Header("x-test"), "yes");
 
-  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     "4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n"));
+  ASSERT_TRUE(
+      c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n"));
   r = c.Read();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "Wikipedia");
 
   // The client waits for 100 Continue before sending its body.
-  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
-                     "Expect: 100-continue\r\n\r\n"));
+  ASSERT_TRUE(
+      c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+             "Expect: 100-continue\r\n\r\n"));
   r = c.Read();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 100);
@@ -269,8 +271,9 @@ TEST_F(HttpServerTest, BodyOverTheLimitGets413JsonAndClose) {
   }
   {  // Expect: 100-continue over the limit: 413 at once, no 100.
     Client c(port(), true);
-    ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n"
-                       "Expect: 100-continue\r\n\r\n"));
+    ASSERT_TRUE(
+        c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n"
+               "Expect: 100-continue\r\n\r\n"));
     auto r = c.Read();
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 413);

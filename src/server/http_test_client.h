@@ -77,8 +77,8 @@ inline rlim_t RaiseFdLimit(rlim_t want) {
 struct Response {
   int status = 0;
   std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;                             // de-chunked
-  std::vector<std::string> chunks;              // chunked responses: each chunk
+  std::string body;                            // de-chunked
+  std::vector<std::string> chunks;             // chunked responses: each chunk
   bool chunked = false;
 
   std::string Header(const std::string& lower_name) const {
@@ -205,10 +205,10 @@ inline std::string Get(std::string_view path, std::string_view extra = "") {
   return "GET " + std::string(path) + " HTTP/1.1\r\nHost: test\r\n" + std::string(extra) + "\r\n";
 }
 
-inline std::string Post(std::string_view path, std::string_view body,
-                        std::string_view extra = "") {
-  return "POST " + std::string(path) + " HTTP/1.1\r\nHost: test\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\n" + std::string(extra) + "\r\n" + std::string(body);
+inline std::string Post(std::string_view path, std::string_view body, std::string_view extra = "") {
+  return "POST " + std::string(path) +
+         " HTTP/1.1\r\nHost: test\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+         std::string(extra) + "\r\n" + std::string(body);
 }
 
 // Polls `cond` until true or `timeout`; returns its last value.
