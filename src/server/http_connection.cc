@@ -99,6 +99,16 @@ void HttpConnection::PostDrain() {
   });
 }
 
+void HttpConnection::PostShutdown() {
+  Post([self = shared_from_this()] {
+    if (self->state_ == State::kHandling && self->done_) {
+      self->keep_alive_ = false;  // FinishResponse() closes once it is written
+    } else {
+      self->Close();
+    }
+  });
+}
+
 void HttpConnection::PostSend(uint64_t seq, int status, HttpHeaders headers, std::string body) {
   Post([self = shared_from_this(), seq, status, headers = std::move(headers),
         body = std::move(body)]() mutable {
@@ -474,7 +484,9 @@ void HttpConnection::FinishResponse() {
   if (auto r = responder_.lock()) r->NotifyDone();
   responder_.reset();
   ++seq_;
-  if (keep_alive_ && !core_->draining.load()) {
+  if (core_->stopping.load()) {
+    Close();
+  } else if (keep_alive_ && !core_->draining.load()) {
     StartRequest();
   } else {
     BeginLinger();

@@ -77,8 +77,9 @@ struct HttpServer::Core {
   std::map<std::string, std::map<std::string, HttpHandler>> routes;
   HttpHandler fallback;
 
-  std::atomic<bool> draining{false};
-  std::atomic<bool> stopped{false};
+  std::atomic<bool> draining{false};  // StopAccepting() was called
+  std::atomic<bool> stopping{false};  // Stop() is closing connections
+  std::atomic<bool> stopped{false};   // Stop() is done: nothing more is posted
   std::atomic<int64_t> active{0};
   std::atomic<int64_t> in_flight{0};
 
@@ -99,7 +100,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // From any thread. No-ops once the server has stopped.
   void PostStart();
   void PostClose();
-  void PostDrain();  // close if idle between requests
+  void PostDrain();     // close if idle between requests
+  void PostShutdown();  // close, unless a complete response is still being written
   void PostSend(uint64_t seq, int status, HttpHeaders headers, std::string body);
   void PostStartStream(uint64_t seq, int status, HttpHeaders headers);
   void PostWrite(uint64_t seq, std::string chunk);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "server/http_connection.h"
 #include "util/logging.h"
@@ -95,6 +96,9 @@ std::vector<std::shared_ptr<HttpConnection>> HttpServer::Core::Connections() {
 }
 
 namespace {
+
+// How long Stop() lets complete responses finish writing.
+constexpr std::chrono::milliseconds kStopGrace{1000};
 
 void Accept(std::shared_ptr<HttpServer::Core> core) {
   auto& acceptor = core->acceptor;
@@ -247,7 +251,17 @@ void HttpServer::Stop() {
   STRATA_CHECK(!core_->ioc.get_executor().running_in_this_thread())
       << "HttpServer::Stop called from an I/O thread (a handler or OnClose callback); "
          "call it from another thread";
+  core_->stopping.store(true);
   StopAccepting();
+  // Responses already complete (End() or Send() given) may still be on their
+  // way out: give them a moment; close everything else now.
+  for (auto& c : core_->Connections()) c->PostShutdown();
+  if (!core_->threads.empty()) {
+    auto deadline = std::chrono::steady_clock::now() + kStopGrace;
+    while (core_->active.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
   for (auto& c : core_->Connections()) c->PostClose();
   // Posted before `stopped` is set, so these closes run (OnClose callbacks
   // fire); then the I/O threads run out of work and return.

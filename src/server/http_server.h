@@ -152,8 +152,10 @@ class HttpServer {
   // read or answered complete normally and then their connections close.
   // Idempotent. Wait for in_flight_requests() to reach 0, then Stop().
   void StopAccepting();
-  // Closes everything (pending responses' OnClose callbacks fire) and joins
-  // the I/O threads. Idempotent; later responder calls are no-ops.
+  // Closes every connection and joins the I/O threads. Responses already
+  // complete (Send() or End() called before Stop()) get up to a second to
+  // finish writing; the rest are cut off and their OnClose callbacks fire.
+  // Idempotent; later responder calls are no-ops.
   // REQUIRES: not called on an I/O thread (from a handler or OnClose).
   void Stop();
 

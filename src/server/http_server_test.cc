@@ -493,6 +493,30 @@ TEST_F(HttpServerTest, StopClosesStreamsAndFiresOnClose) {
   Held()->End();
 }
 
+// A response given in full before Stop() (the engine finished) still reaches a
+// client that reads slowly: 8 MB does not fit the socket buffers.
+TEST_F(HttpServerTest, StopLetsCompleteResponsesFinishWriting) {
+  const std::string big(8 << 20, 'b');
+  std::atomic<bool> sent{false};
+  StartServer({}, [&](HttpServer& s) {
+    s.Handle("GET", "/big", [&](HttpRequest&&, std::shared_ptr<HttpResponder> r) {
+      r->StartStream(200, {{"Content-Type", "text/plain"}});
+      r->Write(big);
+      r->End();
+      sent = true;
+    });
+  });
+  Client c(port(), true);
+  ASSERT_TRUE(c.Send(Get("/big")));
+  ASSERT_TRUE(Eventually([&] { return sent.load(); }));
+  std::thread stopper([&] { server_->Stop(); });
+  auto r = c.Read();
+  stopper.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body.size(), big.size());
+  EXPECT_TRUE(c.WaitClosed());
+}
+
 TEST(HttpServerCreate, ReportsAddressInUseWithHostAndPort) {
   HttpServerOptions options;
   options.port = 0;
