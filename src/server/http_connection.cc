@@ -335,6 +335,8 @@ void HttpConnection::Dispatch() {
 void HttpConnection::StartRequest() {
   state_ = State::kReading;
   http10_ = head_only_ = false;
+  // Idle connections keep no buffer a large request left behind.
+  if (pending_.empty() && pending_.capacity() > 4096) std::string().swap(pending_);
   request_started_ = !pending_.empty();
   SetDeadline(&read_deadline_, Clock::now() + core_->options.read_timeout);
   ParsePending();  // a request the peer sent ahead
