@@ -26,10 +26,12 @@ class LogMessage {
 
 }  // namespace strata
 
-#define STRATA_LOG(level)                                                      \
-  if (::strata::LogLevel::level < ::strata::GetLogLevel()) {                   \
-  } else                                                                       \
-    ::strata::LogMessage(::strata::LogLevel::level, __FILE__, __LINE__).stream()
+// A for-statement rather than if/else, so `if (x) STRATA_LOG(INFO) << y;`
+// followed by an else binds as written.
+#define STRATA_LOG(level)                                                            \
+  for (bool _strata_log_once = ::strata::LogLevel::level >= ::strata::GetLogLevel(); \
+       _strata_log_once; _strata_log_once = false)                                   \
+  ::strata::LogMessage(::strata::LogLevel::level, __FILE__, __LINE__).stream()
 
 #define STRATA_CHECK(cond)                                                          \
   if (cond) {                                                                       \
