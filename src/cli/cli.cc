@@ -16,6 +16,7 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"serve", "OpenAI-compatible server with continuous batching and admission control", &ServeCommand},
     {"generate", "offline generation from a prompt, token ids or a chat message", &GenerateCommand},
     {"demo-model", "write the embedded demo model (real Hugging Face format) to a directory",
      &DemoModelCommand},

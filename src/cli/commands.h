@@ -9,6 +9,7 @@ namespace strata::cli {
 
 using Args = std::vector<std::string>;
 
+int ServeCommand(const Args& args);
 int GenerateCommand(const Args& args);
 int DemoModelCommand(const Args& args);
 int BenchCommand(const Args& args);

@@ -1,0 +1,258 @@
+// End-to-end tests of `strata serve` through the real binary and real
+// sockets: config errors exit 78 before loading, overload sheds with 503 +
+// Retry-After while admitted requests complete and nothing leaks, client
+// disconnects free pages within a second, SIGTERM drains, the transformers
+// goldens come through /v1/completions and /tokenize, auth, and malformed
+// input never hurts the server.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "server/http_test_client.h"
+
+namespace {
+
+using namespace strata::http_test;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+std::string Fixture(const std::string& name) {
+  return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+}
+
+// A `strata serve` child process on an ephemeral port.
+class Server {
+ public:
+  explicit Server(std::vector<std::string> args) {
+    log_ = ::testing::TempDir() + "/serve_" + std::to_string(getpid()) + "_" + std::to_string(counter_++) + ".log";
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 2);
+      std::vector<std::string> all = {STRATA_BINARY, "serve", "--port", "0", "--threads", "1"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(STRATA_BINARY, argv.data());
+      _exit(127);
+    }
+    Eventually([&] {
+      std::smatch m;
+      std::string l = Log();
+      static const std::regex re("on http://127\\.0\\.0\\.1:(\\d+)");
+      if (std::regex_search(l, m, re)) port_ = std::stoi(m[1]);
+      return port_ > 0 || Exited();
+    }, std::chrono::seconds(30));
+  }
+  ~Server() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string Log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  bool Exited() {
+    if (exited_) return true;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) {
+      exited_ = true;
+      code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    }
+    return exited_;
+  }
+  int WaitExit(std::chrono::seconds timeout) {
+    Eventually([&] { return Exited(); }, timeout);
+    return exited_ ? code_ : -2;
+  }
+  void Signal(int sig) { kill(pid_, sig); }
+
+  Response Request(const std::string& raw) {
+    Client c(port_, true);
+    EXPECT_TRUE(c.Send(raw));
+    auto r = c.Read();
+    return r ? *r : Response{};
+  }
+  Response PostJson(const std::string& path, const std::string& body, const std::string& extra = "") {
+    return Request(Post(path, body, "Content-Type: application/json\r\n" + extra));
+  }
+  double Metric(const std::string& series) {
+    Response r = Request(Get("/metrics"));
+    const size_t pos = r.body.find("\n" + series + " ");
+    if (pos == std::string::npos) return -1;
+    return std::stod(r.body.substr(pos + series.size() + 2, 32));
+  }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+  int code_ = -1;
+  std::string log_;
+};
+
+const std::string kActive = "strata_kv_pages_used{model=\"m\",role=\"colocated\",state=\"active\"}";
+
+TEST(ServeTest, InvalidFlagsExit78BeforeLoadingAnything) {
+  Server s({"--model-path", "/nonexistent", "--max-running-requests", "0"});
+  EXPECT_EQ(s.WaitExit(std::chrono::seconds(10)), 78);
+  EXPECT_THAT(s.Log(), HasSubstr("--max-running-requests"));
+  EXPECT_THAT(s.Log(), HasSubstr("allowed 1..4096"));
+  Server t({"--model-path", Fixture("qwen3"), "--context-length", "999999"});
+  EXPECT_EQ(t.WaitExit(std::chrono::seconds(10)), 78);
+  EXPECT_THAT(t.Log(), HasSubstr("max_position_embeddings 2048"));
+}
+
+TEST(ServeTest, GoldensThroughCompletionsAndTokenize) {
+  Server s({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  std::ifstream in(Fixture("qwen3") + "/golden.json");
+  json g = json::parse(in);
+  for (int i : {2, 5}) {
+    const json& c = g["cases"][i];
+    json body = {{"model", "m"}, {"prompt", c["prompt_ids"]}, {"max_tokens", c["output_ids"].size()},
+                 {"temperature", 0}, {"logprobs", 5}, {"ignore_eos", true}, {"return_tokens_as_token_ids", true}};
+    Response r = s.PostJson("/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body << s.Log() << " port " << s.port();
+    json j = json::parse(r.body);
+    const json& lp = j["choices"][0]["logprobs"];
+    for (size_t k = 0; k < c["output_ids"].size(); ++k) {
+      EXPECT_EQ(lp["tokens"][k], "token_id:" + std::to_string(c["output_ids"][k].get<int>()));
+      EXPECT_NEAR(lp["token_logprobs"][k].get<double>(), c["steps"][k]["logprob"].get<double>(), 1e-3);
+    }
+  }
+  const json& tc = g["text_cases"][0];
+  Response t = s.PostJson("/tokenize", json{{"prompt", tc["prompt"]}}.dump());
+  ASSERT_EQ(t.status, 200);
+  json tj = json::parse(t.body);
+  EXPECT_EQ(tj["tokens"], tc["prompt_ids"]);
+  EXPECT_EQ(tj["count"], tc["prompt_ids"].size());
+  EXPECT_EQ(tj["max_model_len"], 2048);
+  Response d = s.PostJson("/detokenize", json{{"tokens", tc["prompt_ids"]}}.dump());
+  EXPECT_THAT(d.body, HasSubstr("The quick brown fox"));
+}
+
+TEST(ServeTest, BurstIsShedCleanlyAndNothingLeaks) {
+  Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--max-running-requests", "2",
+            "--max-queued-requests", "3", "--max-queued-tokens", "400"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  std::atomic<int> ok{0}, shed{0}, other{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 60; ++i) {
+    ts.emplace_back([&, i] {
+      json body = {{"prompt", "burst request number " + std::to_string(i)}, {"max_tokens", 40},
+                   {"ignore_eos", true}, {"stream", i % 2 == 0}};
+      Response r = s.PostJson("/v1/completions", body.dump());
+      if (r.status == 200) {
+        if (i % 2 == 0) {
+          if (r.body.find("data: [DONE]") != std::string::npos) ok++;
+          else other++;
+        } else if (json::parse(r.body)["usage"]["completion_tokens"] == 40) {
+          ok++;
+        } else {
+          other++;
+        }
+      } else if (r.status == 503 && !r.Header("retry-after").empty() &&
+                 json::parse(r.body)["error"]["type"] == "overloaded") {
+        shed++;
+      } else {
+        other++;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(shed.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_EQ(s.Request(Get("/health")).status, 200);
+  EXPECT_TRUE(Eventually([&] { return s.Metric(kActive) == 0; }));
+  Response integrity = s.Request(Get("/debug/integrity"));
+  EXPECT_EQ(integrity.status, 200) << integrity.body;
+  EXPECT_EQ(s.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"rejected\"}"), shed.load());
+}
+
+TEST(ServeTest, DisconnectMidStreamFreesPagesWithinASecond) {
+  Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
+  ASSERT_GT(s.port(), 0);
+  {
+    Client c(s.port(), true);
+    json body = {{"prompt", "stream forever"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+    ASSERT_TRUE(c.Send(Post("/v1/completions", body.dump(), "Content-Type: application/json\r\n")));
+    char buf[4096];
+    ASSERT_GT(::recv(c.fd(), buf, sizeof buf, 0), 0);  // the stream started
+    ASSERT_TRUE(Eventually([&] { return s.Metric(kActive) > 0; }));
+  }  // closes the socket mid-stream
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(Eventually([&] { return s.Metric(kActive) == 0; }, std::chrono::seconds(1)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_TRUE(Eventually([&] {
+    return s.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"aborted\"}") == 1;
+  }));
+}
+
+TEST(ServeTest, SigtermDrainsInFlightAndRefusesNew) {
+  Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
+  ASSERT_GT(s.port(), 0);
+  Response long_result;
+  std::thread inflight([&] {
+    json body = {{"prompt", "long one"}, {"max_tokens", 1200}, {"ignore_eos", true}};
+    long_result = s.PostJson("/v1/completions", body.dump());
+  });
+  ASSERT_TRUE(Eventually([&] { return s.Metric(kActive) > 0; }));
+  s.Signal(SIGTERM);
+  ASSERT_TRUE(Eventually([&] { return s.Request(Get("/health")).status == 503; }));
+  Response refused = s.PostJson("/v1/completions", R"({"prompt":"new","max_tokens":2})");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_THAT(refused.body, HasSubstr("shutting down"));
+  inflight.join();
+  EXPECT_EQ(long_result.status, 200);
+  EXPECT_EQ(json::parse(long_result.body)["usage"]["completion_tokens"], 1200);
+  EXPECT_EQ(s.WaitExit(std::chrono::seconds(10)), 0);
+}
+
+TEST(ServeTest, ApiKeyAndErrorsInOpenAiShape) {
+  Server s({"--model-path", Fixture("qwen3"), "--api-key", "sekret", "--max-request-body-bytes", "4096"});
+  ASSERT_GT(s.port(), 0);
+  Response noauth = s.PostJson("/v1/completions", R"({"prompt":"x"})");
+  EXPECT_EQ(noauth.status, 401);
+  EXPECT_EQ(json::parse(noauth.body)["error"]["type"], "authentication_error");
+  const std::string auth = "Authorization: Bearer sekret\r\n";
+  EXPECT_EQ(s.PostJson("/v1/completions", R"({"prompt":"x","max_tokens":2})", auth).status, 200);
+  EXPECT_EQ(s.Request(Get("/health")).status, 200);  // health needs no key
+  Response bad = s.PostJson("/v1/completions", R"({"prompt":"x","top_p":5})", auth);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(json::parse(bad.body)["error"]["param"], "top_p");
+  Response too_long = s.PostJson("/v1/completions", json{{"prompt", std::vector<int>(3000, 5)}}.dump(), auth);
+  EXPECT_EQ(too_long.status, 413);
+  Response over_ctx = s.PostJson("/v1/completions", json{{"prompt", std::vector<int>(1000, 5)}, {"max_tokens", 1500}}.dump(), auth);
+  EXPECT_EQ(over_ctx.status, 400);
+  EXPECT_EQ(s.PostJson("/v1/completions", "{not json", auth).status, 400);
+  EXPECT_EQ(s.Request(Get("/v2/nothing")).status, 404);
+  // Garbage bodies never hurt the server.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    std::string body(rng() % 300, '\0');
+    for (char& ch : body) ch = static_cast<char>(rng());
+    if (i % 3 == 0) body = R"({"messages":[{"role":"user","content":)" + body;
+    Response r = s.PostJson(i % 2 ? "/v1/chat/completions" : "/v1/completions", body, auth);
+    EXPECT_TRUE(r.status == 400 || r.status == 413) << r.status << " " << r.body;
+  }
+  EXPECT_EQ(s.Request(Get("/health")).status, 200);
+}
+
+}  // namespace

@@ -1,0 +1,598 @@
+#include "server/openai_server.h"
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "server/openai_response.h"
+#include "server/stop_matcher.h"
+#include "util/logging.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ojson = nlohmann::ordered_json;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// One choice of one HTTP request: an engine request plus the streaming text
+// state (detokenizer, stop strings).
+struct Choice {
+  int index = 0;
+  std::shared_ptr<RequestHandle> handle;
+  std::unique_ptr<IncrementalDecoder> detok;
+  std::unique_ptr<StopMatcher> stop;
+  std::vector<int32_t> stop_token_ids;
+  std::string text;                    // produced so far (non-streaming: all of it)
+  std::vector<GeneratedToken> tokens;  // kept when logprobs are asked (non-streaming)
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t completion_tokens = 0;
+  bool done = false;
+  FinishReason reason = FinishReason::kNone;
+  StopReason stop_reason;
+  Status error;
+  Clock::time_point last_token;
+  bool started_seen = false;
+  std::string echo_text;  // completions with echo: the prompt's text
+};
+
+}  // namespace
+
+struct OpenAiServer::Impl {
+  const LoadedModel& model;
+  AsyncEngine& engine;
+  metrics::Registry& registry;
+  ServerOptions options;
+  std::unique_ptr<HttpServer> http;
+  ProtocolLimits limits;
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_flight{0};
+
+  // Metrics.
+  metrics::Family<metrics::Counter>* requests_total = nullptr;
+  metrics::Family<metrics::Counter>* rejected_total = nullptr;
+  metrics::Histogram* ttft = nullptr;
+  metrics::Histogram* itl = nullptr;
+  metrics::Histogram* e2e = nullptr;
+  metrics::Histogram* queue_time = nullptr;
+
+  // Output threads: engine notifiers enqueue exchanges here.
+  struct Exchange;
+  std::mutex out_mu;
+  std::condition_variable out_cv;
+  std::deque<std::shared_ptr<Exchange>> out_queue;
+  bool out_stop = false;
+  std::vector<std::thread> out_threads;
+  // Exchanges whose responses are in progress (owned here until complete;
+  // engine notifiers hold only weak references).
+  std::mutex active_mu;
+  std::vector<std::shared_ptr<Exchange>> active;
+  void Retire(Exchange& ex);
+
+  Impl(const LoadedModel& m, AsyncEngine& e, metrics::Registry& r, const ServerOptions& o)
+      : model(m), engine(e), registry(r), options(o) {}
+
+  Status Init();
+  void Route();
+  void Enqueue(const std::shared_ptr<Exchange>& ex);
+  void OutputLoop();
+  bool Authorized(const HttpRequest& req, HttpResponder& res);
+  void SendError(HttpResponder& res, const ApiError& err, HttpHeaders extra = {});
+  void CountRequest(const char* outcome) { requests_total->Get({outcome}).Inc(); }
+
+  void HandleCompletions(HttpRequest&& req, std::shared_ptr<HttpResponder> res, bool chat);
+  void HandleTokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void HandleDetokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void HandleModels(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void Process(Exchange& ex);
+};
+
+// One HTTP request to a generation endpoint and all its choices.
+struct OpenAiServer::Impl::Exchange {
+  std::mutex mu;
+  std::atomic<bool> queued{false};
+  bool chat = false;
+  bool stream = false;
+  bool headers_sent = false;
+  bool complete = false;
+  bool first_token_seen = false;
+  std::shared_ptr<HttpResponder> responder;
+  std::vector<Choice> choices;
+  ResponseMeta meta;
+  LogprobOptions logprobs;
+  std::unique_ptr<StreamEncoder> encoder;
+  std::string role = "assistant";
+  Clock::time_point arrival;
+  bool echo = false;
+  int n = 1;  // choices per prompt
+};
+
+void OpenAiServer::Impl::Retire(Exchange& ex) {
+  ex.complete = true;
+  in_flight--;
+  std::lock_guard<std::mutex> lock(active_mu);
+  std::erase_if(active, [&](const std::shared_ptr<Exchange>& p) { return p.get() == &ex; });
+}
+
+OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OpenAiServer::~OpenAiServer() { Stop(); }
+
+StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& model, AsyncEngine& engine,
+                                                             metrics::Registry& registry,
+                                                             const ServerOptions& options) {
+  auto impl = std::make_unique<Impl>(model, engine, registry, options);
+  RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
+}
+
+Status OpenAiServer::Impl::Init() {
+  limits.vocab_size = model.config.vocab_size;
+  auto rt = registry.AddCounter("strata_requests_total",
+                                "Generation requests by outcome: ok, rejected (shed by admission control), "
+                                "aborted (client gone, deadline), error.",
+                                {"outcome"});
+  if (!rt.ok()) return rt.status();
+  requests_total = *rt;
+  for (const char* o : {"ok", "rejected", "aborted", "error"}) requests_total->Get({o});
+  auto rj = registry.AddCounter("strata_rejected_requests_total",
+                                "Requests refused by admission control, by the limit they hit.", {"reason"});
+  if (!rj.ok()) return rj.status();
+  rejected_total = *rj;
+  for (const char* r : {"max_queued_requests", "max_queued_tokens", "max_queue_time", "draining"})
+    rejected_total->Get({r});
+  auto hist = [&](const char* name, const char* help) -> StatusOr<metrics::Histogram*> {
+    ASSIGN_OR_RETURN(auto* f, registry.AddHistogram(name, help));
+    return &f->Get();
+  };
+  ASSIGN_OR_RETURN(ttft, hist("strata_time_to_first_token_seconds",
+                              "From request arrival to its first generated token."));
+  ASSIGN_OR_RETURN(itl, hist("strata_inter_token_latency_seconds", "Time between consecutive tokens of a choice."));
+  ASSIGN_OR_RETURN(e2e, hist("strata_e2e_request_latency_seconds", "From request arrival to its last token."));
+  ASSIGN_OR_RETURN(queue_time, hist("strata_queue_time_seconds", "From request arrival to the start of its prefill."));
+
+  ASSIGN_OR_RETURN(http, HttpServer::Create(options.http));
+  Route();
+  for (int i = 0; i < std::max(1, options.output_threads); ++i) out_threads.emplace_back([this] { OutputLoop(); });
+  return OkStatus();
+}
+
+void OpenAiServer::Impl::SendError(HttpResponder& res, const ApiError& err, HttpHeaders extra) {
+  extra.emplace_back("Content-Type", "application/json");
+  res.Send(err.http_status, std::move(extra), DumpJson(ErrorJson(err)));
+}
+
+bool OpenAiServer::Impl::Authorized(const HttpRequest& req, HttpResponder& res) {
+  if (options.api_key.empty()) return true;
+  if (req.Header("Authorization") == "Bearer " + options.api_key) return true;
+  ApiError e;
+  e.http_status = 401;
+  e.type = "authentication_error";
+  e.code = "invalid_api_key";
+  e.message = req.Header("Authorization").empty()
+                  ? "missing API key: send the header 'Authorization: Bearer <key>'"
+                  : "invalid API key";
+  SendError(res, e, {{"WWW-Authenticate", "Bearer"}});
+  return false;
+}
+
+void OpenAiServer::Impl::Route() {
+  http->Handle("GET", "/health", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
+    if (draining.load()) {
+      res->SendJson(503, R"({"status":"draining"})");
+      return;
+    }
+    res->SendJson(200, R"({"status":"ok"})");
+  });
+  // Runs every cache and engine invariant check once the engine is idle:
+  // 200 {"integrity":"ok"} or 500 with the first violation. For tests and
+  // operators chasing a suspected leak.
+  http->Handle("GET", "/debug/integrity", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
+    // Waiting for idle must not block an I/O thread.
+    std::thread([this, res] {
+      Status st = engine.CheckIntegrityWhenIdle(std::chrono::seconds(10));
+      if (st.ok()) res->SendJson(200, R"({"integrity":"ok"})");
+      else res->SendJson(500, DumpJson(ojson{{"integrity", "failed"}, {"message", st.ToString()}}));
+    }).detach();
+  });
+  http->Handle("GET", "/metrics", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
+    res->Send(200, {{"Content-Type", std::string(metrics::kContentType)}}, registry.Render());
+  });
+  http->Handle("GET", "/v1/models", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+    HandleModels(std::move(r), std::move(res));
+  });
+  http->Handle("POST", "/v1/completions", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+    HandleCompletions(std::move(r), std::move(res), false);
+  });
+  http->Handle("POST", "/v1/chat/completions", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+    HandleCompletions(std::move(r), std::move(res), true);
+  });
+  http->Handle("POST", "/tokenize", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+    HandleTokenize(std::move(r), std::move(res));
+  });
+  http->Handle("POST", "/detokenize", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+    HandleDetokenize(std::move(r), std::move(res));
+  });
+}
+
+void OpenAiServer::Impl::HandleModels(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+  if (!Authorized(req, *res)) return;
+  ojson m = {{"id", options.served_model_name},
+             {"object", "model"},
+             {"created", NewResponseMeta("", "").created},
+             {"owned_by", "strata"},
+             {"root", model.dir},
+             {"max_model_len", engine.engine().context_length()}};
+  ojson j = {{"object", "list"}, {"data", ojson::array({m})}};
+  res->SendJson(200, DumpJson(j));
+}
+
+void OpenAiServer::Impl::HandleTokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+  if (!Authorized(req, *res)) return;
+  auto body = ParseJsonBody(req.body, limits.max_json_depth);
+  if (!body.ok()) return SendError(*res, body.error());
+  const ojson& j = body.value();
+  if (!j.is_object()) return SendError(*res, InvalidRequestError("", "the body must be a JSON object"));
+  std::vector<int32_t> ids;
+  if (j.contains("messages")) {
+    if (!model.chat_template)
+      return SendError(*res, InvalidRequestError("messages", "this model has no chat template"));
+    ojson chat_body = j;
+    chat_body["model"] = options.served_model_name;
+    auto creq = ParseChatCompletionRequest(DumpJson(chat_body), limits);
+    if (!creq.ok()) return SendError(*res, creq.error());
+    auto text = RenderChatPrompt(*model.chat_template, creq.value(), *model.tokenizer);
+    if (!text.ok()) return SendError(*res, text.error());
+    ids = model.tokenizer->Encode(text.value(), j.value("add_special_tokens", false));
+  } else if (j.contains("prompt")) {
+    if (!j["prompt"].is_string()) return SendError(*res, InvalidRequestError("prompt", "prompt must be a string"));
+    const ojson& add = j.contains("add_special_tokens") ? j["add_special_tokens"] : ojson(true);
+    if (!add.is_boolean())
+      return SendError(*res, InvalidRequestError("add_special_tokens", "add_special_tokens must be a boolean"));
+    ids = model.tokenizer->Encode(j["prompt"].get<std::string>(), add.get<bool>());
+  } else {
+    return SendError(*res, InvalidRequestError("prompt", "give either \"prompt\" (a string) or \"messages\""));
+  }
+  ojson out = {{"count", ids.size()}, {"max_model_len", engine.engine().context_length()}, {"tokens", ids}};
+  res->SendJson(200, DumpJson(out));
+}
+
+void OpenAiServer::Impl::HandleDetokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+  if (!Authorized(req, *res)) return;
+  auto body = ParseJsonBody(req.body, limits.max_json_depth);
+  if (!body.ok()) return SendError(*res, body.error());
+  const ojson& j = body.value();
+  if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+    return SendError(*res, InvalidRequestError("tokens", "\"tokens\" must be a list of token ids"));
+  std::vector<int32_t> ids;
+  for (const ojson& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model.config.vocab_size)
+      return SendError(*res, InvalidRequestError("tokens", "token ids must be integers in [0, " +
+                                                              std::to_string(model.config.vocab_size) + ")"));
+    ids.push_back(t.get<int32_t>());
+  }
+  res->SendJson(200, DumpJson(ojson{{"prompt", model.tokenizer->Decode(ids, false)}}));
+}
+
+void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<HttpResponder> res, bool chat) {
+  const Clock::time_point arrival = Clock::now();
+  if (!Authorized(req, *res)) return;
+  auto ex = std::make_shared<Exchange>();
+  ex->chat = chat;
+  ex->arrival = arrival;
+  ex->responder = res;
+
+  // Parse, validate, and turn every prompt into token ids.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;
+  GenerationFields fields;
+  int n = 1;
+  if (chat) {
+    auto creq = ParseChatCompletionRequest(req.body, limits);
+    if (!creq.ok()) return CountRequest("error"), SendError(*res, creq.error());
+    if (!model.chat_template)
+      return CountRequest("error"),
+             SendError(*res, InvalidRequestError("messages", "this model has no chat template; use /v1/completions"));
+    auto text = RenderChatPrompt(*model.chat_template, creq.value(), *model.tokenizer);
+    if (!text.ok()) return CountRequest("error"), SendError(*res, text.error());
+    prompts.push_back(model.tokenizer->Encode(text.value(), false));
+    prompt_texts.push_back(text.value());
+    ex->logprobs = LogprobOptionsFor(creq.value(), model.tokenizer.get());
+    ex->role = creq.value().response_role;
+    fields = creq.value();
+  } else {
+    auto creq = ParseCompletionRequest(req.body, limits);
+    if (!creq.ok()) return CountRequest("error"), SendError(*res, creq.error());
+    for (const PromptInput& p : creq.value().prompts) {
+      if (p.is_tokens) {
+        prompts.push_back(p.token_ids);
+        prompt_texts.push_back(creq.value().echo ? model.tokenizer->Decode(p.token_ids, false) : "");
+      } else {
+        prompts.push_back(model.tokenizer->Encode(p.text, creq.value().add_special_tokens));
+        prompt_texts.push_back(p.text);
+      }
+    }
+    ex->logprobs = LogprobOptionsFor(creq.value(), model.tokenizer.get());
+    ex->echo = creq.value().echo;
+    fields = creq.value();
+  }
+  if (!fields.model.empty() && fields.model != options.served_model_name)
+    return CountRequest("error"), SendError(*res, ModelNotFoundError(fields.model));
+  n = fields.n;
+  ex->n = n;
+  ex->stream = fields.stream;
+  ex->meta = NewResponseMeta(chat ? "chatcmpl-" : "cmpl-", options.served_model_name);
+
+  // Submit every choice; if any is refused, cancel the rest and refuse all.
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (prompts[p].empty()) {
+      for (Choice& c : ex->choices) c.handle->Cancel();
+      return CountRequest("error"), SendError(*res, InvalidRequestError(chat ? "messages" : "prompt", "the prompt is empty"));
+    }
+    auto max_tokens = ResolveMaxTokens(fields, static_cast<int64_t>(prompts[p].size()), engine.engine().context_length());
+    if (!max_tokens.ok()) {
+      for (Choice& c : ex->choices) c.handle->Cancel();
+      return CountRequest("error"), SendError(*res, max_tokens.error());
+    }
+    for (int k = 0; k < n; ++k) {
+      EngineRequest er;
+      er.id = ex->meta.id + "-" + std::to_string(ex->choices.size());
+      er.prompt = prompts[p];
+      er.params = fields.sampling;
+      er.params.max_tokens = max_tokens.value();
+      // n > 1 with a fixed seed: vary it per choice so choices differ but replay.
+      if (er.params.seed && k > 0) er.params.seed = *er.params.seed + static_cast<uint64_t>(k);
+      er.arrival = arrival;
+      std::weak_ptr<Exchange> weak = ex;
+      er.notify = [this, weak] {
+        if (auto e = weak.lock()) Enqueue(e);
+      };
+      Choice c;
+      c.index = static_cast<int>(ex->choices.size());
+      c.stop_token_ids = er.params.stop_token_ids;
+      c.prompt_tokens = static_cast<int64_t>(er.prompt.size());
+      c.detok = std::make_unique<IncrementalDecoder>(model.tokenizer, fields.skip_special_tokens);
+      c.stop = std::make_unique<StopMatcher>(fields.stop, fields.include_stop_str_in_output);
+      if (ex->echo) c.echo_text = prompt_texts[p];
+      SubmitResult sr = engine.Submit(std::move(er));
+      if (!sr.handle) {
+        for (Choice& prev : ex->choices) prev.handle->Cancel();
+        if (sr.status.code() == StatusCode::kUnavailable) {
+          CountRequest("rejected");
+          rejected_total->Get({sr.limit}).Inc();
+          ApiError e = OverloadedError(sr.status.message(), sr.limit);
+          const int retry = static_cast<int>(std::ceil(sr.retry_after_seconds));
+          return SendError(*res, e, {{"Retry-After", std::to_string(std::max(1, retry))}});
+        }
+        CountRequest("error");
+        ApiError e = ApiErrorFromStatus(sr.status);
+        e.param = chat ? "messages" : "prompt";
+        return SendError(*res, e);
+      }
+      c.handle = sr.handle;
+      ex->choices.push_back(std::move(c));
+    }
+  }
+  if (ex->stream) {
+    StreamSettings ss;
+    ss.num_choices = static_cast<int>(ex->choices.size());
+    ss.role = ex->role;
+    ss.options = fields.stream_options;
+    ss.logprobs = ex->logprobs;
+    ss.prompt_tokens = ex->choices.empty() ? 0 : ex->choices[0].prompt_tokens;
+    ex->encoder = std::make_unique<StreamEncoder>(chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion,
+                                                  ex->meta, ss);
+  }
+  in_flight++;
+  {
+    std::lock_guard<std::mutex> lock(active_mu);
+    active.push_back(ex);
+  }
+  // Client gone: cancel every choice; the engine frees pages at its next step.
+  std::weak_ptr<Exchange> weak = ex;
+  res->OnClose([weak] {
+    if (auto e = weak.lock())
+      for (Choice& c : e->choices) c.handle->Cancel();
+  });
+  Enqueue(ex);  // output may already be there
+}
+
+void OpenAiServer::Impl::Enqueue(const std::shared_ptr<Exchange>& ex) {
+  if (ex->queued.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(out_mu);
+    out_queue.push_back(ex);
+  }
+  out_cv.notify_one();
+}
+
+void OpenAiServer::Impl::OutputLoop() {
+  for (;;) {
+    std::shared_ptr<Exchange> ex;
+    {
+      std::unique_lock<std::mutex> lock(out_mu);
+      out_cv.wait(lock, [&] { return out_stop || !out_queue.empty(); });
+      if (out_queue.empty()) return;
+      ex = std::move(out_queue.front());
+      out_queue.pop_front();
+    }
+    ex->queued.store(false);
+    std::lock_guard<std::mutex> lock(ex->mu);
+    if (!ex->complete) Process(*ex);
+  }
+}
+
+// Takes whatever the engine produced for each choice, turns it into text
+// (detokenizer, stop strings) and writes it out. Runs on an output thread,
+// under ex.mu.
+void OpenAiServer::Impl::Process(Exchange& ex) {
+  const Clock::time_point now = Clock::now();
+  std::string events;
+  bool any_output = false;
+  for (Choice& c : ex.choices) {
+    if (c.done) continue;
+    RequestOutput out = c.handle->Take();
+    if (out.started && !c.started_seen) {
+      c.started_seen = true;
+      c.cached_tokens = out.cached_tokens;
+      queue_time->Observe(Seconds(out.started_at - ex.arrival));
+    }
+    StreamDelta delta;
+    delta.index = c.index;
+    if (ex.echo && c.completion_tokens == 0 && !out.tokens.empty()) {
+      delta.text = c.echo_text;
+      c.text = c.echo_text;
+    }
+    for (GeneratedToken& t : out.tokens) {
+      if (c.stop->stopped()) break;  // tokens after a stop string are dropped
+      if (!ex.first_token_seen) {
+        ex.first_token_seen = true;
+        ttft->Observe(Seconds(now - ex.arrival));
+      } else if (c.completion_tokens > 0) {
+        itl->Observe(Seconds(now - c.last_token));
+      }
+      c.last_token = now;
+      c.completion_tokens++;
+      const bool is_stop_token = std::find(c.stop_token_ids.begin(), c.stop_token_ids.end(), t.id) != c.stop_token_ids.end();
+      StopMatcher::Result r = c.stop->Add(c.detok->Add(t.id));
+      delta.text += r.text;
+      c.text += r.text;
+      if (ex.logprobs.enabled) {
+        if (ex.stream) delta.tokens.push_back(t);
+        else c.tokens.push_back(t);
+      } else if (ex.stream) {
+        delta.tokens.push_back(GeneratedToken{t.id, 0, {}});
+      }
+      if (r.stop_index) {
+        c.done = true;
+        c.reason = FinishReason::kStop;
+        c.stop_reason = c.stop->matched();
+        c.handle->Cancel();  // the engine stops computing it
+      } else if (is_stop_token) {
+        c.stop_reason = t.id;
+      }
+    }
+    if (!c.done && out.finished) {
+      c.done = true;
+      if (!out.error.ok()) {
+        c.error = out.error;
+        c.reason = FinishReason::kAbort;
+      } else if (out.finish_reason == "length") {
+        c.reason = FinishReason::kLength;
+      } else if (out.finish_reason == "stop") {
+        c.reason = FinishReason::kStop;
+      } else {
+        c.reason = FinishReason::kAbort;
+      }
+      if (c.error.ok()) {
+        std::string rest = c.stop->Add(c.detok->Flush()).text;
+        if (!c.stop->stopped()) rest += c.stop->Flush();
+        delta.text += rest;
+        c.text += rest;
+      }
+    }
+    if (c.done) delta.finish_reason = c.reason, delta.stop_reason = c.stop_reason;
+    if (ex.stream && c.error.ok()) {
+      std::string ev = ex.encoder->Delta(delta);
+      if (!ev.empty()) any_output = true;
+      events += ev;
+    }
+  }
+
+  bool all_done = true;
+  const Choice* failed = nullptr;
+  for (const Choice& c : ex.choices) {
+    all_done &= c.done;
+    if (!c.error.ok() && !failed) failed = &c;
+  }
+  Usage usage;
+  for (const Choice& c : ex.choices) usage.completion_tokens += c.completion_tokens;
+  // Prompt tokens: each prompt once, though its n choices each ran it.
+  int64_t cached = 0;
+  for (size_t i = 0; i < ex.choices.size(); i += static_cast<size_t>(ex.n)) {
+    usage.prompt_tokens += ex.choices[i].prompt_tokens;
+    cached += ex.choices[i].cached_tokens;
+  }
+  usage.cached_tokens = cached;
+
+  HttpResponder& res = *ex.responder;
+  if (failed && !ex.headers_sent) {
+    // Nothing was sent yet: a plain HTTP error (e.g. 503 for a queue timeout).
+    for (Choice& c : ex.choices) c.handle->Cancel();
+    ApiError e = ApiErrorFromStatus(failed->error);
+    HttpHeaders h;
+    if (e.http_status == 503) {
+      h.emplace_back("Retry-After", "1");
+      rejected_total->Get({"max_queue_time"}).Inc();
+      CountRequest("rejected");
+    } else {
+      CountRequest("error");
+    }
+    SendError(res, e, std::move(h));
+    Retire(ex);
+    return;
+  }
+  if (ex.stream) {
+    if (!ex.headers_sent && (any_output || all_done)) {
+      res.StartStream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
+      ex.headers_sent = true;
+      events = ex.encoder->Start() + events;
+    }
+    if (failed) events += StreamEncoder::Error(ApiErrorFromStatus(failed->error));
+    if (all_done) events += ex.encoder->Finish(usage);
+    if (!events.empty()) res.Write(std::move(events));
+    if (all_done) res.End();
+  } else if (all_done) {
+    std::vector<ChoiceOutput> outs;
+    for (Choice& c : ex.choices) {
+      ChoiceOutput o;
+      o.index = c.index;
+      o.text = c.text;
+      o.tokens = std::move(c.tokens);
+      o.finish_reason = c.reason;
+      o.stop_reason = c.stop_reason;
+      o.echo_offset = ex.echo ? CodePointCount(c.echo_text) : 0;
+      outs.push_back(std::move(o));
+    }
+    ojson body = ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
+                         : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
+    res.SendJson(200, DumpJson(body));
+    ex.headers_sent = true;
+  }
+  if (all_done) {
+    bool aborted = false;
+    for (const Choice& c : ex.choices) aborted |= c.reason == FinishReason::kAbort;
+    CountRequest(failed ? "error" : aborted || res.closed() ? "aborted" : "ok");
+    e2e->Observe(Seconds(Clock::now() - ex.arrival));
+    Retire(ex);
+  }
+}
+
+Status OpenAiServer::Start() { return impl_->http->Start(); }
+int OpenAiServer::port() const { return impl_->http->port(); }
+bool OpenAiServer::draining() const { return impl_->draining.load(); }
+int64_t OpenAiServer::in_flight() const { return impl_->in_flight.load(); }
+
+void OpenAiServer::BeginDrain() {
+  impl_->draining.store(true);
+  impl_->engine.Drain();
+}
+
+void OpenAiServer::Stop() {
+  if (!impl_) return;
+  if (impl_->http) impl_->http->Stop();
+  {
+    std::lock_guard<std::mutex> lock(impl_->out_mu);
+    impl_->out_stop = true;
+  }
+  impl_->out_cv.notify_all();
+  for (auto& t : impl_->out_threads)
+    if (t.joinable()) t.join();
+  impl_->out_threads.clear();
+}
+
+}  // namespace strata

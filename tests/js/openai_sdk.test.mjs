@@ -1,0 +1,145 @@
+// The official OpenAI Node SDK against the real `strata serve` binary:
+// streaming and non-streaming chat and completions, logprobs checked against
+// the transformers goldens of the qwen3 fixture, and overload surfacing as
+// APIError 503 with Retry-After. Run by ctest (openai_sdk_e2e) with
+// STRATA_BINARY and STRATA_SOURCE_DIR set.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import OpenAI from 'openai';
+
+const BIN = process.env.STRATA_BINARY;
+const SRC = process.env.STRATA_SOURCE_DIR;
+const FIXTURE = `${SRC}/tests/fixtures/models/qwen3`;
+const golden = JSON.parse(readFileSync(`${FIXTURE}/golden.json`, 'utf8'));
+
+// Starts `strata serve` on an ephemeral port; resolves when it logs the port.
+function startServer(extraArgs) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(BIN, ['serve', '--model-path', FIXTURE, '--port', '0', '--threads', '1', ...extraArgs],
+                       { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 30000);
+    proc.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/serving '[^']*' on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) { clearTimeout(timer); resolve({ proc, port: Number(m[1]), log: () => log }); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${log}`)); });
+  });
+}
+
+function stopServer(s) {
+  return new Promise((resolve) => {
+    s.proc.removeAllListeners('exit');
+    s.proc.on('exit', (code) => resolve(code));
+    s.proc.kill('SIGTERM');
+  });
+}
+
+let server, client;
+before(async () => {
+  server = await startServer(['--served-model-name', 'qwen3-tiny']);
+  client = new OpenAI({ baseURL: `http://127.0.0.1:${server.port}/v1`, apiKey: 'unused', maxRetries: 0 });
+});
+after(async () => {
+  const code = await stopServer(server);
+  assert.equal(code, 0, 'SIGTERM drains and exits 0');
+});
+
+test('models lists the served name', async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ['qwen3-tiny']);
+});
+
+test('completion with token-id prompt matches transformers, with logprobs', async () => {
+  const c = golden.cases[4];  // 64-token prompt
+  const r = await client.completions.create({
+    model: 'qwen3-tiny', prompt: c.prompt_ids, max_tokens: c.output_ids.length, temperature: 0,
+    logprobs: 5, ignore_eos: true, return_tokens_as_token_ids: true,
+  });
+  const toks = r.choices[0].logprobs.tokens.map((t) => Number(t.replace('token_id:', '')));
+  assert.deepEqual(toks, c.output_ids);
+  r.choices[0].logprobs.token_logprobs.forEach((lp, i) =>
+    assert.ok(Math.abs(lp - c.steps[i].logprob) < 1e-3, `step ${i}: ${lp} vs ${c.steps[i].logprob}`));
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.prompt_tokens, c.prompt_ids.length);
+  assert.equal(r.usage.completion_tokens, c.output_ids.length);
+});
+
+test('streaming completion concatenates to the non-streaming text', async () => {
+  const args = { model: 'qwen3-tiny', prompt: 'The quick brown fox', max_tokens: 12, temperature: 0, ignore_eos: true };
+  const whole = await client.completions.create(args);
+  const stream = await client.completions.create({ ...args, stream: true, stream_options: { include_usage: true } });
+  let text = '', usage = null, finish = null;
+  for await (const chunk of stream) {
+    if (chunk.choices.length) {
+      text += chunk.choices[0].text;
+      finish = chunk.choices[0].finish_reason ?? finish;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.equal(text, whole.choices[0].text);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 12);
+});
+
+test('chat completion matches the transformers golden text', async () => {
+  const c = golden.chat_cases[0];
+  const r = await client.chat.completions.create({
+    model: 'qwen3-tiny', messages: c.messages, max_tokens: c.output_ids.length, temperature: 0,
+    ignore_eos: true, logprobs: true, top_logprobs: 3,
+  });
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(r.choices[0].message.content, c.output_text);
+  assert.equal(r.choices[0].logprobs.content.length, c.output_ids.length);
+  assert.equal(r.choices[0].logprobs.content[0].top_logprobs.length, 3);
+  assert.ok(Math.abs(r.choices[0].logprobs.content[0].logprob - c.steps[0].logprob) < 1e-3);
+  assert.equal(r.usage.prompt_tokens, c.prompt_ids.length);
+});
+
+test('streaming chat', async () => {
+  const c = golden.chat_cases[0];
+  const stream = await client.chat.completions.create({
+    model: 'qwen3-tiny', messages: c.messages, max_tokens: c.output_ids.length, temperature: 0, ignore_eos: true,
+    stream: true,
+  });
+  let text = '', role = null;
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta;
+    if (d?.role) role = d.role;
+    if (d?.content) text += d.content;
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(text, c.output_text);
+});
+
+test('invalid field is a 400 naming the param', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'qwen3-tiny', messages: [{ role: 'user', content: 'hi' }], temperature: 7 }),
+    (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === 'temperature');
+});
+
+test('overload surfaces as APIError 503 with Retry-After', async () => {
+  const small = await startServer(['--max-running-requests', '1', '--max-queued-requests', '1']);
+  try {
+    const c2 = new OpenAI({ baseURL: `http://127.0.0.1:${small.port}/v1`, apiKey: 'x', maxRetries: 0 });
+    const calls = Array.from({ length: 12 }, () =>
+      c2.completions.create({ model: 'qwen3', prompt: 'hello', max_tokens: 200, ignore_eos: true }));
+    const results = await Promise.allSettled(calls);
+    const rejected = results.filter((r) => r.status === 'rejected');
+    const ok = results.filter((r) => r.status === 'fulfilled');
+    assert.ok(rejected.length > 0, 'some requests are shed');
+    assert.ok(ok.length >= 1, 'admitted requests complete');
+    for (const r of rejected) {
+      assert.ok(r.reason instanceof OpenAI.APIError, String(r.reason));
+      assert.equal(r.reason.status, 503);
+      assert.equal(r.reason.error?.type ?? r.reason.type, 'overloaded');
+      assert.ok(Number(r.reason.headers.get('retry-after')) >= 1);
+    }
+    for (const r of ok) assert.equal(r.value.usage.completion_tokens, 200);
+  } finally {
+    assert.equal(await stopServer(small), 0);
+  }
+});
