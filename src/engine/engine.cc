@@ -207,10 +207,8 @@ void Engine::Schedule(std::vector<StepItem>* items, std::vector<Sequence*>* item
   items->clear();
   item_seqs->clear();
   const auto now = std::chrono::steady_clock::now();
-  for (auto* list : {&running_}) {
-    for (auto& s : *list)
-      if (s->handle->cancelled() || now > s->req.deadline) Finish(*s, "abort");
-  }
+  for (auto& s : running_)
+    if (s->handle->cancelled() || now > s->req.deadline) Finish(*s, "abort");
   for (auto& s : waiting_) {
     if (s->handle->cancelled() || now > s->req.deadline) Finish(*s, "abort");
     else if (now > s->req.queue_deadline)
@@ -279,10 +277,8 @@ void Engine::Schedule(std::vector<StepItem>* items, std::vector<Sequence*>* item
       ReleaseKv(s, false);  // give the adopted prefix back; try next step
       break;
     }
-    if (!s.handle->finished()) {
-      if (!s.started && s.computed + s.remaining() == s.prompt_len)  // first admission
-        s.handle->SetStarted(s.prompt_len, s.computed);
-    }
+    if (static_cast<int64_t>(s.tokens.size()) == s.prompt_len)  // first admission, not a preempted one
+      s.handle->SetStarted(s.prompt_len, s.computed);
     waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
     s.started = true;
     running_.push_back(std::move(waiting_.front()));
@@ -358,14 +354,12 @@ Status Engine::CheckIntegrity() const {
   RETURN_IF_ERROR(pool_->allocator().CheckIntegrity());
   if (radix_) RETURN_IF_ERROR(radix_->CheckIntegrity());
   // Every page a request holds is in use; a request's table covers what it computed.
-  for (const auto* list : {&running_}) {
-    for (const auto& s : *list) {
-      if (s->table.capacity() < s->computed)
-        return Internal("request " + s->req.id + ": page table smaller than its computed tokens");
-      for (int32_t p : s->table.pages())
-        if (pool_->allocator().refcount(p) < 1)
-          return Internal("request " + s->req.id + " holds free page " + std::to_string(p));
-    }
+  for (const auto& s : running_) {
+    if (s->table.capacity() < s->computed)
+      return Internal("request " + s->req.id + ": page table smaller than its computed tokens");
+    for (int32_t p : s->table.pages())
+      if (pool_->allocator().refcount(p) < 1)
+        return Internal("request " + s->req.id + " holds free page " + std::to_string(p));
   }
   for (const auto& s : waiting_)
     if (!s->table.pages().empty() && !s->prefix_locked)
