@@ -82,12 +82,15 @@ int BenchCommand(const Args& args) {
         "  engine   prefill and decode tokens/s of one sequence on the CPU, with the measured\n"
         "           memory bandwidth roofline (strata bench engine --help)\n"
         "  bandwidth  the memory read bandwidth alone, as bench engine measures it, for\n"
-        "           comparing other engines against the same roofline (strata bench bandwidth --help)\n");
+        "           comparing other engines against the same roofline (strata bench bandwidth --help)\n"
+        "  serve    load a running OpenAI-compatible server: latency, throughput, goodput,\n"
+        "           503 counts (strata bench serve --help)\n");
     return args.empty() ? kExitUsage : kExitOk;
   }
   if (args[0] == "bandwidth") return BandwidthCommand(Args(args.begin() + 1, args.end()));
+  if (args[0] == "serve") return BenchServeCommand(Args(args.begin() + 1, args.end()));
   if (args[0] != "engine")
-    return UsageError(cmd, InvalidArgument("unknown benchmark '" + args[0] + "' (known: engine, bandwidth)"));
+    return UsageError(cmd, InvalidArgument("unknown benchmark '" + args[0] + "' (known: engine, bandwidth, serve)"));
   ModelFlags mf;
   int64_t prompt_len = 512, gen_len = 64, reps = 3;
   bool json = false, warmup = true;

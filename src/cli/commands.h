@@ -13,5 +13,6 @@ int ServeCommand(const Args& args);
 int GenerateCommand(const Args& args);
 int DemoModelCommand(const Args& args);
 int BenchCommand(const Args& args);
+int BenchServeCommand(const Args& args);  // strata bench serve (cmd_bench_serve.cc)
 
 }  // namespace strata::cli
