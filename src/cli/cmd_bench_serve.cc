@@ -82,7 +82,6 @@ int BenchServeCommand(const Args& args) {
       std::fprintf(stderr, "\r[%s%s] %lld/%lld requests  %.1f s ", std::string(filled, '#').c_str(),
                    std::string(width - filled, '.').c_str(), static_cast<long long>(done),
                    static_cast<long long>(total), elapsed);
-      if (done == total) std::fprintf(stderr, "\n");
     } else if (elapsed - last_line >= 5.0) {
       std::fprintf(stderr, "strata bench serve: %lld/%lld requests after %.0f s\n", static_cast<long long>(done),
                    static_cast<long long>(total), elapsed);
