@@ -24,11 +24,14 @@ namespace strata::cli {
 Status ParseUrl(const std::string& url, LoadgenConfig* config) {
   const std::string scheme = "http://";
   if (url.rfind(scheme, 0) != 0)
-    return InvalidArgument("--url '" + url + "': only http://HOST:PORT is supported (e.g. http://127.0.0.1:8000)");
+    return InvalidArgument("--url '" + url +
+                           "': only http://HOST:PORT is supported (e.g. http://127.0.0.1:8000)");
   std::string rest = url.substr(scheme.size());
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   if (rest.find('/') != std::string::npos)
-    return InvalidArgument("--url '" + url + "': give the server root without a path; the load goes to /v1/completions");
+    return InvalidArgument(
+        "--url '" + url +
+        "': give the server root without a path; the load goes to /v1/completions");
   std::string host = rest;
   int port = 80;
   const size_t colon = rest.rfind(':');
@@ -44,7 +47,8 @@ Status ParseUrl(const std::string& url, LoadgenConfig* config) {
   if (host == "localhost") host = "127.0.0.1";
   in_addr addr{};
   if (inet_pton(AF_INET, host.c_str(), &addr) != 1)
-    return InvalidArgument("--url '" + url + "': host '" + host + "' is not an IPv4 address or localhost");
+    return InvalidArgument("--url '" + url + "': host '" + host +
+                           "' is not an IPv4 address or localhost");
   config->host = host;
   config->port = port;
   return OkStatus();
@@ -98,9 +102,11 @@ StatusOr<SseChunk> ParseCompletionChunk(const std::string& data, int64_t prev_co
     const auto& c0 = (*ch)[0];
     if (auto t = c0.find("text"); t != c0.end() && t->is_string()) text = t->get<std::string>();
     if (auto d = c0.find("delta"); d != c0.end() && d->is_object()) {
-      if (auto t = d->find("content"); t != d->end() && t->is_string()) text = t->get<std::string>();
+      if (auto t = d->find("content"); t != d->end() && t->is_string())
+        text = t->get<std::string>();
     }
-    if (auto f = c0.find("finish_reason"); f != c0.end() && f->is_string()) c.finish_reason = f->get<std::string>();
+    if (auto f = c0.find("finish_reason"); f != c0.end() && f->is_string())
+      c.finish_reason = f->get<std::string>();
   }
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
     if (auto ct = u->find("completion_tokens"); ct != u->end() && ct->is_number_integer())
@@ -109,7 +115,8 @@ StatusOr<SseChunk> ParseCompletionChunk(const std::string& data, int64_t prev_co
       c.prompt_tokens = pt->get<int64_t>();
   }
   if (c.completion_tokens >= 0) {
-    c.tokens = std::max<int64_t>(0, c.completion_tokens - std::max<int64_t>(prev_completion_tokens, 0));
+    c.tokens =
+        std::max<int64_t>(0, c.completion_tokens - std::max<int64_t>(prev_completion_tokens, 0));
   } else {
     c.tokens = text.empty() ? 0 : 1;
   }
@@ -151,7 +158,8 @@ namespace {
 bool Succeeded(const RequestRecord& r) { return r.http_status == 200 && r.error.empty(); }
 
 nlohmann::json StatsJson(const LatencyStats& s) {
-  return {{"count", s.count}, {"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}};
+  return {{"count", s.count}, {"mean", s.mean}, {"p50", s.p50},
+          {"p90", s.p90},     {"p99", s.p99},   {"max", s.max}};
 }
 
 }  // namespace
@@ -160,13 +168,15 @@ bool MeetsSlo(const RequestRecord& r, double slo_ttft_ms, double slo_itl_ms) {
   if (!Succeeded(r) || r.ttft_s < 0) return false;
   if (slo_ttft_ms > 0 && r.ttft_s * 1e3 > slo_ttft_ms) return false;
   if (slo_itl_ms > 0 && r.output_tokens > 1) {
-    const double mean_itl_ms = (r.e2e_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1);
+    const double mean_itl_ms =
+        (r.e2e_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1);
     if (mean_itl_ms > slo_itl_ms) return false;
   }
   return true;
 }
 
-LoadSummary Summarize(const std::vector<RequestRecord>& records, double duration_s, const LoadgenConfig& config) {
+LoadSummary Summarize(const std::vector<RequestRecord>& records, double duration_s,
+                      const LoadgenConfig& config) {
   LoadSummary s;
   s.duration_s = duration_s;
   s.requests = static_cast<int64_t>(records.size());
@@ -177,9 +187,12 @@ LoadSummary Summarize(const std::vector<RequestRecord>& records, double duration
       ++s.connection_errors;
     } else {
       ++s.by_status[r.http_status];
-      if (r.http_status == 503) ++s.rejected_503;
-      else if (r.http_status != 200) ++s.other_status;
-      else if (!r.error.empty()) ++s.connection_errors;  // a 200 whose stream broke
+      if (r.http_status == 503)
+        ++s.rejected_503;
+      else if (r.http_status != 200)
+        ++s.other_status;
+      else if (!r.error.empty())
+        ++s.connection_errors;  // a 200 whose stream broke
     }
     if (r.http_status != 0 && r.http_status != 200) rej.push_back(r.e2e_s * 1e3);
     if (!Succeeded(r)) continue;
@@ -270,7 +283,8 @@ struct Conn {
 };
 
 int64_t DrawLen(std::mt19937_64& rng, int64_t len, double ratio) {
-  const int64_t lo = std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(len) * ratio)));
+  const int64_t lo =
+      std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(len) * ratio)));
   const int64_t hi = std::max(lo, len);
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
@@ -282,7 +296,8 @@ void AppendRandomTokens(std::mt19937_64& rng, int64_t n, std::vector<int32_t>* o
 
 class LoadRunner {
  public:
-  LoadRunner(const LoadgenConfig& config, const ProgressFn& progress) : cfg_(config), progress_(progress) {}
+  LoadRunner(const LoadgenConfig& config, const ProgressFn& progress)
+      : cfg_(config), progress_(progress) {}
   ~LoadRunner() {
     for (auto& [fd, c] : conns_) ::close(fd);
     if (ep_ >= 0) ::close(ep_);
@@ -302,7 +317,8 @@ class LoadRunner {
     std::mt19937_64 prng(cfg_.seed ^ 0x9e3779b97f4a7c15ull);
     prefixes_.resize(static_cast<size_t>(std::max<int64_t>(cfg_.num_groups, 1)));
     for (auto& p : prefixes_) AppendRandomTokens(prng, cfg_.shared_prefix_len, &p);
-    if (cfg_.mode == LoadgenConfig::Mode::kRate) arrivals_ = PoissonSchedule(cfg_.request_rate, n, cfg_.seed);
+    if (cfg_.mode == LoadgenConfig::Mode::kRate)
+      arrivals_ = PoissonSchedule(cfg_.request_rate, n, cfg_.seed);
     if (cfg_.mode == LoadgenConfig::Mode::kBurst) arrivals_.assign(static_cast<size_t>(n), 0.0);
 
     start_ = Clock::now();
@@ -312,7 +328,7 @@ class LoadRunner {
       const double now = Now();
       const bool accepting = cfg_.duration_s <= 0 || now < cfg_.duration_s;
       if (accepting) LaunchDue(now);
-      if (conns_.empty() && (!accepting || Exhausted(now))) break;
+      if (conns_.empty() && (!accepting || Exhausted())) break;
       if (progress_ && (now - last_progress >= 0.1)) {
         progress_(static_cast<int64_t>(records_.size()), total_, now);
         last_progress = now;
@@ -323,7 +339,8 @@ class LoadRunner {
         timeout_ms = std::clamp(static_cast<int>(std::ceil(wait * 1e3)), 0, 50);
       }
       const int k = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), timeout_ms);
-      if (k < 0 && errno != EINTR) return Internal(std::string("epoll_wait: ") + std::strerror(errno));
+      if (k < 0 && errno != EINTR)
+        return Internal(std::string("epoll_wait: ") + std::strerror(errno));
       for (int i = 0; i < k; ++i) OnEvent(events[i].data.fd, events[i].events);
       CutTimedOut();
     }
@@ -335,8 +352,7 @@ class LoadRunner {
  private:
   double Now() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
-  bool Exhausted(double now) const {
-    (void)now;
+  bool Exhausted() const {
     if (!ready_turns_.empty()) return false;
     if (cfg_.mode == LoadgenConfig::Mode::kConcurrency) return next_conv_ >= cfg_.num_requests;
     return next_arrival_ >= arrivals_.size();
@@ -350,7 +366,8 @@ class LoadRunner {
       StartTurn(c);
     }
     if (cfg_.mode == LoadgenConfig::Mode::kConcurrency) {
-      while (active_convs_ < cfg_.concurrency && next_conv_ < cfg_.num_requests) StartConversation(next_conv_++);
+      while (active_convs_ < cfg_.concurrency && next_conv_ < cfg_.num_requests)
+        StartConversation(next_conv_++);
     } else {
       while (next_arrival_ < arrivals_.size() && arrivals_[next_arrival_] <= now) {
         ++next_arrival_;
@@ -381,12 +398,13 @@ class LoadRunner {
     const int64_t out_len = DrawLen(conv.rng, cfg_.output_len, cfg_.range_ratio);
     conv.last_output_len = out_len;
 
-    nlohmann::json body = {{"prompt", conv.prompt},
-                           {"max_tokens", out_len},
-                           {"ignore_eos", true},
-                           {"temperature", 0},
-                           {"stream", true},
-                           {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}};
+    nlohmann::json body = {
+        {"prompt", conv.prompt},
+        {"max_tokens", out_len},
+        {"ignore_eos", true},
+        {"temperature", 0},
+        {"stream", true},
+        {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}};
     if (!cfg_.model.empty()) body["model"] = cfg_.model;
     const std::string payload = body.dump();
 
@@ -397,8 +415,9 @@ class LoadRunner {
     conn->rec.start_s = Now();
     conn->rec.input_tokens = static_cast<int64_t>(conv.prompt.size());
     ++conv.next_turn;
-    conn->out = "POST /v1/completions HTTP/1.1\r\nHost: " + cfg_.host + ":" + std::to_string(cfg_.port) +
-                "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\n";
+    conn->out =
+        "POST /v1/completions HTTP/1.1\r\nHost: " + cfg_.host + ":" + std::to_string(cfg_.port) +
+        "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\n";
     if (!cfg_.api_key.empty()) conn->out += "Authorization: Bearer " + cfg_.api_key + "\r\n";
     conn->out += "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
 
@@ -411,7 +430,8 @@ class LoadRunner {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->fd = fd;
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr_), sizeof(addr_)) != 0 && errno != EINPROGRESS) {
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr_), sizeof(addr_)) != 0 &&
+        errno != EINPROGRESS) {
       conn->rec.error = std::string("connect: ") + std::strerror(errno);
       ::close(fd);
       conn->fd = -1;
@@ -438,7 +458,8 @@ class LoadRunner {
     }
     if (c.connected && c.out_off < c.out.size() && (ev & EPOLLOUT)) {
       while (c.out_off < c.out.size()) {
-        const ssize_t w = ::send(fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+        const ssize_t w =
+            ::send(fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
         if (w > 0) {
           c.out_off += static_cast<size_t>(w);
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -522,26 +543,31 @@ class LoadRunner {
 
   static void ParseHead(Conn& c, const std::string& head) {
     // "HTTP/1.1 200 OK\r\nName: value\r\n..."
-    if (head.size() > 12 && head.rfind("HTTP/1.", 0) == 0) c.rec.http_status = std::atoi(head.c_str() + 9);
+    if (head.size() >= 12 && head.rfind("HTTP/1.", 0) == 0)
+      c.rec.http_status = std::atoi(head.c_str() + 9);
     size_t pos = head.find("\r\n");
     while (pos != std::string::npos && pos + 2 < head.size()) {
       const size_t next = head.find("\r\n", pos + 2);
-      std::string line = head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
+      std::string line =
+          head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
       pos = next;
       const size_t colon = line.find(':');
       if (colon == std::string::npos) continue;
       std::string name = line.substr(0, colon);
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char ch) { return std::tolower(ch); });
       std::string value = line.substr(colon + 1);
       while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-      if (name == "transfer-encoding" && value.find("chunked") != std::string::npos) c.chunked = true;
+      if (name == "transfer-encoding" && value.find("chunked") != std::string::npos)
+        c.chunked = true;
       if (name == "content-length") c.content_length = std::atoll(value.c_str());
     }
   }
 
   void Deliver(Conn& c, std::string_view bytes) {
     if (c.rec.http_status != 200) {
-      if (c.error_body.size() < 512) c.error_body.append(bytes.substr(0, 512 - c.error_body.size()));
+      if (c.error_body.size() < 512)
+        c.error_body.append(bytes.substr(0, 512 - c.error_body.size()));
       return;
     }
     for (const std::string& data : c.sse.Feed(bytes)) {
@@ -570,7 +596,8 @@ class LoadRunner {
     }
   }
 
-  void Close(std::unordered_map<int, std::unique_ptr<Conn>>::iterator it, const std::string& error) {
+  void Close(std::unordered_map<int, std::unique_ptr<Conn>>::iterator it,
+             const std::string& error) {
     std::unique_ptr<Conn> c = std::move(it->second);
     conns_.erase(it);
     epoll_ctl(ep_, EPOLL_CTL_DEL, c->fd, nullptr);
@@ -631,8 +658,8 @@ class LoadRunner {
 
 }  // namespace
 
-StatusOr<std::vector<RequestRecord>> RunLoad(const LoadgenConfig& config, const ProgressFn& progress,
-                                             double* duration_s) {
+StatusOr<std::vector<RequestRecord>> RunLoad(const LoadgenConfig& config,
+                                             const ProgressFn& progress, double* duration_s) {
   if (config.num_requests < 1) return InvalidArgument("the number of requests must be at least 1");
   if (config.mode == LoadgenConfig::Mode::kRate && !(config.request_rate > 0))
     return InvalidArgument("--request-rate must be > 0");
@@ -671,8 +698,8 @@ std::string RenderLatencySvg(const std::vector<RequestRecord>& records) {
   std::sort(e2e.begin(), e2e.end());
   if (!e2e.empty()) max_e2e = std::max(max_e2e, e2e.back());
   std::string s;
-  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"960\" height=\"" + Fmt("%.0f", kH + kTop + 60) +
-       "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"960\" height=\"" +
+       Fmt("%.0f", kH + kTop + 60) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   auto panel = [&](double x0, const std::string& title, const std::string& xlabel, double xmax,
                    const std::string& ylabel, double ymax) {
@@ -688,15 +715,18 @@ std::string RenderLatencySvg(const std::vector<RequestRecord>& records) {
          ") rotate(-90)\" text-anchor=\"middle\">" + ylabel + "</text>\n";
   };
   const double pw = kW - kPad, ph = kH - kPad;
-  panel(0, "TTFT by request start (dots: 200, red x: rejected)", "request start, ms", max_start, "ms", max_ttft);
+  panel(0, "TTFT by request start (dots: 200, red x: rejected)", "request start, ms", max_start,
+        "ms", max_ttft);
   for (const auto& r : records) {
     const double x = r.start_s * 1e3 / max_start * pw;
     if (r.http_status == 200 && r.ttft_s >= 0) {
       const double y = ph - r.ttft_s * 1e3 / max_ttft * ph;
-      s += "<circle cx=\"" + Fmt("%.1f", x) + "\" cy=\"" + Fmt("%.1f", y) + "\" r=\"2\" fill=\"steelblue\"/>\n";
+      s += "<circle cx=\"" + Fmt("%.1f", x) + "\" cy=\"" + Fmt("%.1f", y) +
+           "\" r=\"2\" fill=\"steelblue\"/>\n";
     } else if (r.http_status != 0 && r.http_status != 200) {
       const double y = ph - r.e2e_s * 1e3 / max_ttft * ph;
-      s += "<path d=\"M" + Fmt("%.1f", x - 2) + " " + Fmt("%.1f", y - 2) + "l4 4m0 -4l-4 4\" stroke=\"red\"/>\n";
+      s += "<path d=\"M" + Fmt("%.1f", x - 2) + " " + Fmt("%.1f", y - 2) +
+           "l4 4m0 -4l-4 4\" stroke=\"red\"/>\n";
     }
   }
   s += "</g>\n";

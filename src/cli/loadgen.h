@@ -32,7 +32,7 @@ struct LoadgenConfig {
   enum class Mode { kConcurrency, kRate, kBurst };
   Mode mode = Mode::kConcurrency;
   int64_t concurrency = 1;
-  double request_rate = 0;  // req/s (Poisson)
+  double request_rate = 0;     // req/s (Poisson)
   int64_t num_requests = 100;  // conversations (each has `turns` requests)
   double duration_s = 0;       // 0: no limit; else no new request starts after it
   double timeout_s = 300;      // a request running longer is cut and counted as an error
@@ -111,7 +111,7 @@ LatencyStats ComputeLatencyStats(std::vector<double> values);
 struct LoadSummary {
   double duration_s = 0;
   int64_t requests = 0;
-  int64_t ok = 0;           // HTTP 200 with a complete stream
+  int64_t ok = 0;  // HTTP 200 with a complete stream
   int64_t rejected_503 = 0;
   int64_t other_status = 0;
   int64_t connection_errors = 0;  // no HTTP status (refused, reset, timeout, bad stream)
@@ -127,7 +127,8 @@ struct LoadSummary {
 // A request meets the SLO when it succeeded, its TTFT <= slo_ttft_ms and its
 // mean inter-token latency <= slo_itl_ms (each bound only when > 0).
 bool MeetsSlo(const RequestRecord& r, double slo_ttft_ms, double slo_itl_ms);
-LoadSummary Summarize(const std::vector<RequestRecord>& records, double duration_s, const LoadgenConfig& config);
+LoadSummary Summarize(const std::vector<RequestRecord>& records, double duration_s,
+                      const LoadgenConfig& config);
 
 // Progress callback: (finished requests, total requests, elapsed seconds).
 using ProgressFn = std::function<void(int64_t, int64_t, double)>;
@@ -135,8 +136,8 @@ using ProgressFn = std::function<void(int64_t, int64_t, double)>;
 // Runs the whole load and returns every request's record (in finish order)
 // and the wall time through *duration_s. Fails only when nothing can be sent
 // (bad config); per-request failures are in the records.
-StatusOr<std::vector<RequestRecord>> RunLoad(const LoadgenConfig& config, const ProgressFn& progress,
-                                             double* duration_s);
+StatusOr<std::vector<RequestRecord>> RunLoad(const LoadgenConfig& config,
+                                             const ProgressFn& progress, double* duration_s);
 
 // A small self-contained SVG: TTFT over request start time (200s as dots,
 // rejections as crosses) and the CDF of end-to-end latency.

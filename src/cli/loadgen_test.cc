@@ -52,7 +52,8 @@ TEST(SseParserTest, EventsSurviveEverySplit) {
     for (size_t cut2 = cut1; cut2 <= stream.size(); cut2 += 7) {
       SseParser p;
       std::vector<std::string> got;
-      for (auto part : {stream.substr(0, cut1), stream.substr(cut1, cut2 - cut1), stream.substr(cut2)}) {
+      for (auto part :
+           {stream.substr(0, cut1), stream.substr(cut1, cut2 - cut1), stream.substr(cut2)}) {
         for (auto& e : p.Feed(part)) got.push_back(e);
       }
       ASSERT_EQ(got, want) << "cuts " << cut1 << " " << cut2;
@@ -204,18 +205,21 @@ TEST(BenchServeE2eTest, BurstAgainstATinyQueueCountsAdmittedAndRejected) {
   const std::string dir = ::testing::TempDir() + "/loadgen_" + std::to_string(getpid());
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
   const std::string server_log = dir + "/server.log";
-  const pid_t server = Spawn({"serve", "--port", "0", "--threads", "1", "--model-path",
-                              std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default",
-                              "--max-running-requests", "1", "--max-queued-requests", "2"},
-                             server_log);
+  const pid_t server =
+      Spawn({"serve", "--port", "0", "--threads", "1", "--model-path",
+             std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default",
+             "--max-running-requests", "1", "--max-queued-requests", "2"},
+            server_log);
   int port = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (port == 0 && std::chrono::steady_clock::now() < deadline) {
     std::smatch m;
     const std::string l = ReadAll(server_log);
     static const std::regex re("on http://127\\.0\\.0\\.1:(\\d+)");
-    if (std::regex_search(l, m, re)) port = std::stoi(m[1]);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::regex_search(l, m, re))
+      port = std::stoi(m[1]);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (port == 0) {
     kill(server, SIGKILL);
@@ -223,10 +227,11 @@ TEST(BenchServeE2eTest, BurstAgainstATinyQueueCountsAdmittedAndRejected) {
     FAIL() << "server did not start: " << ReadAll(server_log);
   }
 
-  const std::string json_path = dir + "/out.json", svg_path = dir + "/out.svg", bench_log = dir + "/bench.log";
-  const pid_t bench = Spawn({"bench", "serve", "--url", "http://127.0.0.1:" + std::to_string(port), "--burst", "40",
-                             "--input-len", "16", "--output-len", "8", "--timeout-s", "20", "--json", json_path,
-                             "--plot", svg_path},
+  const std::string json_path = dir + "/out.json", svg_path = dir + "/out.svg",
+                    bench_log = dir + "/bench.log";
+  const pid_t bench = Spawn({"bench", "serve", "--url", "http://127.0.0.1:" + std::to_string(port),
+                             "--burst", "40", "--input-len", "16", "--output-len", "8",
+                             "--timeout-s", "20", "--json", json_path, "--plot", svg_path},
                             bench_log);
   int status = 0;
   waitpid(bench, &status, 0);
