@@ -71,7 +71,7 @@ class Server {
     int st = 0;
     if (waitpid(pid_, &st, WNOHANG) == pid_) {
       exited_ = true;
-      code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -100 - WTERMSIG(st);
     }
     return exited_;
   }
@@ -176,7 +176,7 @@ TEST(ServeTest, BurstIsShedCleanlyAndNothingLeaks) {
     });
   }
   for (auto& t : ts) t.join();
-  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(other.load(), 0) << s.Log() << "server exited: " << s.Exited() << " code " << s.WaitExit(std::chrono::seconds(0));
   EXPECT_GT(shed.load(), 0);
   EXPECT_GT(ok.load(), 0);
   EXPECT_EQ(s.Request(Get("/health")).status, 200);

@@ -328,16 +328,20 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
   ex->meta = NewResponseMeta(chat ? "chatcmpl-" : "cmpl-", options.served_model_name);
 
   // Submit every choice; if any is refused, cancel the rest and refuse all.
+  // Engine output may arrive while this runs: hold the exchange's lock so
+  // the output thread waits until the exchange is complete.
+  std::unique_lock<std::mutex> ex_lock(ex->mu);
+  auto fail = [&](const char* outcome, const ApiError& e, HttpHeaders headers = {}) {
+    for (Choice& c : ex->choices) c.handle->Cancel();
+    ex->complete = true;  // late notifications find nothing to do
+    CountRequest(outcome);
+    SendError(*res, e, std::move(headers));
+  };
   for (size_t p = 0; p < prompts.size(); ++p) {
-    if (prompts[p].empty()) {
-      for (Choice& c : ex->choices) c.handle->Cancel();
-      return CountRequest("error"), SendError(*res, InvalidRequestError(chat ? "messages" : "prompt", "the prompt is empty"));
-    }
+    if (prompts[p].empty())
+      return fail("error", InvalidRequestError(chat ? "messages" : "prompt", "the prompt is empty"));
     auto max_tokens = ResolveMaxTokens(fields, static_cast<int64_t>(prompts[p].size()), engine.engine().context_length());
-    if (!max_tokens.ok()) {
-      for (Choice& c : ex->choices) c.handle->Cancel();
-      return CountRequest("error"), SendError(*res, max_tokens.error());
-    }
+    if (!max_tokens.ok()) return fail("error", max_tokens.error());
     for (int k = 0; k < n; ++k) {
       EngineRequest er;
       er.id = ex->meta.id + "-" + std::to_string(ex->choices.size());
@@ -360,18 +364,15 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
       if (ex->echo) c.echo_text = prompt_texts[p];
       SubmitResult sr = engine.Submit(std::move(er));
       if (!sr.handle) {
-        for (Choice& prev : ex->choices) prev.handle->Cancel();
         if (sr.status.code() == StatusCode::kUnavailable) {
-          CountRequest("rejected");
           rejected_total->Get({sr.limit}).Inc();
-          ApiError e = OverloadedError(sr.status.message(), sr.limit);
           const int retry = static_cast<int>(std::ceil(sr.retry_after_seconds));
-          return SendError(*res, e, {{"Retry-After", std::to_string(std::max(1, retry))}});
+          return fail("rejected", OverloadedError(sr.status.message(), sr.limit),
+                      {{"Retry-After", std::to_string(std::max(1, retry))}});
         }
-        CountRequest("error");
         ApiError e = ApiErrorFromStatus(sr.status);
         e.param = chat ? "messages" : "prompt";
-        return SendError(*res, e);
+        return fail("error", e);
       }
       c.handle = sr.handle;
       ex->choices.push_back(std::move(c));
@@ -396,8 +397,9 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
   std::weak_ptr<Exchange> weak = ex;
   res->OnClose([weak] {
     if (auto e = weak.lock())
-      for (Choice& c : e->choices) c.handle->Cancel();
+      for (Choice& c : e->choices) c.handle->Cancel();  // handles are thread-safe; the vector is final
   });
+  ex_lock.unlock();
   Enqueue(ex);  // output may already be there
 }
 
