@@ -184,6 +184,13 @@ TEST(ServeTest, BurstIsShedCleanlyAndNothingLeaks) {
   Response integrity = s.Request(Get("/debug/integrity"));
   EXPECT_EQ(integrity.status, 200) << integrity.body;
   EXPECT_EQ(s.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"rejected\"}"), shed.load());
+  // The live exposition passes promtool's checks (when promtool is installed;
+  // scripts/test.sh installs it).
+  if (system("command -v promtool >/dev/null 2>&1") == 0) {
+    const std::string file = ::testing::TempDir() + "/metrics_" + std::to_string(getpid()) + ".txt";
+    std::ofstream(file) << s.Request(Get("/metrics")).body;
+    EXPECT_EQ(system(("promtool check metrics < " + file).c_str()), 0);
+  }
 }
 
 TEST(ServeTest, DisconnectMidStreamFreesPagesWithinASecond) {
