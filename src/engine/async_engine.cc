@@ -90,7 +90,11 @@ SubmitResult AsyncEngine::Submit(EngineRequest request) {
     r.retry_after_seconds = std::clamp(std::ceil(drain_seconds(queued_tokens)), 1.0, 600.0);
     return r;
   };
-  if (admission_.max_queued_requests > 0 && queued + 1 > admission_.max_queued_requests)
+  // Requests that will find a free running slot do not wait in the queue:
+  // a burst into an idle server fills the batch and then the queue.
+  const int64_t free_slots =
+      std::max<int64_t>(0, engine_->options().max_running_requests - published_.running);
+  if (admission_.max_queued_requests > 0 && queued + 1 > admission_.max_queued_requests + free_slots)
     return reject("max_queued_requests", "server overloaded: " + std::to_string(queued) +
                                              " requests are already queued (--max-queued-requests " +
                                              std::to_string(admission_.max_queued_requests) + ")");
