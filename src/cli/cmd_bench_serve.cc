@@ -60,6 +60,9 @@ int BenchServeCommand(const Args& args) {
         1 << 20);
   f.Int("turns", &cfg.turns,
         "requests per conversation; each repeats the conversation so far and adds to it", 1, 1000);
+  f.Bool("chat", &cfg.chat,
+         "use /v1/chat/completions with word prompts; later turns carry the real answers (default: "
+         "/v1/completions with token-id prompts)");
   f.Int("seed", &seed, "workload and arrival seed", 0, int64_t{1} << 62);
   f.Double("slo-ttft-ms", &cfg.slo_ttft_ms, "goodput: time to first token bound (0: none)", 0, 1e9);
   f.Double("slo-itl-ms", &cfg.slo_itl_ms, "goodput: mean inter-token latency bound (0: none)", 0,
@@ -124,6 +127,10 @@ int BenchServeCommand(const Args& args) {
               static_cast<long long>(s.connection_errors));
   std::printf("  throughput %.2f req/s  input %.1f tok/s  output %.1f tok/s\n",
               s.request_throughput, s.input_tok_s, s.output_tok_s);
+  if (s.input_tokens > 0)
+    std::printf("  prompt tokens %lld, of them served from the prefix cache %lld (%.1f%%)\n",
+                static_cast<long long>(s.input_tokens), static_cast<long long>(s.cached_tokens),
+                100.0 * static_cast<double>(s.cached_tokens) / static_cast<double>(s.input_tokens));
   if (cfg.slo_ttft_ms > 0 || cfg.slo_itl_ms > 0)
     std::printf(
         "  goodput %.2f req/s (%lld requests met ttft<=%.0f ms, itl<=%.0f ms; 0 = unchecked)\n",
@@ -151,7 +158,8 @@ int BenchServeCommand(const Args& args) {
                       {"status", r.http_status},
                       {"error", r.error},
                       {"input_tokens", r.input_tokens},
-                      {"output_tokens", r.output_tokens}});
+                      {"output_tokens", r.output_tokens},
+                      {"cached_tokens", r.cached_tokens}});
     }
     const char* mode = cfg.mode == LoadgenConfig::Mode::kBurst  ? "burst"
                        : cfg.mode == LoadgenConfig::Mode::kRate ? "rate"
@@ -168,6 +176,7 @@ int BenchServeCommand(const Args& args) {
                           {"shared_prefix_len", cfg.shared_prefix_len},
                           {"num_groups", cfg.num_groups},
                           {"turns", cfg.turns},
+                          {"endpoint", cfg.chat ? "/v1/chat/completions" : "/v1/completions"},
                           {"seed", cfg.seed},
                           {"slo_ttft_ms", cfg.slo_ttft_ms},
                           {"slo_itl_ms", cfg.slo_itl_ms}}},

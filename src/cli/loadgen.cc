@@ -97,7 +97,7 @@ StatusOr<SseChunk> ParseCompletionChunk(const std::string& data, int64_t prev_co
   nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return InvalidArgument("stream chunk is not a JSON object: '" + data.substr(0, 200) + "'");
-  std::string text;
+  std::string& text = c.text;
   if (auto ch = j.find("choices"); ch != j.end() && ch->is_array() && !ch->empty()) {
     const auto& c0 = (*ch)[0];
     if (auto t = c0.find("text"); t != c0.end() && t->is_string()) text = t->get<std::string>();
@@ -113,6 +113,10 @@ StatusOr<SseChunk> ParseCompletionChunk(const std::string& data, int64_t prev_co
       c.completion_tokens = ct->get<int64_t>();
     if (auto pt = u->find("prompt_tokens"); pt != u->end() && pt->is_number_integer())
       c.prompt_tokens = pt->get<int64_t>();
+    if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object()) {
+      if (auto ct = d->find("cached_tokens"); ct != d->end() && ct->is_number_integer())
+        c.cached_tokens = ct->get<int64_t>();
+    }
   }
   if (c.completion_tokens >= 0) {
     c.tokens =
@@ -198,12 +202,14 @@ LoadSummary Summarize(const std::vector<RequestRecord>& records, double duration
     if (!Succeeded(r)) continue;
     ++s.ok;
     in_tok += r.input_tokens;
+    s.cached_tokens += r.cached_tokens;
     out_tok += r.output_tokens;
     if (r.ttft_s >= 0) ttft.push_back(r.ttft_s * 1e3);
     e2e.push_back(r.e2e_s * 1e3);
     for (double g : r.itl_s) itl.push_back(g * 1e3);
     if (MeetsSlo(r, config.slo_ttft_ms, config.slo_itl_ms)) ++s.slo_met;
   }
+  s.input_tokens = in_tok;
   if (duration_s > 0) {
     s.request_throughput = static_cast<double>(s.ok) / duration_s;
     s.input_tok_s = static_cast<double>(in_tok) / duration_s;
@@ -230,6 +236,8 @@ nlohmann::json LoadSummary::ToJson() const {
           {"request_throughput", request_throughput},
           {"input_tok_s", input_tok_s},
           {"output_tok_s", output_tok_s},
+          {"input_tokens", input_tokens},
+          {"cached_tokens", cached_tokens},
           {"goodput", goodput},
           {"slo_met", slo_met},
           {"ttft_ms", StatsJson(ttft_ms)},
@@ -250,9 +258,33 @@ using Clock = std::chrono::steady_clock;
 constexpr int32_t kMinTokenId = 10;
 constexpr int32_t kMaxTokenId = 400;
 
+// Common English words: each is one token in the tokenizers here (with its
+// leading space), so a chat prompt of n words is about n tokens.
+constexpr const char* kWords[] = {
+    "the",  "of",    "and",   "to",    "in",    "is",    "was",    "for",   "on",    "that",
+    "with", "as",    "at",    "by",    "from",  "this",  "have",   "not",   "but",   "what",
+    "all",  "were",  "when",  "we",    "there", "can",   "an",     "your",  "which", "their",
+    "said", "if",    "do",    "will",  "each",  "about", "how",    "up",    "out",   "them",
+    "then", "she",   "many",  "some",  "so",    "these", "would",  "other", "into",  "has",
+    "more", "her",   "two",   "like",  "him",   "see",   "time",   "could", "no",    "make",
+    "than", "first", "been",  "its",   "who",   "now",   "people", "my",    "made",  "over",
+    "did",  "down",  "only",  "way",   "find",  "use",   "may",    "water", "long",  "little",
+    "very", "after", "words", "called"};
+
+std::string RandomWords(std::mt19937_64& rng, int64_t n) {
+  std::uniform_int_distribution<size_t> pick(0, std::size(kWords) - 1);
+  std::string out;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) out.push_back(' ');
+    out += kWords[pick(rng)];
+  }
+  return out;
+}
+
 struct Conversation {
   std::mt19937_64 rng;
-  std::vector<int32_t> prompt;  // grows turn by turn
+  nlohmann::json messages = nlohmann::json::array();  // chat: grows turn by turn
+  std::vector<int32_t> prompt;                        // completions: grows turn by turn
   int64_t next_turn = 0;
   int64_t last_output_len = 0;
 };
@@ -280,6 +312,7 @@ struct Conn {
   int64_t completion_tokens = 0;
   double last_token_s = -1;
   std::string error_body;
+  std::string text;  // the streamed answer (chat: carried into the next turn)
 };
 
 int64_t DrawLen(std::mt19937_64& rng, int64_t len, double ratio) {
@@ -317,6 +350,8 @@ class LoadRunner {
     std::mt19937_64 prng(cfg_.seed ^ 0x9e3779b97f4a7c15ull);
     prefixes_.resize(static_cast<size_t>(std::max<int64_t>(cfg_.num_groups, 1)));
     for (auto& p : prefixes_) AppendRandomTokens(prng, cfg_.shared_prefix_len, &p);
+    for (size_t g = 0; g < prefixes_.size(); ++g)
+      prefix_texts_.push_back(RandomWords(prng, cfg_.shared_prefix_len));
     if (cfg_.mode == LoadgenConfig::Mode::kRate)
       arrivals_ = PoissonSchedule(cfg_.request_rate, n, cfg_.seed);
     if (cfg_.mode == LoadgenConfig::Mode::kBurst) arrivals_.assign(static_cast<size_t>(n), 0.0);
@@ -379,7 +414,13 @@ class LoadRunner {
   void StartConversation(int64_t c) {
     Conversation& conv = convs_[c];
     conv.rng.seed(cfg_.seed * 1000003ull + static_cast<uint64_t>(c) + 1);
-    conv.prompt = prefixes_[static_cast<size_t>(c) % prefixes_.size()];
+    const size_t group = static_cast<size_t>(c) % prefixes_.size();
+    if (cfg_.chat) {
+      if (cfg_.shared_prefix_len > 0)
+        conv.messages.push_back({{"role", "system"}, {"content", prefix_texts_[group]}});
+    } else {
+      conv.prompt = prefixes_[group];
+    }
     ++active_convs_;
     StartTurn(c);
   }
@@ -391,20 +432,26 @@ class LoadRunner {
 
   void StartTurn(int64_t c) {
     Conversation& conv = convs_[c];
-    // A later turn repeats the conversation so far: the previous prompt, a
-    // stand-in for the answer (same length, random ids), then the new input.
-    if (conv.next_turn > 0) AppendRandomTokens(conv.rng, conv.last_output_len, &conv.prompt);
-    AppendRandomTokens(conv.rng, DrawLen(conv.rng, cfg_.input_len, cfg_.range_ratio), &conv.prompt);
+    const int64_t in_len = DrawLen(conv.rng, cfg_.input_len, cfg_.range_ratio);
     const int64_t out_len = DrawLen(conv.rng, cfg_.output_len, cfg_.range_ratio);
-    conv.last_output_len = out_len;
-
     nlohmann::json body = {
-        {"prompt", conv.prompt},
         {"max_tokens", out_len},
         {"ignore_eos", true},
         {"temperature", 0},
         {"stream", true},
         {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}};
+    if (cfg_.chat) {
+      // The previous answer was appended by Finish(); add the new question.
+      conv.messages.push_back({{"role", "user"}, {"content", RandomWords(conv.rng, in_len)}});
+      body["messages"] = conv.messages;
+    } else {
+      // A later turn repeats the conversation so far: the previous prompt, a
+      // stand-in for the answer (same length, random ids), then the new input.
+      if (conv.next_turn > 0) AppendRandomTokens(conv.rng, conv.last_output_len, &conv.prompt);
+      AppendRandomTokens(conv.rng, in_len, &conv.prompt);
+      body["prompt"] = conv.prompt;
+    }
+    conv.last_output_len = out_len;
     if (!cfg_.model.empty()) body["model"] = cfg_.model;
     const std::string payload = body.dump();
 
@@ -413,10 +460,11 @@ class LoadRunner {
     conn->rec.conversation = c;
     conn->rec.turn = conv.next_turn;
     conn->rec.start_s = Now();
-    conn->rec.input_tokens = static_cast<int64_t>(conv.prompt.size());
+    conn->rec.input_tokens = static_cast<int64_t>(conv.prompt.size());  // chat: from usage
     ++conv.next_turn;
     conn->out =
-        "POST /v1/completions HTTP/1.1\r\nHost: " + cfg_.host + ":" + std::to_string(cfg_.port) +
+        std::string("POST ") + (cfg_.chat ? "/v1/chat/completions" : "/v1/completions") +
+        " HTTP/1.1\r\nHost: " + cfg_.host + ":" + std::to_string(cfg_.port) +
         "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\n";
     if (!cfg_.api_key.empty()) conn->out += "Authorization: Bearer " + cfg_.api_key + "\r\n";
     conn->out += "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
@@ -581,7 +629,9 @@ class LoadRunner {
         continue;
       }
       if (chunk->prompt_tokens >= 0) c.rec.input_tokens = chunk->prompt_tokens;
+      if (chunk->cached_tokens >= 0) c.rec.cached_tokens = chunk->cached_tokens;
       if (chunk->completion_tokens >= 0) c.completion_tokens = chunk->completion_tokens;
+      c.text += chunk->text;
       if (chunk->tokens <= 0) continue;
       const double now = Now() - c.rec.start_s;
       if (c.rec.ttft_s < 0) {
@@ -619,6 +669,8 @@ class LoadRunner {
     auto it = convs_.find(conv);
     if (it == convs_.end()) return;
     const bool accepting = cfg_.duration_s <= 0 || Now() < cfg_.duration_s;
+    if (ok && cfg_.chat)
+      it->second.messages.push_back({{"role", "assistant"}, {"content", std::move(c->text)}});
     if (ok && accepting && it->second.next_turn < cfg_.turns) {
       ready_turns_.push_back(conv);
     } else {
@@ -646,6 +698,7 @@ class LoadRunner {
   Clock::time_point start_;
   int64_t total_ = 0;
   std::vector<std::vector<int32_t>> prefixes_;
+  std::vector<std::string> prefix_texts_;  // chat: the shared system prompts
   std::vector<double> arrivals_;
   size_t next_arrival_ = 0;
   int64_t next_conv_ = 0;

@@ -45,6 +45,11 @@ struct LoadgenConfig {
   int64_t num_groups = 1;
   int64_t turns = 1;
   uint64_t seed = 0;
+  // false: /v1/completions with token-id prompts (a later turn appends random
+  // ids standing in for the answer); true: /v1/chat/completions with prompts
+  // of random common words (the real token count comes back in usage) and the real answers
+  // carried into the next turn's messages.
+  bool chat = false;
 
   // Service-level objectives for goodput (0: not checked).
   double slo_ttft_ms = 0;
@@ -80,7 +85,9 @@ struct SseChunk {
   int64_t tokens = 0;
   int64_t completion_tokens = -1;  // cumulative, when the chunk reports usage
   int64_t prompt_tokens = -1;
+  int64_t cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens
   std::string finish_reason;
+  std::string text;  // choices[0].text, or choices[0].delta.content for chat
 };
 StatusOr<SseChunk> ParseCompletionChunk(const std::string& data, int64_t prev_completion_tokens);
 
@@ -99,6 +106,7 @@ struct RequestRecord {
   std::string error;
   int64_t input_tokens = 0;
   int64_t output_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the server's prefix cache served
   std::vector<double> itl_s;  // gaps between token arrivals (per token)
 };
 
@@ -118,7 +126,8 @@ struct LoadSummary {
   std::map<int, int64_t> by_status;
   double request_throughput = 0;  // ok / s
   double input_tok_s = 0, output_tok_s = 0;
-  double goodput = 0;  // ok requests meeting every set SLO, per second
+  int64_t input_tokens = 0, cached_tokens = 0;  // over ok requests
+  double goodput = 0;                           // ok requests meeting every set SLO, per second
   int64_t slo_met = 0;
   LatencyStats ttft_ms, itl_ms, e2e_ms, rejection_ms;
   nlohmann::json ToJson() const;

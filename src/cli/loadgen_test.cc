@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -76,6 +77,14 @@ TEST(CompletionChunkTest, CountsTokensFromUsageOrText) {
   EXPECT_EQ(c->tokens, 2);
   EXPECT_EQ(c->prompt_tokens, 5);
   EXPECT_EQ(c->completion_tokens, 3);
+  EXPECT_EQ(c->text, "ab");
+  EXPECT_EQ(c->cached_tokens, -1);
+  auto cached = ParseCompletionChunk(
+      R"({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})",
+      3);
+  ASSERT_TRUE(cached.ok());
+  EXPECT_EQ(cached->tokens, 0);
+  EXPECT_EQ(cached->cached_tokens, 4);
   auto t = ParseCompletionChunk(R"({"choices":[{"text":"x","finish_reason":"length"}]})", 0);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->tokens, 1);
@@ -83,6 +92,10 @@ TEST(CompletionChunkTest, CountsTokensFromUsageOrText) {
   auto chat = ParseCompletionChunk(R"({"choices":[{"delta":{"content":""}}]})", 0);
   ASSERT_TRUE(chat.ok());
   EXPECT_EQ(chat->tokens, 0);
+  auto chat2 = ParseCompletionChunk(R"({"choices":[{"delta":{"content":" hi"}}]})", 0);
+  ASSERT_TRUE(chat2.ok());
+  EXPECT_EQ(chat2->tokens, 1);
+  EXPECT_EQ(chat2->text, " hi");
   auto done = ParseCompletionChunk("[DONE]", 0);
   ASSERT_TRUE(done.ok());
   EXPECT_TRUE(done->done);
@@ -201,49 +214,82 @@ pid_t Spawn(std::vector<std::string> args, const std::string& log) {
   return pid;
 }
 
-TEST(BenchServeE2eTest, BurstAgainstATinyQueueCountsAdmittedAndRejected) {
-  const std::string dir = ::testing::TempDir() + "/loadgen_" + std::to_string(getpid());
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  const std::string server_log = dir + "/server.log";
-  const pid_t server =
-      Spawn({"serve", "--port", "0", "--threads", "1", "--model-path",
-             std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default",
-             "--max-running-requests", "1", "--max-queued-requests", "2"},
-            server_log);
-  int port = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (port == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::smatch m;
-    const std::string l = ReadAll(server_log);
+// A `strata serve` child on an ephemeral port; killed on destruction.
+class ServerProcess {
+ public:
+  ServerProcess(const std::string& log, std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "serve",
+        "--port",
+        "0",
+        "--threads",
+        "1",
+        "--model-path",
+        std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = Spawn(args, log);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     static const std::regex re("on http://127\\.0\\.0\\.1:(\\d+)");
-    if (std::regex_search(l, m, re))
-      port = std::stoi(m[1]);
-    else
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string l = ReadAll(log);
+      if (std::regex_search(l, m, re))
+        port_ = std::stoi(m[1]);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
-  if (port == 0) {
-    kill(server, SIGKILL);
-    waitpid(server, nullptr, 0);
-    FAIL() << "server did not start: " << ReadAll(server_log);
+  ~ServerProcess() { Stop(); }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
   }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
 
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// Runs `strata bench serve` with args to completion; returns its exit code.
+int RunBench(std::vector<std::string> args, const std::string& log) {
+  args.insert(args.begin(), {"bench", "serve"});
+  int status = 0;
+  waitpid(Spawn(args, log), &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string TestDir() {
+  static int n = 0;
+  const std::string dir =
+      ::testing::TempDir() + "/loadgen_" + std::to_string(getpid()) + "_" + std::to_string(n++);
+  EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  return dir;
+}
+
+TEST(BenchServeE2eTest, BurstAgainstATinyQueueCountsAdmittedAndRejected) {
+  const std::string dir = TestDir();
+  ServerProcess server(dir + "/server.log",
+                       {"--max-running-requests", "1", "--max-queued-requests", "2"});
+  ASSERT_GT(server.port(), 0) << ReadAll(dir + "/server.log");
   const std::string json_path = dir + "/out.json", svg_path = dir + "/out.svg",
                     bench_log = dir + "/bench.log";
-  const pid_t bench = Spawn({"bench", "serve", "--url", "http://127.0.0.1:" + std::to_string(port),
-                             "--burst", "40", "--input-len", "16", "--output-len", "8",
-                             "--timeout-s", "20", "--json", json_path, "--plot", svg_path},
-                            bench_log);
-  int status = 0;
-  waitpid(bench, &status, 0);
-  kill(server, SIGKILL);
-  waitpid(server, nullptr, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(bench_log);
+  const int rc =
+      RunBench({"--url", server.url(), "--burst", "40", "--input-len", "16", "--output-len", "8",
+                "--timeout-s", "20", "--json", json_path, "--plot", svg_path},
+               bench_log);
+  server.Stop();
+  ASSERT_EQ(rc, 0) << ReadAll(bench_log);
 
   const auto j = nlohmann::json::parse(ReadAll(json_path), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << ReadAll(json_path);
   const auto& s = j["summary"];
   EXPECT_EQ(s["requests"], 40);
-  EXPECT_GE(s["ok"].get<int>(), 1) << s.dump();
+  EXPECT_GE(s["ok"].get<int>(), 1)
+      << s.dump() << ReadAll(bench_log) << ReadAll(dir + "/server.log");
   EXPECT_GE(s["rejected_503"].get<int>(), 1) << s.dump();
   EXPECT_EQ(s["ok"].get<int>() + s["rejected_503"].get<int>(), 40) << s.dump();
   EXPECT_EQ(s["connection_errors"], 0);
@@ -257,7 +303,42 @@ TEST(BenchServeE2eTest, BurstAgainstATinyQueueCountsAdmittedAndRejected) {
   }
   EXPECT_NE(ReadAll(svg_path).find("</svg>"), std::string::npos);
   EXPECT_NE(ReadAll(bench_log).find("503"), std::string::npos);
-  EXPECT_EQ(system(("rm -rf " + dir).c_str()), 0);
+  if (!HasFailure())
+    EXPECT_EQ(system(("rm -rf " + dir).c_str()), 0);
+  else
+    ADD_FAILURE() << "kept " << dir << "; server log:\n" << ReadAll(dir + "/server.log");
+}
+
+TEST(BenchServeE2eTest, ChatTurnsCarryTheConversation) {
+  const std::string dir = TestDir();
+  ServerProcess server(dir + "/server.log", {});
+  ASSERT_GT(server.port(), 0) << ReadAll(dir + "/server.log");
+  const std::string json_path = dir + "/out.json", bench_log = dir + "/bench.log";
+  const int rc =
+      RunBench({"--url", server.url(), "--chat", "--turns", "3", "--num-requests", "2",
+                "--concurrency", "2", "--input-len", "6", "--output-len", "4", "--json", json_path},
+               bench_log);
+  server.Stop();
+  ASSERT_EQ(rc, 0) << ReadAll(bench_log);
+  const auto j = nlohmann::json::parse(ReadAll(json_path), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["summary"]["ok"], 6) << j["summary"].dump();
+  std::map<std::pair<int, int>, int> input;  // (conversation, turn) -> prompt tokens
+  for (const auto& r : j["requests"]) {
+    EXPECT_EQ(r["output_tokens"], 4) << r.dump();
+    input[{r["conversation"].get<int>(), r["turn"].get<int>()}] = r["input_tokens"].get<int>();
+  }
+  ASSERT_EQ(input.size(), 6u);
+  for (int c = 0; c < 2; ++c) {
+    // Each turn repeats the previous question and answer: the prompt grows by
+    // more than the 4 answer tokens.
+    EXPECT_GT(input[std::make_pair(c, 1)], input[std::make_pair(c, 0)] + 4);
+    EXPECT_GT(input[std::make_pair(c, 2)], input[std::make_pair(c, 1)] + 4);
+  }
+  if (!HasFailure())
+    EXPECT_EQ(system(("rm -rf " + dir).c_str()), 0);
+  else
+    ADD_FAILURE() << "kept " << dir << "; server log:\n" << ReadAll(dir + "/server.log");
 }
 
 }  // namespace
