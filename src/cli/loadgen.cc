@@ -453,7 +453,7 @@ class LoadRunner {
     }
     conv.last_output_len = out_len;
     if (!cfg_.model.empty()) body["model"] = cfg_.model;
-    const std::string payload = body.dump();
+    const std::string payload = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 
     auto conn = std::make_unique<Conn>();
     conn->conversation = c;
