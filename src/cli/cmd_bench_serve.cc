@@ -30,9 +30,9 @@ int BenchServeCommand(const Args& args) {
   int64_t burst = 0, seed = 0;
   FlagSet f(
       cmd,
-      "Sends a bounded load of streamed /v1/completions requests (token-id prompts, ignore_eos) to "
-      "a "
-      "running server and reports TTFT, inter-token and end-to-end latency, throughput, goodput "
+      "Sends a bounded load of streamed /v1/completions requests (token-id prompts, ignore_eos; "
+      "--chat: /v1/chat/completions with word prompts) to a running server and reports TTFT, "
+      "inter-token and end-to-end latency, throughput, goodput "
       "under "
       "--slo-ttft-ms/--slo-itl-ms, and counts by HTTP status. Schedule: --concurrency N (default), "
       "--request-rate R (Poisson) or --burst N (all at once).");
