@@ -35,23 +35,8 @@ inline Vec VMin(Vec a, Vec b) { return _mm512_min_ps(a, b); }
 inline Vec VMax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline Vec VRound(Vec a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
-// Cephes-style expf: e^x = 2^n * e^r, n = round(x * log2(e)), |r| <= ln2/2,
-// e^r by a degree-6 polynomial.
-inline Vec VExpPoly(Vec x, Vec* n_out) {
-  x = VMin(VMax(x, VSet1(-87.f)), VSet1(88.f));
-  const Vec n = VRound(VMul(x, VSet1(1.44269504088896341f)));
-  Vec r = VFma(n, VSet1(-0.693359375f), x);
-  r = VFma(n, VSet1(2.12194440e-4f), r);
-  Vec p = VSet1(1.9875691500e-4f);
-  p = VFma(p, r, VSet1(1.3981999507e-3f));
-  p = VFma(p, r, VSet1(8.3334519073e-3f));
-  p = VFma(p, r, VSet1(4.1665795894e-2f));
-  p = VFma(p, r, VSet1(1.6666665459e-1f));
-  p = VFma(p, r, VSet1(5.0000001201e-1f));
-  p = VFma(p, VMul(r, r), VAdd(r, VSet1(1.f)));
-  *n_out = n;
-  return p;
-}
+#include "backend/cpu/kernels_exp_poly.inc"
+
 inline Vec VExp(Vec x) {
   Vec n;
   const Vec p = VExpPoly(x, &n);
