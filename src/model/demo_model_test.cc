@@ -11,9 +11,9 @@
 #include <set>
 #include <sstream>
 
-#include "model/chat_template.h"
+#include "model/jinja/chat_template.h"
 #include "model/hf_config.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 
 namespace strata {

@@ -15,10 +15,10 @@
 #include <memory>
 #include <string>
 
-#include "model/chat_template.h"
+#include "model/jinja/chat_template.h"
 #include "model/hf_config.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 
 namespace strata {

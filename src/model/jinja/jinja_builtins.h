@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/jinja_value.h"
+#include "model/jinja/jinja_value.h"
 
 namespace strata::jinja {
 

@@ -2,7 +2,7 @@
 // pipeline: added-token extraction -> normalizer -> pre-tokenizers -> BPE
 // -> post-processor; decoding through the decoder chain. The stages live in
 // tokenizer_{text,pipeline,bpe,decoder}.{h,cc}.
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -11,10 +11,10 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "model/tokenizer_bpe.h"
-#include "model/tokenizer_decoder.h"
-#include "model/tokenizer_pipeline.h"
-#include "model/tokenizer_text.h"
+#include "model/tokenizer/tokenizer_bpe.h"
+#include "model/tokenizer/tokenizer_decoder.h"
+#include "model/tokenizer/tokenizer_pipeline.h"
+#include "model/tokenizer/tokenizer_text.h"
 
 namespace strata {
 

@@ -1,7 +1,7 @@
-#include "model/chat_template.h"
+#include "model/jinja/chat_template.h"
 
-#include "model/jinja_interp.h"
-#include "model/jinja_parser.h"
+#include "model/jinja/jinja_interp.h"
+#include "model/jinja/jinja_parser.h"
 
 namespace strata {
 

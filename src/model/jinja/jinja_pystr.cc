@@ -1,4 +1,4 @@
-#include "model/jinja_pystr.h"
+#include "model/jinja/jinja_pystr.h"
 
 #include <utf8proc.h>
 

@@ -1,10 +1,10 @@
-#include "model/jinja_parser.h"
+#include "model/jinja/jinja_parser.h"
 
 #include <set>
 
-#include "model/jinja_builtins.h"
-#include "model/jinja_lexer.h"
-#include "model/jinja_pystr.h"
+#include "model/jinja/jinja_builtins.h"
+#include "model/jinja/jinja_lexer.h"
+#include "model/jinja/jinja_pystr.h"
 
 namespace strata::jinja {
 namespace {

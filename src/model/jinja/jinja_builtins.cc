@@ -1,4 +1,4 @@
-#include "model/jinja_builtins.h"
+#include "model/jinja/jinja_builtins.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <functional>
 #include <unordered_map>
 
-#include "model/jinja_interp.h"
-#include "model/jinja_pystr.h"
+#include "model/jinja/jinja_interp.h"
+#include "model/jinja/jinja_pystr.h"
 
 namespace strata::jinja {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "model/jinja_builtins.h"
-#include "model/jinja_value.h"
+#include "model/jinja/jinja_builtins.h"
+#include "model/jinja/jinja_value.h"
 
 namespace strata::jinja {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "model/jinja_ast.h"
+#include "model/jinja/jinja_ast.h"
 #include "util/status.h"
 
 namespace strata::jinja {

@@ -1,4 +1,4 @@
-#include "model/tokenizer_pipeline.h"
+#include "model/tokenizer/tokenizer_pipeline.h"
 
 #include <utf8proc.h>
 
@@ -6,7 +6,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "model/tokenizer_text.h"
+#include "model/tokenizer/tokenizer_text.h"
 
 namespace strata::tok {
 

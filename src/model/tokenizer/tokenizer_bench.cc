@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace strata {
 namespace {

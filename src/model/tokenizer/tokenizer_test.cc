@@ -2,7 +2,7 @@
 // (tests/fixtures/tokenizer/<name>.golden.json, made by
 // tools/reference/tokenizer_goldens.py). The big real tokenizers come from
 // npm: run `npm ci --prefix tests/js` first (scripts/test.sh does).
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <utf8proc.h>
@@ -17,8 +17,8 @@
 #include <sstream>
 #include <thread>
 
-#include "model/tokenizer_pipeline.h"
-#include "model/tokenizer_text.h"
+#include "model/tokenizer/tokenizer_pipeline.h"
+#include "model/tokenizer/tokenizer_text.h"
 
 namespace strata {
 namespace {

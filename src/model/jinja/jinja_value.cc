@@ -1,4 +1,4 @@
-#include "model/jinja_value.h"
+#include "model/jinja/jinja_value.h"
 
 #include <utf8proc.h>
 

@@ -1,10 +1,10 @@
-#include "model/tokenizer_bpe.h"
+#include "model/tokenizer/tokenizer_bpe.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "model/tokenizer_text.h"
+#include "model/tokenizer/tokenizer_text.h"
 
 namespace strata::tok {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "model/jinja_ast.h"
-#include "model/jinja_builtins.h"
-#include "model/jinja_value.h"
+#include "model/jinja/jinja_ast.h"
+#include "model/jinja/jinja_builtins.h"
+#include "model/jinja/jinja_value.h"
 
 namespace strata::jinja {
 

@@ -2,7 +2,7 @@
 // tests/fixtures/chat/goldens.json (made by tools/reference/chat_goldens.py
 // with transformers' apply_chat_template) must render byte for byte, or fail
 // with the same raise_exception message.
-#include "model/chat_template.h"
+#include "model/jinja/chat_template.h"
 
 #include <gtest/gtest.h>
 

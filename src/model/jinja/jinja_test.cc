@@ -5,10 +5,10 @@
 
 #include <ctime>
 
-#include "model/jinja_interp.h"
-#include "model/jinja_lexer.h"
-#include "model/jinja_parser.h"
-#include "model/jinja_value.h"
+#include "model/jinja/jinja_interp.h"
+#include "model/jinja/jinja_lexer.h"
+#include "model/jinja/jinja_parser.h"
+#include "model/jinja/jinja_value.h"
 
 namespace strata::jinja {
 namespace {

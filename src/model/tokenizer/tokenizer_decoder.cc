@@ -1,8 +1,8 @@
-#include "model/tokenizer_decoder.h"
+#include "model/tokenizer/tokenizer_decoder.h"
 
 #include <nlohmann/json.hpp>
 
-#include "model/tokenizer_text.h"
+#include "model/tokenizer/tokenizer_text.h"
 
 namespace strata::tok {
 

@@ -1,8 +1,8 @@
-#include "model/jinja_lexer.h"
+#include "model/jinja/jinja_lexer.h"
 
 #include <cstring>
 
-#include "model/jinja_value.h"
+#include "model/jinja/jinja_value.h"
 
 namespace strata::jinja {
 namespace {

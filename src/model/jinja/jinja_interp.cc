@@ -1,4 +1,4 @@
-#include "model/jinja_interp.h"
+#include "model/jinja/jinja_interp.h"
 
 #include <cmath>
 
