@@ -1,5 +1,7 @@
 #include "server/openai_protocol.h"
 
+#include "server/chat_messages.h"
+#include "server/json_body.h"
 #include "server/openai_fields.h"
 
 #include <algorithm>
@@ -10,122 +12,9 @@
 
 namespace strata {
 
-ApiError InvalidRequestError(std::string param, std::string message) {
-  ApiError e;
-  e.message = std::move(message);
-  e.param = std::move(param);
-  return e;
-}
-
-ApiError OverloadedError(std::string message, std::string code) {
-  ApiError e;
-  e.http_status = 503;
-  e.type = "overloaded";
-  e.message = std::move(message);
-  e.code = std::move(code);
-  return e;
-}
-
-ApiError ModelNotFoundError(const std::string& model) {
-  ApiError e;
-  e.http_status = 404;
-  e.message = "The model `" + model + "` does not exist.";
-  e.param = "model";
-  e.code = "model_not_found";
-  return e;
-}
-
-ApiError ApiErrorFromStatus(const Status& status) {
-  ApiError e;
-  e.message = status.message();
-  switch (status.code()) {
-    case StatusCode::kOk:  // not an error; callers should not ask
-    case StatusCode::kInternal:
-    case StatusCode::kDataLoss:
-    case StatusCode::kIoError:
-    case StatusCode::kFailedPrecondition:
-      e.http_status = 500;
-      e.type = "server_error";
-      break;
-    case StatusCode::kInvalidArgument:
-      break;
-    case StatusCode::kNotFound:
-      e.http_status = 404;
-      break;
-    case StatusCode::kUnimplemented:
-      e.http_status = 501;
-      break;
-    case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable:
-      e.http_status = 503;
-      e.type = "overloaded";
-      break;
-    case StatusCode::kAborted:
-      e.http_status = 499;  // nginx's "client closed request"
-      e.type = "aborted";
-      break;
-  }
-  return e;
-}
-
 namespace {
 
 using namespace openai_fields;  // NOLINT: this file is their one user
-
-// ---------------------------------------------------------------------------
-// JSON parsing: nlohmann's DOM builder behind a SAX filter that bounds the
-// nesting depth and keeps the parse error instead of throwing it.
-
-class BoundedDomParser {
- public:
-  BoundedDomParser(Json& root, int max_depth) : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
-
-  bool null() { return dom_.null(); }
-  bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(Json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(Json::number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(Json::number_float_t v, const Json::string_t& s) { return dom_.number_float(v, s); }
-  bool string(Json::string_t& v) { return dom_.string(v); }
-  bool binary(Json::binary_t& v) { return dom_.binary(v); }
-  bool key(Json::string_t& k) { return dom_.key(k); }
-  bool start_object(std::size_t n) { return Enter() && dom_.start_object(n); }
-  bool end_object() {
-    --depth_;
-    return dom_.end_object();
-  }
-  bool start_array(std::size_t n) { return Enter() && dom_.start_array(n); }
-  bool end_array() {
-    --depth_;
-    return dom_.end_array();
-  }
-  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
-                   const nlohmann::detail::exception& ex) {
-    error_ = ex.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    if (size_t p = error_.find("] "); error_.rfind("[json.exception.", 0) == 0 && p != std::string::npos) {
-      error_.erase(0, p + 2);
-    }
-    // "last read: '<token>'" can quote a huge token; keep messages short.
-    if (error_.size() > 160) error_ = error_.substr(0, 157) + "...";
-    return false;
-  }
-
-  const std::string& error() const { return error_; }
-
- private:
-  bool Enter() {
-    if (++depth_ > max_depth_) {
-      error_ = "nested deeper than " + std::to_string(max_depth_) + " levels";
-      return false;
-    }
-    return true;
-  }
-
-  nlohmann::detail::json_sax_dom_parser<Json> dom_;
-  int max_depth_;
-  int depth_ = 0;
-  std::string error_;
-};
 
 // Fields both endpoints know; anything else lands in ignored_fields.
 const std::set<std::string>& CommonKeys() {
@@ -371,121 +260,6 @@ MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vect
 // ---------------------------------------------------------------------------
 // /v1/chat/completions
 
-MaybeError NormalizeToolCalls(const Json& calls, const std::string& param, const ProtocolLimits& limits,
-                              Json* out) {
-  if (!calls.is_array()) return WrongType(param, "an array", calls);
-  *out = Json::array();
-  for (size_t j = 0; j < calls.size(); ++j) {
-    std::string p = Index(param, j);
-    const Json& call = calls[j];
-    if (!call.is_object()) return WrongType(p, "an object", call);
-    const Json* fn = Get(call, "function");
-    if (!fn) return InvalidRequestError(p + ".function", p + ".function is required");
-    if (!fn->is_object()) return WrongType(p + ".function", "an object", *fn);
-    const Json* name = Get(*fn, "name");
-    if (!name || !name->is_string()) {
-      return InvalidRequestError(p + ".function.name", p + ".function.name is required and must be a string");
-    }
-    Json normalized = call;
-    Json& args = normalized["function"]["arguments"];
-    // Templates expect arguments as a mapping (transformers' convention;
-    // vLLM parses the OpenAI JSON string the same way).
-    if (args.is_null() || (args.is_string() && args.get_ref<const std::string&>().empty())) {
-      args = Json::object();
-    } else if (args.is_string()) {
-      ApiOr<Json> parsed = ParseJsonBody(args.get_ref<const std::string&>(), limits.max_json_depth);
-      if (!parsed.ok()) {
-        return InvalidRequestError(p + ".function.arguments", p + ".function.arguments must be a JSON string: " +
-                                                                  parsed.error().message);
-      }
-      args = std::move(parsed).value();
-    } else if (!args.is_object()) {
-      return WrongType(p + ".function.arguments", "a JSON string or an object", args);
-    }
-    out->push_back(std::move(normalized));
-  }
-  return std::nullopt;
-}
-
-MaybeError NormalizeMessages(const Json& messages, const ProtocolLimits& limits, Json* out) {
-  static const std::set<std::string> kRoles = {"system", "user", "assistant", "tool", "developer"};
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string p = Index("messages", i);
-    const Json& m = messages[i];
-    if (!m.is_object()) return WrongType(p, "an object", m);
-    const Json* role = Get(m, "role");
-    if (!role) return InvalidRequestError(p + ".role", p + ".role is required");
-    if (!role->is_string()) return WrongType(p + ".role", "a string", *role);
-    const std::string& r = role->get_ref<const std::string&>();
-    if (!kRoles.count(r)) {
-      return InvalidRequestError(p + ".role", p + ".role must be one of system, user, assistant, tool, developer; got " +
-                                                  Shown(*role));
-    }
-    Json msg = Json::object();
-    msg["role"] = r;
-    const Json* content = Get(m, "content");
-    if (!content) {
-      if (r != "assistant") {
-        return InvalidRequestError(p + ".content", p + ".content is required for role '" + r + "'");
-      }
-      msg["content"] = "";
-    } else if (content->is_string()) {
-      msg["content"] = *content;
-    } else if (content->is_array()) {
-      std::string text;
-      for (size_t j = 0; j < content->size(); ++j) {
-        const std::string pp = Index(p + ".content", j);
-        const Json& part = (*content)[j];
-        if (!part.is_object()) return WrongType(pp, "a content part object", part);
-        const Json* type = Get(part, "type");
-        if (!type || !type->is_string()) {
-          return InvalidRequestError(pp + ".type", pp + ".type is required and must be a string");
-        }
-        if (*type != "text") {
-          return InvalidRequestError(pp + ".type", "only text content is supported; " + pp + " has type " +
-                                                       Shown(*type));
-        }
-        const Json* t = Get(part, "text");
-        if (!t || !t->is_string()) {
-          return InvalidRequestError(pp + ".text", pp + ".text is required and must be a string");
-        }
-        if (j > 0) text += '\n';
-        text += t->get_ref<const std::string&>();
-      }
-      msg["content"] = std::move(text);
-    } else {
-      return WrongType(p + ".content", "a string or an array of content parts", *content);
-    }
-    if (const Json* name = Get(m, "name")) {
-      if (!name->is_string()) return WrongType(p + ".name", "a string", *name);
-      msg["name"] = *name;
-    }
-    if (r == "assistant") {
-      if (const Json* calls = Get(m, "tool_calls")) {
-        Json normalized;
-        RETURN_IF_API_ERROR(NormalizeToolCalls(*calls, p + ".tool_calls", limits, &normalized));
-        msg["tool_calls"] = std::move(normalized);
-      }
-      for (const char* key : {"reasoning_content", "reasoning"}) {
-        const Json* v = Get(m, key);
-        if (!v) continue;
-        if (!v->is_string()) return WrongType(p + "." + key, "a string", *v);
-        msg["reasoning_content"] = *v;  // templates read either name (vLLM sets both)
-        msg["reasoning"] = *v;
-        break;
-      }
-    }
-    if (r == "tool") {
-      if (const Json* id = Get(m, "tool_call_id")) {
-        if (!id->is_string()) return WrongType(p + ".tool_call_id", "a string", *id);
-        msg["tool_call_id"] = *id;
-      }
-    }
-    out->push_back(std::move(msg));
-  }
-  return std::nullopt;
-}
-
 MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
   if (const Json* tools = Get(body, "tools")) {
     if (!tools->is_array()) return WrongType("tools", "an array", *tools);
@@ -606,17 +380,6 @@ ApiOr<Request> ParseGuarded(std::string_view body, const ProtocolLimits& limits,
 
 }  // namespace
 
-ApiOr<nlohmann::ordered_json> ParseJsonBody(std::string_view body, int max_depth) {
-  Json root;
-  BoundedDomParser sax(root, max_depth);
-  bool ok = Json::sax_parse(body.begin(), body.end(), &sax, nlohmann::detail::input_format_t::json,
-                            /*strict=*/true);
-  if (!ok || !sax.error().empty()) {
-    return InvalidRequestError("", "invalid JSON: " + (sax.error().empty() ? std::string("parse error") : sax.error()));
-  }
-  return root;
-}
-
 ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits) {
   return ParseGuarded<CompletionRequest>(body, limits, [&](const Json& j, CompletionRequest* req) -> MaybeError {
     RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/false, limits, req));
@@ -683,48 +446,6 @@ ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_toke
                     (request.is_chat ? "messages" : "prompt") + " or completion.");
   }
   return static_cast<int>(asked);
-}
-
-ChatTemplateInputs MakeChatTemplateInputs(const ChatCompletionRequest& request, const Tokenizer& tokenizer) {
-  ChatTemplateInputs in;
-  in.messages = request.messages;
-  in.add_generation_prompt = request.add_generation_prompt;
-  in.tools = request.tools;
-  in.extra = request.chat_template_kwargs;
-  in.bos_token = tokenizer.bos_token();
-  in.eos_token = tokenizer.eos_token();
-  return in;
-}
-
-ApiOr<std::string> RenderChatPrompt(const ChatTemplate& chat_template, const ChatCompletionRequest& request,
-                                    const Tokenizer& tokenizer) {
-  StatusOr<std::string> rendered = chat_template.Render(MakeChatTemplateInputs(request, tokenizer));
-  if (!rendered.ok()) {
-    ApiError e = ApiErrorFromStatus(rendered.status());
-    if (e.http_status == 400) {
-      e.param = "messages";
-      e.message = "the chat template rejected the messages: " + e.message;
-    }
-    return e;
-  }
-  std::string text = std::move(rendered).value();
-  if (!request.continue_final_message) return text;
-  // transformers: cut after the last occurrence of the final message's
-  // content (stripped, for templates that trim it).
-  std::string final_text = request.messages.back()["content"].get<std::string>();
-  size_t pos = text.rfind(final_text);
-  if (pos == std::string::npos) {
-    size_t b = final_text.find_first_not_of(" \t\n\r\f\v");
-    size_t e = final_text.find_last_not_of(" \t\n\r\f\v");
-    final_text = b == std::string::npos ? std::string() : final_text.substr(b, e - b + 1);
-    pos = final_text.empty() ? std::string::npos : text.rfind(final_text);
-  }
-  if (pos == std::string::npos) {
-    return InvalidRequestError("messages", "continue_final_message is set but the final message's content does not "
-                                           "appear in the prompt the chat template rendered");
-  }
-  text.resize(pos + final_text.size());
-  return text;
 }
 
 }  // namespace strata

@@ -26,59 +26,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
-#include "util/status.h"
+#include "server/api_error.h"
 
 namespace strata {
-
-// The OpenAI error object: the server sends
-// {"error": {"message", "type", "param", "code"}} with http_status
-// (ErrorJson() in openai_response.h builds it).
-struct ApiError {
-  int http_status = 400;
-  std::string type = "invalid_request_error";
-  std::string message;
-  std::string param;  // "" is sent as null
-  std::string code;   // "" is sent as null
-};
-
-// 400 invalid_request_error for `param` ("" for the whole body).
-ApiError InvalidRequestError(std::string param, std::string message);
-// 503 "overloaded", e.g. code "max_queued_requests" when the queue is full.
-ApiError OverloadedError(std::string message, std::string code);
-// 404 for a `model` this server does not serve (OpenAI's "model_not_found").
-ApiError ModelNotFoundError(const std::string& model);
-// A Status from elsewhere in the server, as the HTTP error a client sees:
-// InvalidArgument 400, NotFound 404, ResourceExhausted/Unavailable 503
-// overloaded, Unimplemented 501, Aborted 499 (client gone), else 500
-// server_error.
-ApiError ApiErrorFromStatus(const Status& status);
-
-// A value or the ApiError that explains why there is none.
-template <typename T>
-class ApiOr {
- public:
-  ApiOr(T value) : v_(std::move(value)) {}
-  ApiOr(ApiError error) : v_(std::move(error)) {}
-  bool ok() const { return std::holds_alternative<T>(v_); }
-  // REQUIRES: ok().
-  const T& value() const& { return std::get<T>(v_); }
-  T& value() & { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
-  // REQUIRES: !ok().
-  const ApiError& error() const { return std::get<ApiError>(v_); }
-
- private:
-  std::variant<T, ApiError> v_;
-};
 
 // Server-wide limits the parser enforces.
 struct ProtocolLimits {
@@ -170,19 +125,5 @@ ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
 // "messages" / "prompt") when the prompt plus max_tokens does not fit, worded
 // like OpenAI's. Set sampling.max_tokens to the result.
 ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens, int64_t context_length);
-
-// What the chat template sees for this request (bos/eos from the tokenizer).
-ChatTemplateInputs MakeChatTemplateInputs(const ChatCompletionRequest& request, const Tokenizer& tokenizer);
-
-// The prompt text for a chat request. With continue_final_message the text
-// ends right after the final message's content, as transformers' does (the
-// template renders without a generation prompt and the end-of-turn tokens
-// after that content are cut). Template errors are a 400 on "messages".
-ApiOr<std::string> RenderChatPrompt(const ChatTemplate& chat_template, const ChatCompletionRequest& request,
-                                    const Tokenizer& tokenizer);
-
-// Parses JSON without exceptions and with a nesting limit; the error is a 400
-// "invalid JSON: ..." with the byte position and reason (param null).
-ApiOr<nlohmann::ordered_json> ParseJsonBody(std::string_view body, int max_depth);
 
 }  // namespace strata

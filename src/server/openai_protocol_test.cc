@@ -1,5 +1,8 @@
 #include "server/openai_protocol.h"
 
+#include "server/chat_prompt.h"
+#include "server/json_body.h"
+
 #include <fstream>
 #include <sstream>
 

@@ -42,7 +42,7 @@
 
 #include "engine/request.h"
 #include "engine/sampler.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "server/openai_protocol.h"
 
 namespace strata {

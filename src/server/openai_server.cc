@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "server/chat_prompt.h"
+#include "server/json_body.h"
 #include "server/openai_response.h"
 #include "server/stop_matcher.h"
 #include "util/logging.h"
