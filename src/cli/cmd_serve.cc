@@ -2,11 +2,12 @@
 //
 // Startup order: parse and validate every flag (exit 78, EX_CONFIG, naming
 // the flag and the allowed range, before any weight is read), read
-// config.json and check the flags against the model, then load weights,
-// bind the port, and serve. SIGTERM/SIGINT: /health turns 503, new requests
-// get 503, in-flight ones finish, exit 0 (a second signal stops at once).
-#include <signal.h>
-#include <unistd.h>
+// config.json and check the flags against the model, bind the listening
+// socket (an address that cannot be bound is a configuration error too, found
+// before the minutes a large model takes to load), then load weights and
+// serve. Signals: see cli/signals.h (SIGTERM drains within --drain-timeout-s;
+// a second one aborts what is left).
+#include <arpa/inet.h>
 
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/signals.h"
 #include "engine/async_engine.h"
 #include "metrics/metrics.h"
 #include "server/openai_server.h"
@@ -41,6 +43,66 @@ uint64_t AvailableMemory() {
   return 0;
 }
 
+// True when `host` (a literal address) reaches only this machine.
+bool IsLoopback(const std::string& host) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return host == "localhost";
+}
+
+// After the first stop signal: drain (finish in-flight work, refuse new
+// work) until idle, the deadline, or a second signal; abort what is left in
+// the last two cases. Returns the exit code: 0 drained, 1 deadline passed,
+// 128 + signal when a signal forced the stop.
+int Shutdown(ServeSignals& signals, ServeSignals::Event first, OpenAiServer& server, AsyncEngine& engine,
+             std::chrono::seconds drain_timeout) {
+  using Clock = std::chrono::steady_clock;
+  auto log = [](const std::string& text) {
+    std::fprintf(stderr, "strata serve: %s\n", text.c_str());
+    std::fflush(stderr);
+  };
+  const auto idle = [&] { return server.in_flight() == 0 && engine.WaitIdle(std::chrono::milliseconds(0)); };
+  int code = kExitOk;
+  std::string why;
+  if (first.kind == ServeSignals::Kind::kStopNow) {
+    code = 128 + first.signo;
+    why = first.name + ": stopping now";
+  } else {
+    log(first.name + ": draining (new requests get 503; " + std::to_string(server.in_flight()) +
+        " in flight; they get up to " + std::to_string(drain_timeout.count()) + " s, see --drain-timeout-s)");
+    server.BeginDrain();
+    const auto deadline = Clock::now() + drain_timeout;
+    while (!idle()) {
+      if (Clock::now() >= deadline) {
+        code = kExitFailure;
+        why = "drain deadline of " + std::to_string(drain_timeout.count()) + " s passed";
+        break;
+      }
+      ServeSignals::Event ev = signals.Next(std::chrono::milliseconds(20));
+      if (ev.kind != ServeSignals::Kind::kNone) {
+        code = 128 + ev.signo;
+        why = "second signal (" + ev.name + ")";
+        break;
+      }
+    }
+  }
+  if (code != kExitOk) {
+    log(why + ": aborting " + std::to_string(server.in_flight()) + " in-flight requests");
+    server.AbortInFlight("the server is shutting down (" + why + ")");
+    // Let the error events reach the clients (bounded: a stalled client
+    // must not hold the exit).
+    const auto flush_deadline = Clock::now() + std::chrono::seconds(2);
+    while (server.in_flight() > 0 && Clock::now() < flush_deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server.Stop();
+  engine.Stop();
+  log(code == kExitOk ? "drained; exiting" : "stopped (" + why + "); exit " + std::to_string(code));
+  return code;
+}
+
 }  // namespace
 
 int ServeCommand(const Args& args) {
@@ -50,14 +112,16 @@ int ServeCommand(const Args& args) {
   std::string host = "127.0.0.1", served_name, api_key, kv_dtype = "f32";
   int64_t port = 8000, max_running = 64, max_total_tokens = 0, page_size = 16, context_length = 0;
   int64_t max_queued_requests = 256, max_queued_tokens = 0, max_queue_time_ms = 0;
-  int64_t max_body_bytes = 32 << 20, io_threads = 1;
+  int64_t max_body_bytes = 32 << 20, io_threads = 1, drain_timeout_s = 30;
   bool disable_radix = false;
   FlagSet f(cmd,
-            "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
-            "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics). "
-            "Overload is shed at once with 503 + Retry-After by the admission limits.");
+            std::string("Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
+                        "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics). "
+                        "Overload is shed at once with 503 + Retry-After by the admission limits. ") +
+                ServeSignals::kHelp);
+  f.RejectEmptyStrings();
   mf.Register(f);
-  f.String("host", &host, "address to listen on");
+  f.String("host", &host, "address to listen on (0.0.0.0: every interface; a warning is logged when that is done without --api-key)");
   f.Int("port", &port, "TCP port (0: any free port, printed at startup)", 0, 65535);
   f.String("served-model-name", &served_name, "model name in the API (default: the model directory's name)");
   f.String("api-key", &api_key, "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
@@ -74,6 +138,8 @@ int ServeCommand(const Args& args) {
         0, int64_t{1} << 40);
   f.Int("max-request-body-bytes", &max_body_bytes, "larger request bodies get 413", 1024, int64_t{1} << 32);
   f.Int("io-threads", &io_threads, "HTTP I/O threads", 1, 64);
+  f.Int("drain-timeout-s", &drain_timeout_s,
+        "on SIGTERM, how long in-flight requests may take to finish before the rest are aborted", 0, 24 * 3600);
   Status st = f.Parse(args);
   if (!st.ok()) return ConfigError(st.message());  // supervisors must not restart on this
   if (f.help_requested()) {
@@ -126,14 +192,23 @@ int ServeCommand(const Args& args) {
     if (auto slash = served_name.rfind('/'); slash != std::string::npos) served_name = served_name.substr(slash + 1);
   }
 
-  // Signals are handled by sigwait on this thread; block them everywhere first
+  // Signals are taken on this thread; block them before any thread starts
   // (threads inherit the mask).
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  ServeSignals signals = ServeSignals::Install("strata serve");
+
+  // Bind before loading: a wrong --host or a taken --port is a configuration
+  // error found in milliseconds, not after the weights load.
+  HttpServerOptions http;
+  http.host = host;
+  http.port = static_cast<int>(port);
+  http.io_threads = static_cast<int>(io_threads);
+  http.max_body_bytes = static_cast<size_t>(max_body_bytes);
+  auto listener = HttpServer::Create(http);
+  if (!listener.ok()) return ConfigError("--host/--port: " + listener.status().message());
+  if (api_key.empty() && !IsLoopback(host))
+    STRATA_LOG(WARN) << "listening on " << host << ":" << (*listener)->port()
+                     << " (beyond loopback) without --api-key: anyone who can reach this address can use the "
+                        "model; set --api-key or listen on 127.0.0.1";
 
   mf.max_batch_tokens += max_running;  // prompt chunk + one decode token per running request
   auto stack = LoadForCli(cmd, mf);
@@ -160,11 +235,8 @@ int ServeCommand(const Args& args) {
   ServerOptions so;
   so.served_model_name = served_name;
   so.api_key = api_key;
-  so.http.host = host;
-  so.http.port = static_cast<int>(port);
-  so.http.io_threads = static_cast<int>(io_threads);
-  so.http.max_body_bytes = static_cast<size_t>(max_body_bytes);
-  auto server = OpenAiServer::Create(*stack->model, **async, **registry, so);
+  so.http = http;
+  auto server = OpenAiServer::Create(*stack->model, **async, **registry, so, std::move(*listener));
   if (!server.ok()) return Fail(cmd, server.status());
   if (Status s = (*server)->Start(); !s.ok()) return Fail(cmd, s);
   const EngineSnapshot snap = (*async)->snapshot();
@@ -176,25 +248,9 @@ int ServeCommand(const Args& args) {
                static_cast<long>(max_queued_tokens), static_cast<long>(max_queue_time_ms));
   std::fflush(stderr);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  std::fprintf(stderr, "strata serve: %s: draining (new requests get 503; %ld in flight)\n",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<long>((*server)->in_flight()));
-  (*server)->BeginDrain();
-  // Wait for in-flight requests, unless a second signal says stop now.
-  std::atomic<bool> force{false};
-  std::thread second([&] {
-    int s2 = 0;
-    sigwait(&sigs, &s2);
-    force.store(true);
-  });
-  second.detach();
-  while (!force.load() && ((*server)->in_flight() > 0 || !(*async)->WaitIdle(std::chrono::milliseconds(0))))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  (*server)->Stop();
-  (*async)->Stop();
-  std::fprintf(stderr, "strata serve: %s\n", force.load() ? "stopped (second signal)" : "drained; exiting");
-  return kExitOk;
+  ServeSignals::Event ev;
+  while (ev.kind == ServeSignals::Kind::kNone) ev = signals.Next(std::chrono::milliseconds(-1));
+  return Shutdown(signals, ev, **server, **async, std::chrono::seconds(drain_timeout_s));
 }
 
 }  // namespace strata::cli

@@ -126,8 +126,10 @@ OpenAiServer::~OpenAiServer() { Stop(); }
 
 StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& model, AsyncEngine& engine,
                                                              metrics::Registry& registry,
-                                                             const ServerOptions& options) {
+                                                             const ServerOptions& options,
+                                                             std::unique_ptr<HttpServer> http) {
   auto impl = std::make_unique<Impl>(model, engine, registry, options);
+  impl->http = std::move(http);
   RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
 }
@@ -157,7 +159,9 @@ Status OpenAiServer::Impl::Init() {
   ASSIGN_OR_RETURN(e2e, hist("strata_e2e_request_latency_seconds", "From request arrival to its last token."));
   ASSIGN_OR_RETURN(queue_time, hist("strata_queue_time_seconds", "From request arrival to the start of its prefill."));
 
-  ASSIGN_OR_RETURN(http, HttpServer::Create(options.http));
+  if (!http) {
+    ASSIGN_OR_RETURN(http, HttpServer::Create(options.http));
+  }
   Route();
   for (int i = 0; i < std::max(1, options.output_threads); ++i) out_threads.emplace_back([this] { OutputLoop(); });
   return OkStatus();
@@ -584,6 +588,26 @@ int64_t OpenAiServer::in_flight() const { return impl_->in_flight.load(); }
 void OpenAiServer::BeginDrain() {
   impl_->draining.store(true);
   impl_->engine.Drain();
+}
+
+void OpenAiServer::AbortInFlight(const std::string& why) {
+  std::vector<std::shared_ptr<Impl::Exchange>> all;
+  {
+    std::lock_guard<std::mutex> lock(impl_->active_mu);
+    all = impl_->active;
+  }
+  for (auto& ex : all) {
+    std::lock_guard<std::mutex> lock(ex->mu);
+    if (ex->complete) continue;
+    for (Choice& c : ex->choices) {
+      if (c.done) continue;
+      c.handle->Cancel();
+      c.done = true;
+      c.reason = FinishReason::kAbort;
+      c.error = Unavailable(why);
+    }
+    impl_->Process(*ex);
+  }
 }
 
 void OpenAiServer::Stop() {

@@ -42,10 +42,13 @@ struct ServerOptions {
 
 class OpenAiServer {
  public:
-  // `model`, `engine` and `registry` must outlive the server.
+  // `model`, `engine` and `registry` must outlive the server. `http`: an
+  // already-bound transport (so that a bad address fails before the model
+  // loads); null: one is created from options.http.
   static StatusOr<std::unique_ptr<OpenAiServer>> Create(const LoadedModel& model, AsyncEngine& engine,
                                                         metrics::Registry& registry,
-                                                        const ServerOptions& options);
+                                                        const ServerOptions& options,
+                                                        std::unique_ptr<HttpServer> http = nullptr);
   ~OpenAiServer();
 
   Status Start();
@@ -55,6 +58,10 @@ class OpenAiServer {
   bool draining() const;
   // Requests whose responses are still being produced.
   int64_t in_flight() const;
+  // Ends every in-flight response now: its engine requests are cancelled,
+  // streams end with an error event, others get 503 with `why`.
+  // Thread-safe.
+  void AbortInFlight(const std::string& why);
   // Closes the listener and every connection; joins threads.
   void Stop();
 

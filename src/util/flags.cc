@@ -137,6 +137,10 @@ Status FlagSet::Parse(const std::vector<std::string>& args, std::vector<std::str
       if (i + 1 >= args.size()) return InvalidArgument("--" + name + " needs a value (" + f->kind + ")");
       value = args[++i];
     }
+    if (reject_empty_strings_ && f->kind == "STRING" && value.empty()) {
+      return InvalidArgument("--" + name + " is empty; give a value or leave the flag out (default: " +
+                             (f->default_text.empty() ? std::string("none") : "'" + f->default_text + "'") + ")");
+    }
     RETURN_IF_ERROR(f->set(value));
     f->seen = true;
   }

@@ -32,6 +32,9 @@ class FlagSet {
   // arguments are an error unless `positional` is non-null.
   Status Parse(const std::vector<std::string>& args, std::vector<std::string>* positional = nullptr);
   bool help_requested() const { return help_; }
+  // Makes Parse() refuse an empty value for every String flag ("--host ''"
+  // silently meaning "every interface" is the kind of surprise this stops).
+  void RejectEmptyStrings() { reject_empty_strings_ = true; }
   // True if the flag appeared on the command line.
   bool IsSet(const std::string& name) const;
   std::string Help() const;
@@ -47,6 +50,7 @@ class FlagSet {
   std::string command_, summary_;
   std::vector<Flag> flags_;
   bool help_ = false;
+  bool reject_empty_strings_ = false;
 };
 
 }  // namespace strata

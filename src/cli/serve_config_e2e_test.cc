@@ -1,0 +1,163 @@
+// End-to-end tests of `strata serve` startup and shutdown through the real
+// binary: configuration that would silently open the server or fail late is
+// exit 78 before the weights load; every signal is logged; SIGHUP and
+// SIGUSR1/2 are ignored; a second SIGTERM or the drain deadline ends
+// in-flight streams with an error event and a non-zero exit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "cli/serve_test_process.h"
+#include "server/http_test_client.h"
+
+namespace {
+
+using namespace strata::http_test;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr auto kExit = std::chrono::seconds(20);
+
+TEST(ServeConfigTest, EmptyValuesAreConfigErrorsBeforeAnythingLoads) {
+  // A model path that does not exist: reaching it would exit 66, so 78 shows
+  // the flag was refused first.
+  for (const char* flag : {"--host", "--api-key", "--served-model-name", "--model-path"}) {
+    Server s({"--model-path", "/nonexistent", flag, ""});
+    EXPECT_EQ(s.WaitExit(kExit), 78) << flag;
+    EXPECT_THAT(s.Log(), HasSubstr(std::string(flag) + " is empty")) << flag;
+  }
+  Server eq({"--model-path", "/nonexistent", "--api-key="});
+  EXPECT_EQ(eq.WaitExit(kExit), 78);
+  EXPECT_THAT(eq.Log(), HasSubstr("--api-key is empty"));
+}
+
+// A copy of a fixture model without its weights file: if the weights were
+// read before the address was bound, the exit would be 66 (missing file).
+std::string ModelWithoutWeights() {
+  namespace fs = std::filesystem;
+  const std::string dir =
+      ::testing::TempDir() + "/serve_config_noweights_" + std::to_string(getpid());
+  fs::remove_all(dir);
+  fs::copy(Fixture("llama_default"), dir, fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") fs::remove(e.path());
+  return dir;
+}
+
+TEST(ServeConfigTest, AnAddressThatCannotBeBoundIsExit78BeforeWeightsLoad) {
+  const std::string model = ModelWithoutWeights();
+  Server bad_ip({"--model-path", model, "--host", "999.1.1.1"});
+  EXPECT_EQ(bad_ip.WaitExit(kExit), 78);
+  EXPECT_THAT(bad_ip.Log(), HasSubstr("cannot resolve host '999.1.1.1'"));
+  // TEST-NET-1 (RFC 5737): never an address of this machine.
+  Server foreign({"--model-path", model, "--host", "192.0.2.1"});
+  EXPECT_EQ(foreign.WaitExit(kExit), 78);
+  EXPECT_THAT(foreign.Log(), HasSubstr("192.0.2.1"));
+  EXPECT_THAT(foreign.Log(), HasSubstr("not on this machine"));
+  // A port another server holds.
+  Server holder({"--model-path", Fixture("llama_default")});
+  ASSERT_GT(holder.port(), 0) << holder.Log();
+  Server taken({"--model-path", model, "--port", std::to_string(holder.port())});
+  EXPECT_EQ(taken.WaitExit(kExit), 78);
+  EXPECT_THAT(taken.Log(), HasSubstr("Address already in use"));
+  EXPECT_THAT(taken.Log(), Not(HasSubstr("loaded")));
+}
+
+TEST(ServeConfigTest, ListeningBeyondLoopbackWithoutAKeyIsWarned) {
+  // Binding every interface is safe in a test: all traffic goes to 127.0.0.1.
+  Server open({"--model-path", Fixture("llama_default"), "--host", "0.0.0.0"});
+  ASSERT_GT(open.port(), 0) << open.Log();
+  EXPECT_THAT(open.Log(), HasSubstr("listening on 0.0.0.0:" + std::to_string(open.port())));
+  EXPECT_THAT(open.Log(), HasSubstr("without --api-key"));
+  Server keyed({"--model-path", Fixture("llama_default"), "--host", "0.0.0.0", "--api-key", "k"});
+  ASSERT_GT(keyed.port(), 0) << keyed.Log();
+  EXPECT_THAT(keyed.Log(), Not(HasSubstr("without --api-key")));
+  Server local({"--model-path", Fixture("llama_default")});
+  ASSERT_GT(local.port(), 0) << local.Log();
+  EXPECT_THAT(local.Log(), Not(HasSubstr("without --api-key")));
+}
+
+TEST(ServeConfigTest, HupAndUsrSignalsAreLoggedAndIgnored) {
+  Server s({"--model-path", Fixture("llama_default")});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  for (int sig : {SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) s.Signal(sig);
+  EXPECT_TRUE(
+      Eventually([&] { return s.Log().find("SIGALRM received; ignored") != std::string::npos; }));
+  EXPECT_FALSE(s.Exited());
+  EXPECT_EQ(s.Request(Get("/health")).status, 200);
+  const std::string log = s.Log();
+  EXPECT_THAT(log, HasSubstr("SIGHUP received; ignored (logs go to stderr"));
+  EXPECT_THAT(log, HasSubstr("SIGUSR1 received; ignored"));
+  EXPECT_THAT(log, HasSubstr("SIGUSR2 received; ignored"));
+  s.Signal(SIGTERM);
+  EXPECT_EQ(s.WaitExit(kExit), 0);
+  EXPECT_THAT(s.Log(), HasSubstr("SIGTERM: draining"));
+  EXPECT_THAT(s.Log(), HasSubstr("drained; exiting"));
+}
+
+TEST(ServeConfigTest, ACrashSignalLeavesALastLine) {
+  Server s({"--model-path", Fixture("llama_default")});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  s.Signal(SIGSEGV);
+  EXPECT_EQ(s.WaitExit(kExit), -100 - SIGSEGV);
+  EXPECT_THAT(s.Log(), HasSubstr("fatal signal SIGSEGV"));
+}
+
+// A stream that runs for many seconds (8 choices of 2,000 tokens computed
+// one at a time under --max-running-requests 1), read on its own thread.
+struct LongStream {
+  Client client;
+  std::thread reader;
+  std::optional<Response> response;
+  std::atomic<bool> first{false};
+  explicit LongStream(int port) : client(port, true) {
+    const std::string body =
+        R"({"prompt": "hello", "max_tokens": 2000, "n": 8, "ignore_eos": true, "stream": true})";
+    EXPECT_TRUE(client.Send(Post("/v1/completions", body, "Content-Type: application/json\r\n")));
+    reader = std::thread(
+        [this] { response = client.Read([this](const std::string&) { first = true; }); });
+  }
+  ~LongStream() {
+    if (reader.joinable()) reader.join();
+  }
+  std::optional<Response>& Finish() {
+    reader.join();
+    return response;
+  }
+};
+
+TEST(ServeConfigTest, SecondSigtermEndsStreamsWithAnErrorEventAndExitsNonZero) {
+  Server s({"--model-path", Fixture("llama_default"), "--max-running-requests", "1"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  LongStream stream(s.port());
+  ASSERT_TRUE(Eventually([&] { return stream.first.load(); }, std::chrono::seconds(20)));
+  s.Signal(SIGTERM);
+  ASSERT_TRUE(Eventually([&] { return s.Log().find("draining") != std::string::npos; }));
+  EXPECT_FALSE(s.Exited());  // the stream is still being served
+  s.Signal(SIGTERM);
+  auto& r = stream.Finish();
+  ASSERT_TRUE(r.has_value()) << "the stream did not end cleanly (chunked terminator)";
+  EXPECT_EQ(r->status, 200);
+  EXPECT_THAT(r->body, HasSubstr("\"error\""));
+  EXPECT_THAT(r->body, HasSubstr("shutting down"));
+  EXPECT_EQ(s.WaitExit(kExit), 128 + SIGTERM);
+  EXPECT_THAT(s.Log(), HasSubstr("second signal (SIGTERM): aborting 1 in-flight requests"));
+}
+
+TEST(ServeConfigTest, DrainDeadlineAbortsWhatIsLeft) {
+  Server s({"--model-path", Fixture("llama_default"), "--max-running-requests", "1",
+            "--drain-timeout-s", "1"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  LongStream stream(s.port());
+  ASSERT_TRUE(Eventually([&] { return stream.first.load(); }, std::chrono::seconds(20)));
+  s.Signal(SIGTERM);
+  auto& r = stream.Finish();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_THAT(r->body, HasSubstr("drain deadline of 1 s passed"));
+  EXPECT_EQ(s.WaitExit(kExit), 1);
+  EXPECT_THAT(s.Log(), HasSubstr("drain deadline of 1 s passed: aborting 1 in-flight requests"));
+}
+
+}  // namespace
