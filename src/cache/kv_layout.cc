@@ -41,6 +41,9 @@ Status KvLayout::Validate() const {
       problems.push_back(where + ": num_kv_heads is " + std::to_string(s.num_kv_heads) + ", must be >= 1");
     }
     if (s.head_dim < 1) problems.push_back(where + ": head_dim is " + std::to_string(s.head_dim) + ", must be >= 1");
+    if (s.sliding_window < 0) {
+      problems.push_back(where + ": sliding_window is " + std::to_string(s.sliding_window) + ", must be >= 0");
+    }
     if (!IsKvDType(s.dtype)) {
       problems.push_back(where + ": dtype " + DTypeName(s.dtype) + " cannot hold KV; use F32, F16 or BF16");
     }

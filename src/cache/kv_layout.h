@@ -39,6 +39,9 @@ struct PoolGroupSpec {
   // false: one tensor per layer (an MLA latent: K only, KvLayerView::v is
   // null). true: K and V per layer.
   bool has_v = true;
+  // > 0: the group's layers attend to at most the last sliding_window tokens
+  // (their older pages are dead weight; see the page-index note above).
+  int sliding_window = 0;
 
   // Elements of one token in one layer's K (and V, same shape).
   int64_t ElementsPerTokenPerTensor() const { return int64_t{num_kv_heads} * head_dim; }

@@ -160,7 +160,7 @@ int GenerateCommand(const Args& args) {
     j["prompt_ids"] = prompt_copy;
     j["output_ids"] = r.output;
     j["text"] = m.tokenizer->Decode(r.output, skip_special);
-    j["finish_reason"] = r.finish_reason;
+    j["finish_reason"] = FinishReasonName(r.finish_reason);
     if (logprobs >= 0) {
       nlohmann::json lps = nlohmann::json::array();
       for (const StepOutput& s : r.steps) {
@@ -182,7 +182,7 @@ int GenerateCommand(const Args& args) {
                static_cast<long>(r.prompt_tokens),
                es.prefill_seconds > 0 ? es.prefill_tokens / es.prefill_seconds : 0.0, r.output.size(),
                es.decode_seconds > 0 ? es.decode_tokens / es.decode_seconds : 0.0,
-               r.finish_reason.c_str());
+               FinishReasonName(r.finish_reason));
   return kExitOk;
 }
 

@@ -222,9 +222,9 @@ void AsyncEngine::Loop() {
       Publish();
     }
   }
-  engine_->AbortAll("abort", Unavailable("the server stopped before this request finished"));
+  engine_->AbortAll(FinishReason::kAbort, Unavailable("the server stopped before this request finished"));
   std::lock_guard<std::mutex> lock(mu_);
-  for (Pending& p : inbox_) p.handle->Finish("abort", Unavailable("the server stopped before this request started"));
+  for (Pending& p : inbox_) p.handle->Finish(FinishReason::kAbort, Unavailable("the server stopped before this request started"));
   inbox_.clear();
   inbox_tokens_ = 0;
   published_ = EngineSnapshot{};

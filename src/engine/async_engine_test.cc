@@ -78,7 +78,7 @@ TEST(AsyncEngineTest, BurstAboveQueueLimitIsShedAndAdmittedOnesComplete) {
   for (auto& h : admitted) {
     ASSERT_TRUE(WaitFinished(*h));
     RequestOutput out = h->Take();
-    EXPECT_EQ(out.finish_reason, "length");
+    EXPECT_EQ(out.finish_reason, FinishReason::kLength);
     EXPECT_EQ(out.completion_tokens, 30);
   }
   ASSERT_TRUE(s.engine->WaitIdle(std::chrono::seconds(10)));
@@ -127,7 +127,7 @@ TEST(AsyncEngineTest, NotifierRunsAndCancelFreesPages) {
   EXPECT_GE(notified.load(), 5);
   res.handle->Cancel();
   ASSERT_TRUE(WaitFinished(*res.handle));
-  EXPECT_EQ(res.handle->Take().finish_reason, "abort");
+  EXPECT_EQ(res.handle->Take().finish_reason, FinishReason::kAbort);
   ASSERT_TRUE(s.engine->WaitIdle(std::chrono::seconds(5)));
   EXPECT_EQ(s.engine->snapshot().pages_active, 0);
 }
@@ -141,7 +141,7 @@ TEST(AsyncEngineTest, DrainRefusesNewWorkAndFinishesOld) {
   EXPECT_FALSE(b.handle);
   EXPECT_EQ(b.limit, "draining");
   ASSERT_TRUE(WaitFinished(*a.handle));
-  EXPECT_EQ(a.handle->Take().finish_reason, "length");
+  EXPECT_EQ(a.handle->Take().finish_reason, FinishReason::kLength);
 }
 
 TEST(AsyncEngineTest, StopAbortsInFlightRequests) {
@@ -151,7 +151,7 @@ TEST(AsyncEngineTest, StopAbortsInFlightRequests) {
   ASSERT_TRUE(a.handle);
   s.engine->Stop();
   EXPECT_TRUE(a.handle->finished());
-  EXPECT_EQ(a.handle->Take().finish_reason, "abort");
+  EXPECT_EQ(a.handle->Take().finish_reason, FinishReason::kAbort);
 }
 
 }  // namespace

@@ -8,35 +8,10 @@
 
 namespace strata {
 
-struct Engine::Sequence {
-  EngineRequest req;
-  std::shared_ptr<RequestHandle> handle;
-  std::vector<int32_t> tokens;  // prompt + output
-  int64_t prompt_len = 0;
-  int64_t computed = 0;  // leading tokens whose KV is in the pool
-  int64_t limit = 0;     // total tokens at which the sequence stops ("length")
-  PageTable table;
-  Sampler sampler;
-  TokenHistory history;
-  RadixNodeHandle prefix;  // locked prefix-cache node while prefix_locked
-  bool prefix_locked = false;
-  bool started = false;
-  bool finished = false;
-  Sequence(EngineRequest r, std::shared_ptr<RequestHandle> h, int page_size)
-      : req(std::move(r)), handle(std::move(h)), table(page_size), sampler(req.params, std::nullopt) {}
-  // Tokens still to compute before the next sample.
-  int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - computed; }
-  bool decoding() const { return remaining() == 1 && computed >= prompt_len; }
-};
-
 Engine::Engine(LoadedModel& model, Backend& backend, const EngineOptions& options)
     : model_(model), backend_(backend), options_(options) {}
 
-Engine::~Engine() {
-  // Pages go back before the pool and tree disappear.
-  for (auto& s : running_) ReleaseKv(*s, false);
-  for (auto& s : waiting_) ReleaseKv(*s, false);
-}
+Engine::~Engine() = default;
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& backend,
                                                  const EngineOptions& options) {
@@ -44,11 +19,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   if (options.max_running_requests < 1) return InvalidArgument("max running requests must be >= 1");
   if (options.chunked_prefill_size < 1) return InvalidArgument("chunked prefill size must be >= 1");
   std::unique_ptr<Engine> e(new Engine(model, backend, options));
-  const KvRequirements req = model.model->kv_requirements();
-  KvLayout layout;
-  layout.page_size = options.page_size;
-  layout.groups.push_back({"full_attention", req.num_layers, req.num_kv_heads, req.head_dim,
-                           options.kv_dtype, true});
+  const KvLayout layout = model.model->kv_layout(options.page_size, options.kv_dtype);
   RETURN_IF_ERROR(layout.Validate());
   e->context_length_ = options.context_length > 0 ? options.context_length
                                                   : model.config.max_position_embeddings;
@@ -67,6 +38,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
     e->radix_ = std::make_unique<RadixTree>(RadixTreeConfig{options.page_size}, &e->pool_->allocator());
   e->runner_ = std::make_unique<ModelRunner>(*model.model, backend, *e->pool_,
                                              model.model->max_batch_tokens());
+  SchedulerOptions so;
+  so.page_size = options.page_size;
+  so.max_running_requests = options.max_running_requests;
+  so.chunked_prefill_size = options.chunked_prefill_size;
+  so.max_batch_tokens = e->runner_->max_batch_tokens();
+  e->scheduler_ = std::make_unique<Scheduler>(so, *e->pool_, e->radix_.get());
   return e;
 }
 
@@ -96,20 +73,19 @@ void Engine::Add(EngineRequest request, std::shared_ptr<RequestHandle> handle) {
   const int64_t pool_tokens = pool_->num_pages() * options_.page_size;
   s->limit = std::min({context_length_, pool_tokens, s->prompt_len + std::max(0, s->req.params.max_tokens)});
   if (s->req.params.UsesPenalties()) s->history.AddPromptTokens(s->req.prompt);
-  waiting_tokens_ += s->prompt_len;
-  waiting_.push_back(std::move(s));
+  scheduler_->Add(std::move(s));
 }
 
 EngineLoad Engine::load() const {
   EngineLoad l;
-  l.running = static_cast<int64_t>(running_.size());
-  l.waiting = static_cast<int64_t>(waiting_.size());
-  l.waiting_tokens = waiting_tokens_;
+  l.running = scheduler_->num_running();
+  l.waiting = scheduler_->num_waiting();
+  l.waiting_tokens = scheduler_->waiting_tokens();
   l.pages_total = pool_->num_pages();
-  // The tree holds one reference per stored page; requests hold the pages
-  // they adopted from it through locked nodes, and insert their own only
-  // when they finish. So the pages held by the cache alone are the stored
-  // pages outside locked nodes.
+  // The tree holds one reference per stored page; a request holds the
+  // pages it adopted from the tree or inserted into it (chunk by chunk)
+  // through its locked node. So the pages held by the cache alone are the
+  // stored pages outside locked nodes.
   int64_t cached_only = 0;
   if (radix_) {
     const RadixTreeStats st = radix_->stats();
@@ -120,183 +96,15 @@ EngineLoad Engine::load() const {
   return l;
 }
 
-void Engine::ReleaseKv(Sequence& s, bool cache_prefix) {
-  if (radix_ && cache_prefix && s.computed >= options_.page_size) {
-    const int64_t full = s.computed / options_.page_size * options_.page_size;
-    radix_->Insert(std::span<const int32_t>(s.tokens.data(), full), s.table.pages());
-  }
-  if (s.prefix_locked) {
-    radix_->Unlock(s.prefix);
-    s.prefix_locked = false;
-  }
-  s.table.Release(pool_->allocator());
-  s.computed = 0;
-}
+void Engine::AbortAll(FinishReason reason, const Status& error) { scheduler_->FinishAll(reason, error); }
 
-void Engine::Finish(Sequence& s, const std::string& reason, Status error) {
-  if (s.finished) return;
-  s.finished = true;
-  ReleaseKv(s, /*cache_prefix=*/error.ok());
-  if (!s.started) waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
-  if (reason == "abort" || !error.ok()) stats_.aborted_requests++;
-  else stats_.finished_requests++;
-  s.handle->Finish(reason, std::move(error));
-}
-
-void Engine::ReapFinished() {
-  std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
-  std::erase_if(waiting_, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
-}
-
-void Engine::AbortAll(const std::string& reason, const Status& error) {
-  for (auto& s : running_) Finish(*s, reason, error);
-  for (auto& s : waiting_) Finish(*s, reason, error);
-  ReapFinished();
-}
-
-// Makes s's table hold total_tokens tokens. Frees memory by evicting cached
-// prefixes, then (if may_preempt) by preempting the newest other running
-// sequences. False if the pages cannot be had.
-bool Engine::ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt) {
-  PageAllocator& alloc = pool_->allocator();
-  for (;;) {
-    const int64_t need = s.table.PagesNeeded(total_tokens);
-    if (alloc.CanAllocate(need)) return s.table.Reserve(total_tokens, alloc).ok();
-    const int64_t short_by = need - alloc.num_free();
-    if (radix_ && radix_->Evict(short_by) > 0) continue;
-    if (!may_preempt) return false;
-    Sequence* victim = nullptr;
-    for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-      if (it->get() != &s && !(*it)->finished && (*it)->computed > 0) {
-        victim = it->get();
-        break;
-      }
-    if (!victim) return false;
-    Preempt(*victim);
-  }
-}
-
-// Back to the front of the queue; its KV (cached in the prefix tree when
-// possible) is recomputed when it is admitted again.
-void Engine::Preempt(Sequence& s) {
-  ReleaseKv(s, /*cache_prefix=*/true);
-  stats_.preemptions++;
-  auto it = std::find_if(running_.begin(), running_.end(),
-                         [&](const std::unique_ptr<Sequence>& p) { return p.get() == &s; });
-  std::unique_ptr<Sequence> owned = std::move(*it);
-  running_.erase(it);
-  waiting_tokens_ += static_cast<int64_t>(owned->tokens.size());
-  owned->started = false;  // counts as waiting again
-  waiting_.push_front(std::move(owned));
-}
-
-// Matches the prefix cache (leaving at least one token to compute, for
-// logits) and adopts the cached pages.
-void Engine::Admit(Sequence& s) {
-  if (!radix_ || s.prefix_locked) return;
-  auto m = radix_->MatchPrefix(std::span<const int32_t>(s.tokens.data(), s.tokens.size() - 1));
-  if (m.num_tokens == 0) return;
-  radix_->Lock(m.handle);
-  s.prefix = m.handle;
-  s.prefix_locked = true;
-  s.table.AdoptSharedPrefix(m.pages, pool_->allocator());
-  s.computed = m.num_tokens;
-}
-
-void Engine::Schedule(std::vector<StepItem>* items, std::vector<Sequence*>* item_seqs) {
-  items->clear();
-  item_seqs->clear();
-  const auto now = std::chrono::steady_clock::now();
-  for (auto& s : running_)
-    if (s->handle->cancelled() || now > s->req.deadline) Finish(*s, "abort");
-  for (auto& s : waiting_) {
-    if (s->handle->cancelled() || now > s->req.deadline) Finish(*s, "abort");
-    else if (now > s->req.queue_deadline)
-      Finish(*s, "error", Unavailable("the request waited longer than the queue time limit (--max-queue-time-ms) before prefill started"));
-  }
-  ReapFinished();
-
-  const int64_t cap = runner_->max_batch_tokens();
-  int64_t used = 0;
-  auto add = [&](Sequence& s, int64_t n) {
-    StepItem it;
-    it.table = &s.table;
-    it.tokens = s.tokens.data() + s.computed;
-    it.num_tokens = static_cast<int32_t>(n);
-    it.start_pos = static_cast<int32_t>(s.computed);
-    it.want_logits = s.computed + n == static_cast<int64_t>(s.tokens.size());
-    items->push_back(it);
-    item_seqs->push_back(&s);
-    used += n;
-  };
-
-  // 1. Decode: one token per running sequence, oldest first; may preempt
-  //    newer sequences when pages run out. Preempted ones leave running_, so
-  //    iterate over a snapshot.
-  std::vector<Sequence*> snapshot;
-  for (auto& s : running_) snapshot.push_back(s.get());
-  for (Sequence* s : snapshot) {
-    if (s->finished || !s->decoding()) continue;
-    if (used + 1 > cap) break;
-    if (std::find_if(running_.begin(), running_.end(),
-                     [&](const std::unique_ptr<Sequence>& p) { return p.get() == s; }) == running_.end())
-      continue;  // preempted by an older sequence this step
-    if (!ReservePages(*s, s->computed + 1, /*may_preempt=*/true)) continue;
-    add(*s, 1);
-  }
-  // A preempted sequence may have been added before it was preempted by an
-  // older one: drop such items (their tables are empty now).
-  for (size_t i = 0; i < items->size();) {
-    if ((*item_seqs)[i]->table.capacity() < (*items)[i].start_pos + (*items)[i].num_tokens) {
-      used -= (*items)[i].num_tokens;
-      items->erase(items->begin() + i);
-      item_seqs->erase(item_seqs->begin() + i);
-    } else {
-      ++i;
-    }
-  }
-
-  // 2. Prefill: continue running sequences' chunks, then admit waiting
-  //    ones, under the prompt-token budget. Never preempts.
-  int64_t budget = std::min<int64_t>(options_.chunked_prefill_size, cap - used);
-  for (auto& sp : running_) {
-    Sequence& s = *sp;
-    if (budget <= 0) break;
-    if (s.finished || s.decoding()) continue;
-    const int64_t n = std::min(s.remaining(), budget);
-    if (!ReservePages(s, s.computed + n, false)) break;
-    add(s, n);
-    budget -= n;
-  }
-  while (budget > 0 && !waiting_.empty() &&
-         static_cast<int32_t>(running_.size()) < options_.max_running_requests) {
-    Sequence& s = *waiting_.front();
-    Admit(s);
-    const int64_t n = std::min(s.remaining(), budget);
-    if (!ReservePages(s, s.computed + n, false)) {
-      ReleaseKv(s, false);  // give the adopted prefix back; try next step
-      break;
-    }
-    if (static_cast<int64_t>(s.tokens.size()) == s.prompt_len)  // first admission, not a preempted one
-      s.handle->SetStarted(s.prompt_len, s.computed);
-    waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
-    s.started = true;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    add(*running_.back(), n);
-    budget -= n;
-  }
-}
-
-void Engine::Postprocess(const std::vector<Sequence*>& item_seqs,
-                         const std::vector<StepItem>& items, const std::vector<float>& logits) {
+void Engine::Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits) {
+  scheduler_->Computed(batch);
   const int64_t vocab = runner_->vocab_size();
   size_t row = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    Sequence& s = *item_seqs[i];
-    s.computed += items[i].num_tokens;
-    s.table.SetNumTokens(s.computed);
-    if (!items[i].want_logits) continue;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    if (!batch.items[i].want_logits) continue;
+    Sequence& s = *batch.seqs[i];
     const float* l = logits.data() + row++ * vocab;
     SampleResult r = s.sampler.Sample(l, vocab, s.history);
     stats_.generated_tokens++;
@@ -308,38 +116,37 @@ void Engine::Postprocess(const std::vector<Sequence*>& item_seqs,
     const bool is_eos = !p.ignore_eos && std::find(eos.begin(), eos.end(), r.token_id) != eos.end();
     const bool is_stop =
         std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token_id) != p.stop_token_ids.end();
-    if (is_eos || is_stop) Finish(s, "stop");
-    else if (static_cast<int64_t>(s.tokens.size()) >= s.limit) Finish(s, "length");
+    if (is_eos || is_stop) scheduler_->Finish(s, FinishReason::kStop);
+    else if (static_cast<int64_t>(s.tokens.size()) >= s.limit) scheduler_->Finish(s, FinishReason::kLength);
   }
-  ReapFinished();
+  scheduler_->Reap();
 }
 
 Status Engine::Step() {
-  std::vector<StepItem> items;
-  std::vector<Sequence*> item_seqs;
-  Schedule(&items, &item_seqs);
-  if (items.empty()) {
-    if (!running_.empty() || !waiting_.empty()) {
-      Status err = Internal("scheduler made no progress: " + std::to_string(running_.size()) +
-                            " running, " + std::to_string(waiting_.size()) + " waiting, " +
+  ScheduledBatch batch;
+  scheduler_->Schedule(&batch);
+  if (batch.empty()) {
+    if (scheduler_->HasWork()) {
+      Status err = Internal("scheduler made no progress: " + std::to_string(scheduler_->num_running()) +
+                            " running, " + std::to_string(scheduler_->num_waiting()) + " waiting, " +
                             std::to_string(pool_->allocator().num_free()) + " free pages");
-      AbortAll("error", err);
+      AbortAll(FinishReason::kError, err);
       return err;
     }
     return OkStatus();
   }
+  int64_t prompt_toks = 0, decode_toks = 0;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    if (batch.seqs[i]->state == RequestState::kDecoding) decode_toks += 1;
+    else prompt_toks += batch.items[i].num_tokens;
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = runner_->Run(items, &logits_);
+  Status st = runner_->Run(batch.items, &logits_);
   if (!st.ok()) {
-    AbortAll("error", st);
+    AbortAll(FinishReason::kError, st);
     return st;
   }
-  int64_t prompt_toks = 0, decode_toks = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].num_tokens == 1 && item_seqs[i]->decoding()) decode_toks += 1;
-    else prompt_toks += items[i].num_tokens;
-  }
-  Postprocess(item_seqs, items, logits_);
+  Postprocess(batch, logits_);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.prefill_tokens += prompt_toks;
   stats_.decode_tokens += decode_toks;
@@ -347,24 +154,18 @@ Status Engine::Step() {
   else if (prompt_toks == 0) stats_.decode_seconds += dt;
   else stats_.mixed_seconds += dt;
   stats_.steps++;
+  const SchedulerStats& ss = scheduler_->stats();
+  stats_.preemptions = ss.preemptions;
+  stats_.finished_requests = ss.finished_requests;
+  stats_.aborted_requests = ss.aborted_requests;
+  stats_.deferred_admissions = ss.deferred_admissions;
   return OkStatus();
 }
 
 Status Engine::CheckIntegrity() const {
   RETURN_IF_ERROR(pool_->allocator().CheckIntegrity());
   if (radix_) RETURN_IF_ERROR(radix_->CheckIntegrity());
-  // Every page a request holds is in use; a request's table covers what it computed.
-  for (const auto& s : running_) {
-    if (s->table.capacity() < s->computed)
-      return Internal("request " + s->req.id + ": page table smaller than its computed tokens");
-    for (int32_t p : s->table.pages())
-      if (pool_->allocator().refcount(p) < 1)
-        return Internal("request " + s->req.id + " holds free page " + std::to_string(p));
-  }
-  for (const auto& s : waiting_)
-    if (!s->table.pages().empty() && !s->prefix_locked)
-      return Internal("waiting request " + s->req.id + " holds pages");
-  return OkStatus();
+  return scheduler_->CheckIntegrity();
 }
 
 StatusOr<std::vector<GenerationResult>> Engine::Generate(std::vector<GenerationRequest> requests) {
@@ -382,7 +183,7 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(std::vector<GenerationR
     er.params = requests[i].params;
     Status v = Validate(er);
     if (!v.ok()) {
-      AbortAll("abort", v);
+      AbortAll(FinishReason::kAbort, v);
       return v.Annotate("request " + std::to_string(i));
     }
     pending[i].handle = std::make_shared<RequestHandle>();

@@ -31,6 +31,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "model/model_dir.h"
 
 namespace strata {
@@ -66,7 +67,7 @@ struct GenerationRequest {
 struct GenerationResult {
   std::vector<int32_t> output;
   std::vector<StepOutput> steps;
-  std::string finish_reason;  // "stop" (EOS / stop token) or "length"
+  FinishReason finish_reason = FinishReason::kNone;  // kStop (EOS / stop token) or kLength
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
 };
@@ -82,6 +83,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t finished_requests = 0;
   int64_t aborted_requests = 0;
+  int64_t deferred_admissions = 0;  // admissions that waited for a shared prefix in computation
 };
 
 // Instantaneous state, for admission control and gauges.
@@ -106,12 +108,12 @@ class Engine {
   Status Validate(const EngineRequest& request) const;
   // Queues a validated request; output goes to `handle`.
   void Add(EngineRequest request, std::shared_ptr<RequestHandle> handle);
-  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  bool HasWork() const { return scheduler_->HasWork(); }
   // One schedule -> run -> postprocess iteration. Returns an error only for
   // internal failures (then every request was finished with that error).
   Status Step();
   // Finishes every queued and running request with `reason`/`error`.
-  void AbortAll(const std::string& reason, const Status& error);
+  void AbortAll(FinishReason reason, const Status& error);
 
   // Runs requests to completion (offline use).
   StatusOr<std::vector<GenerationResult>> Generate(std::vector<GenerationRequest> requests);
@@ -126,18 +128,9 @@ class Engine {
   Status CheckIntegrity() const;
 
  private:
-  struct Sequence;
   Engine(LoadedModel& model, Backend& backend, const EngineOptions& options);
 
-  void Schedule(std::vector<StepItem>* items, std::vector<Sequence*>* item_seqs);
-  bool ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt);
-  void Admit(Sequence& s);
-  void Preempt(Sequence& s);
-  void Postprocess(const std::vector<Sequence*>& item_seqs, const std::vector<StepItem>& items,
-                   const std::vector<float>& logits);
-  void Finish(Sequence& s, const std::string& reason, Status error = OkStatus());
-  void ReleaseKv(Sequence& s, bool cache_prefix);
-  void ReapFinished();
+  void Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits);
 
   LoadedModel& model_;
   Backend& backend_;
@@ -146,10 +139,8 @@ class Engine {
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<RadixTree> radix_;
   std::unique_ptr<ModelRunner> runner_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  std::unique_ptr<Scheduler> scheduler_;  // declared last: gives its pages back first
   EngineStats stats_;
-  int64_t waiting_tokens_ = 0;
   std::vector<float> logits_;
 };
 

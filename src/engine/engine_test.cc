@@ -135,7 +135,7 @@ TEST(EngineTest, CancelFreesPagesAtTheNextStep) {
   EXPECT_EQ(s.engine->load().pages_active, 0);
   RequestOutput out = h->Take();
   EXPECT_TRUE(out.finished);
-  EXPECT_EQ(out.finish_reason, "abort");
+  EXPECT_EQ(out.finish_reason, FinishReason::kAbort);
   EXPECT_EQ(out.completion_tokens, 3);  // prefill (first token) + two decode steps
   EXPECT_TRUE(s.engine->CheckIntegrity().ok());
 }
@@ -162,7 +162,7 @@ TEST(EngineTest, QueueDeadlineFailsWaitingRequestsWithUnavailable) {
   EXPECT_EQ(out.error.code(), StatusCode::kUnavailable);
   EXPECT_FALSE(out.started);
   while (s.engine->HasWork()) ASSERT_TRUE(s.engine->Step().ok());
-  EXPECT_EQ(busy->Take().finish_reason, "length");
+  EXPECT_EQ(busy->Take().finish_reason, FinishReason::kLength);
 }
 
 TEST(EngineTest, ValidateRejectsWhatCanNeverRun) {
@@ -214,6 +214,88 @@ TEST(EngineTest, RandomWorkloadKeepsInvariants) {
   for (auto& h : handles) EXPECT_TRUE(h->finished());
   EXPECT_EQ(s.engine->load().pages_active, 0);
   EXPECT_TRUE(s.engine->CheckIntegrity().ok());
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Requests that arrive together with one long shared prefix (a system
+// prompt, or the n choices of one request) compute it once: the first one
+// inserts its prompt pages chunk by chunk and the others wait for them
+// instead of recomputing. Outputs are those of requests run alone.
+TEST(EngineTest, ConcurrentRequestsWithASharedPrefixComputeItOnce) {
+  EngineOptions eo;
+  eo.page_size = 4;
+  eo.max_total_tokens = 4096;
+  eo.chunked_prefill_size = 64;
+  std::mt19937 rng(7);
+  const std::vector<int32_t> system = RandomPrompt(rng, 160);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = system;
+    for (int32_t t : RandomPrompt(rng, 5 + i)) p.push_back(t);
+    reqs.push_back(Greedy(p, 6));
+  }
+  EngineOptions no_cache = eo;
+  no_cache.disable_radix_cache = true;
+  Stack ref = Make(no_cache);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : reqs) want.push_back(Outputs(*ref.engine, {r})[0]);
+
+  Stack s = Make(eo);
+  auto res = s.engine->Generate(reqs);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  int64_t prompt_total = 0, cached_total = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ((*res)[i].output, want[i]) << "request " << i;
+    prompt_total += static_cast<int64_t>(reqs[i].prompt.size());
+    cached_total += (*res)[i].cached_tokens;
+  }
+  EXPECT_EQ((*res)[0].cached_tokens, 0);
+  for (size_t i = 1; i < reqs.size(); ++i) EXPECT_EQ((*res)[i].cached_tokens, 160) << "request " << i;
+  // The shared 160 tokens were computed once, not four times.
+  EXPECT_EQ(s.engine->stats().prefill_tokens, prompt_total - cached_total);
+  EXPECT_GT(s.engine->stats().deferred_admissions, 0);
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok());
+  // Without the deferral each request computes the shared part itself.
+  EXPECT_EQ(ref.engine->stats().prefill_tokens, prompt_total);
+}
+
+// A prompt's pages enter the prefix cache as each chunk of its prefill
+// completes, locked by the request computing it.
+TEST(EngineTest, PromptPagesAreCachedChunkByChunk) {
+  EngineOptions eo;
+  eo.page_size = 4;
+  eo.max_total_tokens = 4096;
+  eo.chunked_prefill_size = 32;
+  Stack s = Make(eo);
+  std::mt19937 rng(3);
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 100);
+  EngineRequest r;
+  r.id = "r";
+  r.prompt = prompt;
+  r.params.temperature = 0;
+  r.params.max_tokens = 4;
+  auto handle = std::make_shared<RequestHandle>();
+  ASSERT_TRUE(s.engine->Validate(r).ok());
+  s.engine->Add(std::move(r), handle);
+  const RadixTree& tree = *s.engine->prefix_cache();
+  std::vector<int64_t> cached;
+  while (!handle->finished()) {
+    ASSERT_TRUE(s.engine->Step().ok());
+    cached.push_back(tree.PeekPrefixLength(prompt));
+    ASSERT_TRUE(s.engine->CheckIntegrity().ok());
+    // Pages the request holds through its locked node are active, not cached.
+    if (!handle->finished()) EXPECT_EQ(s.engine->load().pages_cached, 0);
+  }
+  ASSERT_GE(cached.size(), 4u);
+  EXPECT_EQ(cached[0], 32);
+  EXPECT_EQ(cached[1], 64);
+  EXPECT_EQ(cached[2], 96);
+  EXPECT_EQ(cached[3], 100);  // the fourth chunk completes the last page
 }
 
 }  // namespace

@@ -6,8 +6,9 @@ namespace strata {
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, KvPool& pool, int32_t max_batch_tokens)
     : model_(model), backend_(backend), pool_(pool), max_batch_tokens_(max_batch_tokens) {
-  const int layers = model.kv_requirements().num_layers;
-  for (int l = 0; l < layers; ++l) kv_.push_back(pool.Layer(0, l));
+  const KvLayout& layout = pool.layout();
+  for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g)
+    for (int l = 0; l < layout.groups[g].num_layers; ++l) kv_.push_back(pool.Layer(g, l));
 }
 
 Status ModelRunner::Reserve(Buffer& buf, size_t bytes) {

@@ -40,7 +40,18 @@ void RequestHandle::SetStarted(int64_t prompt_tokens, int64_t cached_tokens) {
   pending_.cached_tokens = cached_tokens;
 }
 
-void RequestHandle::Finish(const std::string& reason, Status error) {
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return nullptr;
+}
+
+void RequestHandle::Finish(FinishReason reason, Status error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (pending_.finished) return;

@@ -27,12 +27,25 @@ namespace strata {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
+// Why a request ended: decided by the engine, carried as this enum through
+// the server, and turned into the OpenAI string only on the wire
+// (FinishReasonName).
+enum class FinishReason {
+  kNone,    // not finished
+  kStop,    // EOS or a stop token (stop strings: the server decides)
+  kLength,  // max_tokens, the context length or the KV pool's capacity
+  kAbort,   // cancelled (client gone), deadline, server shutdown
+  kError,   // failed: RequestOutput::error says why (e.g. queue time limit)
+};
+// "stop", "length", "abort", "error"; nullptr for kNone (sent as null).
+const char* FinishReasonName(FinishReason reason);
+
 struct EngineRequest {
   std::string id;  // for logs and errors
   std::vector<int32_t> prompt;
   SamplingParams params;
   SteadyTime arrival = std::chrono::steady_clock::now();
-  // Abort (finish_reason "abort") if not finished by then.
+  // Abort (FinishReason::kAbort) if not finished by then.
   SteadyTime deadline = SteadyTime::max();
   // Fail with Unavailable ("queue time limit") if prefill has not started by
   // then: a request that would wait longer is refused, not served late.
@@ -52,9 +65,7 @@ struct GeneratedToken {
 struct RequestOutput {
   std::vector<GeneratedToken> tokens;
   bool finished = false;
-  // "stop" (EOS or stop token), "length", "abort" (cancelled, deadline),
-  // "error" (see error).
-  std::string finish_reason;
+  FinishReason finish_reason = FinishReason::kNone;
   Status error;  // set when the request failed (e.g. queue timeout: kUnavailable)
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
@@ -79,7 +90,7 @@ class RequestHandle {
   // Engine side.
   void Push(GeneratedToken token);
   void SetStarted(int64_t prompt_tokens, int64_t cached_tokens);
-  void Finish(const std::string& reason, Status error = OkStatus());
+  void Finish(FinishReason reason, Status error = OkStatus());
 
  private:
   void Notify() {

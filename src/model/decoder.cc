@@ -26,10 +26,18 @@ class DecoderModel final : public Model {
   Status Init(WeightStore& w);
 
   const ModelConfig& config() const override { return config_; }
-  KvRequirements kv_requirements() const override {
-    return {static_cast<int32_t>(config_.num_hidden_layers),
-            static_cast<int32_t>(config_.num_key_value_heads),
-            static_cast<int32_t>(config_.head_dim), d_.sliding_window};
+  KvLayout kv_layout(int page_size, DType dtype) const override {
+    KvLayout layout;
+    layout.page_size = page_size;
+    PoolGroupSpec g;
+    g.name = d_.sliding_window > 0 ? "sliding_attention" : "full_attention";
+    g.num_layers = static_cast<int>(config_.num_hidden_layers);
+    g.num_kv_heads = static_cast<int>(config_.num_key_value_heads);
+    g.head_dim = static_cast<int>(config_.head_dim);
+    g.dtype = dtype;
+    g.sliding_window = d_.sliding_window;
+    layout.groups.push_back(g);
+    return layout;
   }
   int32_t max_batch_tokens() const override { return options_.max_batch_tokens; }
   Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv, Tensor logits) override;

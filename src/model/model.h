@@ -15,22 +15,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cache/kv_layout.h"
 #include "model/hf_config.h"
 #include "util/status.h"
 
 namespace strata {
 
 class WeightStore;
-
-// What the model needs from the KV cache: one pool group of num_layers
-// layers, each storing K and V of num_kv_heads x head_dim per token.
-// (Multi-group models declare more groups later.)
-struct KvRequirements {
-  int32_t num_layers = 0;
-  int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;
-  int32_t sliding_window = 0;  // 0: full attention
-};
 
 // One step's tokens. All pointers are in backend memory.
 // Row i of the batch is token token_ids[i] at position positions[i], whose
@@ -56,11 +47,16 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual KvRequirements kv_requirements() const = 0;
+  // The KV cache this model needs, as pool groups (cache/kv_layout.h): the
+  // engine sizes, allocates, caches and moves pages from this alone, never
+  // from model specifics. `dtype` is the operator's --kv-cache-dtype for the
+  // groups that take it. Forward()'s kv spans every layer of every group, in
+  // group order.
+  virtual KvLayout kv_layout(int page_size, DType dtype) const = 0;
   // Most rows one Forward() may carry (ModelOptions::max_batch_tokens).
   virtual int32_t max_batch_tokens() const = 0;
   // REQUIRES: batch.num_tokens <= options.max_batch_tokens; kv has
-  // kv_requirements().num_layers entries; logits is F32
+  // one entry per layer of kv_layout()'s groups; logits is F32
   // [batch.num_logit_rows, vocab_size] in backend memory.
   virtual Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv,
                          Tensor logits) = 0;

@@ -34,20 +34,6 @@ Json Bytes(const std::string& text) {
 
 }  // namespace
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kNone:
-      break;
-  }
-  return nullptr;
-}
-
 ResponseMeta NewResponseMeta(std::string_view prefix, std::string model) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static const char kHex[] = "0123456789abcdef";

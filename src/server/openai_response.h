@@ -50,9 +50,7 @@ namespace strata {
 // Generated tokens are the engine's GeneratedToken (engine/request.h): id,
 // plus logprob and top alternatives, read only when logprobs were asked for.
 
-enum class FinishReason { kNone, kStop, kLength, kAbort };
-// "stop", "length", "abort"; nullptr for kNone (sent as null).
-const char* FinishReasonName(FinishReason reason);
+// FinishReason and FinishReasonName: engine/request.h (the wire strings).
 
 // vLLM's stop_reason: the stop string or stop token id that ended a choice;
 // none when it ended on EOS, on length, or has not ended.

@@ -489,10 +489,8 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       if (!out.error.ok()) {
         c.error = out.error;
         c.reason = FinishReason::kAbort;
-      } else if (out.finish_reason == "length") {
-        c.reason = FinishReason::kLength;
-      } else if (out.finish_reason == "stop") {
-        c.reason = FinishReason::kStop;
+      } else if (out.finish_reason == FinishReason::kLength || out.finish_reason == FinishReason::kStop) {
+        c.reason = out.finish_reason;
       } else {
         c.reason = FinishReason::kAbort;
       }

@@ -1,0 +1,315 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace strata {
+namespace {
+
+// A shared prefix shorter than this is recomputed rather than waited for:
+// deferring a request costs it a step of latency.
+constexpr int64_t kMinSharedTokensToDefer = 32;
+
+}  // namespace
+
+const char* RequestStateName(RequestState state) {
+  switch (state) {
+    case RequestState::kWaiting:
+      return "waiting";
+    case RequestState::kLoadingPrefix:
+      return "loading_prefix";
+    case RequestState::kPrefilling:
+      return "prefilling";
+    case RequestState::kDecoding:
+      return "decoding";
+    case RequestState::kAwaitingKv:
+      return "awaiting_kv";
+    case RequestState::kFinished:
+      return "finished";
+  }
+  return "unknown";
+}
+
+Sequence::Sequence(EngineRequest r, std::shared_ptr<RequestHandle> h, int page_size)
+    : req(std::move(r)),
+      handle(std::move(h)),
+      table(page_size),
+      sampler(req.params, std::nullopt) {}
+
+Scheduler::Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix)
+    : options_(options), pool_(pool), radix_(radix) {}
+
+Scheduler::~Scheduler() {
+  // Pages go back before the pool and tree disappear.
+  for (auto& s : running_) ReleaseKv(*s, false);
+  for (auto& s : waiting_) ReleaseKv(*s, false);
+}
+
+void Scheduler::Add(std::unique_ptr<Sequence> seq) {
+  seq->state = RequestState::kWaiting;
+  waiting_tokens_ += static_cast<int64_t>(seq->tokens.size());
+  waiting_.push_back(std::move(seq));
+}
+
+void Scheduler::CachePrefix(Sequence& s, int64_t upto) {
+  const int64_t full = upto / options_.page_size * options_.page_size;
+  if (!radix_ || full <= s.cached_len) return;
+  RadixTree::InsertResult r =
+      radix_->Insert(std::span<const int32_t>(s.tokens.data(), full), s.table.pages());
+  // Lock the longer prefix before dropping the shorter one, so no page of it
+  // is ever evictable while this sequence runs on it.
+  radix_->Lock(r.handle);
+  if (s.prefix_locked) radix_->Unlock(s.prefix);
+  s.prefix = r.handle;
+  s.prefix_locked = true;
+  s.cached_len = full;
+}
+
+void Scheduler::ReleaseKv(Sequence& s, bool cache_prefix) {
+  if (radix_ && cache_prefix && s.computed >= options_.page_size) {
+    const int64_t full = s.computed / options_.page_size * options_.page_size;
+    if (full > s.cached_len)
+      radix_->Insert(std::span<const int32_t>(s.tokens.data(), full), s.table.pages());
+  }
+  if (s.prefix_locked) {
+    radix_->Unlock(s.prefix);
+    s.prefix_locked = false;
+  }
+  s.table.Release(pool_.allocator());
+  s.computed = 0;
+  s.cached_len = 0;
+}
+
+void Scheduler::Finish(Sequence& s, FinishReason reason, Status error) {
+  if (s.finished()) return;
+  const bool was_waiting = s.state == RequestState::kWaiting;
+  s.state = RequestState::kFinished;
+  ReleaseKv(s, /*cache_prefix=*/error.ok());
+  if (was_waiting) waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
+  if (reason == FinishReason::kAbort || !error.ok())
+    stats_.aborted_requests++;
+  else
+    stats_.finished_requests++;
+  s.handle->Finish(reason, std::move(error));
+}
+
+void Scheduler::Reap() {
+  std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->finished(); });
+  std::erase_if(waiting_, [](const std::unique_ptr<Sequence>& s) { return s->finished(); });
+}
+
+void Scheduler::FinishAll(FinishReason reason, const Status& error) {
+  for (auto& s : running_) Finish(*s, reason, error);
+  for (auto& s : waiting_) Finish(*s, reason, error);
+  Reap();
+}
+
+// Makes s's table hold total_tokens tokens. Frees memory by evicting cached
+// prefixes, then (if may_preempt) by preempting the newest other running
+// sequences. False if the pages cannot be had.
+bool Scheduler::ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt) {
+  PageAllocator& alloc = pool_.allocator();
+  for (;;) {
+    const int64_t need = s.table.PagesNeeded(total_tokens);
+    if (alloc.CanAllocate(need)) return s.table.Reserve(total_tokens, alloc).ok();
+    const int64_t short_by = need - alloc.num_free();
+    if (radix_ && radix_->Evict(short_by) > 0) continue;
+    if (!may_preempt) return false;
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+      if (it->get() != &s && !(*it)->finished() && (*it)->computed > 0) {
+        victim = it->get();
+        break;
+      }
+    if (!victim) return false;
+    Preempt(*victim);
+  }
+}
+
+// Back to the front of the queue; its KV (cached in the prefix tree when
+// possible) is recomputed when it is admitted again.
+void Scheduler::Preempt(Sequence& s) {
+  ReleaseKv(s, /*cache_prefix=*/true);
+  stats_.preemptions++;
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const std::unique_ptr<Sequence>& p) { return p.get() == &s; });
+  std::unique_ptr<Sequence> owned = std::move(*it);
+  running_.erase(it);
+  waiting_tokens_ += static_cast<int64_t>(owned->tokens.size());
+  owned->state = RequestState::kWaiting;
+  waiting_.push_front(std::move(owned));
+}
+
+// Matches the prefix cache (leaving at least one token to compute, for
+// logits) and adopts the cached pages.
+void Scheduler::Admit(Sequence& s) {
+  if (!radix_ || s.prefix_locked) return;
+  auto m = radix_->MatchPrefix(std::span<const int32_t>(s.tokens.data(), s.tokens.size() - 1));
+  if (m.num_tokens == 0) return;
+  radix_->Lock(m.handle);
+  s.prefix = m.handle;
+  s.prefix_locked = true;
+  s.table.AdoptSharedPrefix(m.pages, pool_.allocator());
+  s.computed = m.num_tokens;
+  s.cached_len = m.num_tokens;
+}
+
+bool Scheduler::SharesPrefixInComputation(const Sequence& s, int64_t cached) const {
+  const int64_t page = options_.page_size;
+  const int64_t threshold = std::max<int64_t>(kMinSharedTokensToDefer, page);
+  const int64_t usable =
+      static_cast<int64_t>(s.tokens.size()) - 1;  // the last token is always computed
+  for (const auto& r : running_) {
+    if (r->state != RequestState::kPrefilling) continue;
+    const int64_t n = std::min<int64_t>(usable, static_cast<int64_t>(r->tokens.size()));
+    if (n - cached < threshold) continue;
+    const auto diff =
+        std::mismatch(s.tokens.begin() + cached, s.tokens.begin() + n, r->tokens.begin() + cached);
+    const int64_t common = (diff.first - s.tokens.begin()) / page * page;
+    if (common - cached >= threshold && r->cached_len < common) return true;
+  }
+  return false;
+}
+
+void Scheduler::Schedule(ScheduledBatch* batch) {
+  batch->items.clear();
+  batch->seqs.clear();
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& s : running_)
+    if (s->handle->cancelled() || now > s->req.deadline) Finish(*s, FinishReason::kAbort);
+  for (auto& s : waiting_) {
+    if (s->handle->cancelled() || now > s->req.deadline) {
+      Finish(*s, FinishReason::kAbort);
+    } else if (now > s->req.queue_deadline) {
+      Finish(*s, FinishReason::kError,
+             Unavailable(
+                 "the request waited longer than the queue time limit (--max-queue-time-ms) before "
+                 "prefill started"));
+    }
+  }
+  Reap();
+
+  const int64_t cap = options_.max_batch_tokens;
+  int64_t used = 0;
+  auto add = [&](Sequence& s, int64_t n) {
+    StepItem it;
+    it.table = &s.table;
+    it.tokens = s.tokens.data() + s.computed;
+    it.num_tokens = static_cast<int32_t>(n);
+    it.start_pos = static_cast<int32_t>(s.computed);
+    it.want_logits = s.computed + n == static_cast<int64_t>(s.tokens.size());
+    batch->items.push_back(it);
+    batch->seqs.push_back(&s);
+    used += n;
+  };
+
+  // 1. Decode: one token per decoding sequence, oldest first; may preempt
+  //    newer sequences when pages run out. Preempted ones leave running_, so
+  //    iterate over a snapshot.
+  std::vector<Sequence*> snapshot;
+  for (auto& s : running_) snapshot.push_back(s.get());
+  for (Sequence* s : snapshot) {
+    if (s->state != RequestState::kDecoding) continue;  // preempted ones are kWaiting now
+    if (used + 1 > cap) break;
+    if (!ReservePages(*s, s->computed + 1, /*may_preempt=*/true)) continue;
+    add(*s, 1);
+  }
+  // A sequence added before an older one preempted it: drop its item (its
+  // table is empty now).
+  for (size_t i = 0; i < batch->items.size();) {
+    if (batch->seqs[i]->state != RequestState::kDecoding) {
+      used -= batch->items[i].num_tokens;
+      batch->items.erase(batch->items.begin() + i);
+      batch->seqs.erase(batch->seqs.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+
+  // 2. Prefill: continue running prefills, then admit waiting requests in
+  //    order, under the prompt-token budget. Never preempts.
+  int64_t budget = std::min<int64_t>(options_.chunked_prefill_size, cap - used);
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (budget <= 0) break;
+    if (s.state != RequestState::kPrefilling) continue;
+    const int64_t n = std::min(s.remaining(), budget);
+    if (!ReservePages(s, s.computed + n, false)) break;
+    add(s, n);
+    budget -= n;
+  }
+  for (size_t i = 0; i < waiting_.size() && budget > 0 &&
+                     static_cast<int32_t>(running_.size()) < options_.max_running_requests;) {
+    Sequence& s = *waiting_[i];
+    if (options_.defer_shared_prefixes) {
+      const int64_t cached = radix_ ? radix_->PeekPrefixLength(std::span<const int32_t>(
+                                          s.tokens.data(), s.tokens.size() - 1))
+                                    : 0;
+      if (SharesPrefixInComputation(s, cached)) {
+        stats_.deferred_admissions++;
+        ++i;
+        continue;
+      }
+    }
+    Admit(s);
+    const int64_t n = std::min(s.remaining(), budget);
+    if (!ReservePages(s, s.computed + n, false)) {
+      ReleaseKv(s, false);  // give the adopted prefix back; try next step
+      break;
+    }
+    if (!s.reported_start) {  // first admission, not a re-admission after preemption
+      s.reported_start = true;
+      s.handle->SetStarted(s.prompt_len, s.computed);
+    }
+    waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
+    s.state = RequestState::kPrefilling;
+    running_.push_back(std::move(waiting_[i]));
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+    add(*running_.back(), n);
+    budget -= n;
+  }
+}
+
+void Scheduler::Computed(const ScheduledBatch& batch) {
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    Sequence& s = *batch.seqs[i];
+    s.computed += batch.items[i].num_tokens;
+    s.table.SetNumTokens(s.computed);
+    if (s.state != RequestState::kPrefilling) continue;
+    CachePrefix(s, s.computed);
+    if (s.computed == static_cast<int64_t>(s.tokens.size())) s.state = RequestState::kDecoding;
+  }
+}
+
+Status Scheduler::CheckIntegrity() const {
+  for (const auto& s : running_) {
+    if (s->state != RequestState::kPrefilling && s->state != RequestState::kDecoding)
+      return Internal("running request " + s->req.id + " is in state " +
+                      RequestStateName(s->state));
+    if (s->table.capacity() < s->computed)
+      return Internal("request " + s->req.id + ": page table smaller than its computed tokens");
+    for (int32_t p : s->table.pages())
+      if (pool_.allocator().refcount(p) < 1)
+        return Internal("request " + s->req.id + " holds free page " + std::to_string(p));
+    if (s->cached_len > s->computed || s->cached_len % options_.page_size != 0)
+      return Internal("request " + s->req.id + ": cached prefix of " +
+                      std::to_string(s->cached_len) + " tokens does not fit its " +
+                      std::to_string(s->computed) + " computed tokens");
+    if (s->prefix_locked != (s->cached_len > 0))
+      return Internal("request " + s->req.id + ": prefix lock and cached prefix disagree");
+  }
+  int64_t tokens = 0;
+  for (const auto& s : waiting_) {
+    if (s->state != RequestState::kWaiting)
+      return Internal("queued request " + s->req.id + " is in state " + RequestStateName(s->state));
+    if (!s->table.pages().empty() || s->prefix_locked)
+      return Internal("waiting request " + s->req.id + " holds pages");
+    tokens += static_cast<int64_t>(s->tokens.size());
+  }
+  if (tokens != waiting_tokens_)
+    return Internal("waiting token count " + std::to_string(waiting_tokens_) + " != the queue's " +
+                    std::to_string(tokens));
+  return OkStatus();
+}
+
+}  // namespace strata

@@ -1,0 +1,170 @@
+// Scheduler: which requests compute in the next step and how many tokens
+// each; the waiting queue, admission into the running set, page
+// reservation, prefix-cache matching and insertion, and preemption.
+// CPU-only bookkeeping (token ids, page ids, refcounts): no tensors, no
+// backend calls; the engine runs the batch and samples.
+//
+// Every request is a Sequence with one explicit state:
+//
+//   kWaiting ──admit──▶ kPrefilling ──last prompt token computed──▶ kDecoding
+//      ▲                    │  │                                    │
+//      └──────preempt───────┘  └──────────────▶ kFinished ◀─────────┘
+//                                  (stop, length, abort, error; from any state)
+//
+//   kLoadingPrefix (HiCache: a host-resident prefix is copied back before
+//   prefill) and kAwaitingKv (PD decode: pages reserved, the prefill server
+//   writes them) are states of the issues that add those paths; nothing
+//   enters them yet.
+//
+// Prefix sharing: a prefilling sequence inserts its prompt's whole pages
+// into the radix tree as each chunk completes (and locks them), not only
+// when it finishes, so a request that arrives while a shared prefix is
+// being computed adopts those pages. A waiting request whose prompt shares
+// more than a page beyond the cache with a sequence that is computing it
+// right now is deferred until that sequence's next chunk is in (in-batch
+// prefix sharing: the n > 1 choices of one request and bursts with one
+// system prompt compute the shared part once).
+//
+// Not thread-safe: the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/kv_pool.h"
+#include "cache/page_table.h"
+#include "cache/radix_tree.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+
+namespace strata {
+
+enum class RequestState {
+  kWaiting,        // queued (also after preemption); holds no pages
+  kLoadingPrefix,  // HiCache load-back of a host-resident prefix (not yet entered)
+  kPrefilling,     // admitted; prompt chunks computing
+  kDecoding,       // one token per step
+  kAwaitingKv,     // PD decode: waiting for the prefill's KV (not yet entered)
+  kFinished,
+};
+const char* RequestStateName(RequestState state);
+
+// One request's scheduling state. Owned by the Scheduler; the engine reads
+// and extends `tokens` after sampling.
+struct Sequence {
+  Sequence(EngineRequest r, std::shared_ptr<RequestHandle> h, int page_size);
+
+  EngineRequest req;
+  std::shared_ptr<RequestHandle> handle;
+  RequestState state = RequestState::kWaiting;
+  std::vector<int32_t> tokens;  // prompt + output so far
+  int64_t prompt_len = 0;
+  int64_t computed = 0;  // leading tokens whose KV is in the pool
+  int64_t limit = 0;     // total tokens at which the sequence stops (length)
+  PageTable table;
+  Sampler sampler;
+  TokenHistory history;
+  // The radix node covering the prefix this sequence uses from the tree
+  // (matched at admission, then extended as its chunks are inserted);
+  // locked while prefix_locked.
+  RadixNodeHandle prefix;
+  bool prefix_locked = false;
+  int64_t cached_len = 0;  // tokens of `tokens` the tree holds for this sequence
+  bool reported_start = false;
+
+  // Tokens still to compute before the next sample.
+  int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - computed; }
+  bool finished() const { return state == RequestState::kFinished; }
+};
+
+struct SchedulerOptions {
+  int32_t page_size = 16;
+  int32_t max_running_requests = 64;
+  int32_t chunked_prefill_size = 512;  // prompt tokens per step
+  int32_t max_batch_tokens = 576;      // every token of one step (runner's capacity)
+  bool defer_shared_prefixes = true;   // in-batch prefix sharing (see above)
+};
+
+// One step's work: items[i] is seqs[i]'s part of the batch.
+struct ScheduledBatch {
+  std::vector<StepItem> items;
+  std::vector<Sequence*> seqs;
+  bool empty() const { return items.empty(); }
+};
+
+// Counters the engine folds into EngineStats.
+struct SchedulerStats {
+  int64_t preemptions = 0;
+  int64_t finished_requests = 0;
+  int64_t aborted_requests = 0;
+  int64_t deferred_admissions = 0;  // waits for a shared prefix in computation
+};
+
+class Scheduler {
+ public:
+  // `radix` may be null (prefix caching off). Both must outlive the scheduler.
+  Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix);
+  // Gives back every page still held.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a new request at the back of the waiting queue.
+  void Add(std::unique_ptr<Sequence> seq);
+  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+
+  // Finishes cancelled and expired requests, then picks the next batch:
+  // one decode token per decoding sequence (oldest first; preempting the
+  // newest when pages run out), then prompt chunks of running prefills and
+  // newly admitted requests under the chunked-prefill budget (never
+  // preempting). Pages for every item are reserved on return.
+  void Schedule(ScheduledBatch* batch);
+  // The batch ran: each item's tokens now hold KV. Moves prefills whose
+  // prompt is complete to kDecoding and caches the whole prompt pages of
+  // each prefill chunk in the radix tree.
+  void Computed(const ScheduledBatch& batch);
+
+  // Ends `seq` (any state): pages released (its computed prefix cached when
+  // `error` is OK and reason is not kAbort), handle finished. Idempotent.
+  void Finish(Sequence& seq, FinishReason reason, Status error = OkStatus());
+  // Finishes every queued and running request.
+  void FinishAll(FinishReason reason, const Status& error);
+  // Drops finished sequences from the queues.
+  void Reap();
+
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t waiting_tokens() const { return waiting_tokens_; }
+  const SchedulerStats& stats() const { return stats_; }
+  // Every running and waiting sequence holds what its state says: pages
+  // in use covering its computed tokens; waiting ones none but a locked
+  // prefix; the state matches the counters.
+  Status CheckIntegrity() const;
+
+ private:
+  bool ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt);
+  void Admit(Sequence& s);
+  void Preempt(Sequence& s);
+  void ReleaseKv(Sequence& s, bool cache_prefix);
+  // Inserts s.tokens[0, full pages of `upto`) into the tree and moves s's
+  // lock to the inserted node.
+  void CachePrefix(Sequence& s, int64_t upto);
+  // True when a running prefill is computing more than a page of s's prompt
+  // beyond what the cache already holds for it.
+  bool SharesPrefixInComputation(const Sequence& s, int64_t cached) const;
+
+  SchedulerOptions options_;
+  KvPool& pool_;
+  RadixTree* radix_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  int64_t waiting_tokens_ = 0;
+  SchedulerStats stats_;
+};
+
+}  // namespace strata
