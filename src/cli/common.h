@@ -21,7 +21,7 @@ int Fail(const std::string& cmd, const Status& status);
 int UsageError(const std::string& cmd, const Status& status);
 
 struct ModelFlags {
-  std::string model_path;  // empty: the demo model
+  std::string model_path;      // empty: the demo model
   std::string device = "cpu";  // cpu, cuda, cuda:N
   int64_t threads = 0;
   std::string isa = "auto";

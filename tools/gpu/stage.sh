@@ -21,6 +21,6 @@ cp "$build/strata" "$build/src/parity_test" "$build/src/cuda_backend_test" "$des
 strip "$dest/strata" "$dest/parity_test" "$dest/cuda_backend_test"
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 "$dest/lib/"
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
-sed "s#@STRATA_SOURCE_DIR@#$src_dir#" "$here/device_run.sh" > "$dest/device_run.sh"
+sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
 chmod +x "$dest/device_run.sh"
 du -sh "$dest"
