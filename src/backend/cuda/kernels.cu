@@ -184,19 +184,21 @@ __global__ void StoreKvKernel(View k, View v, KvLayer layer, const int64_t* slot
   }
 }
 
-// One block of 4 warps per (query row, query head). Warp w takes positions
-// first + w, first + w + 4, ... with its own online softmax; lane l holds
-// dims l, l + 32, ... of q and of the accumulator. The warps' partial
-// results are merged at the end.
-constexpr int kAttnWarps = 4;
+// One block of `warps` warps (blockDim.x / 32) per (query row, query head).
+// Warp w takes positions first + w, first + w + warps, ... with its own
+// online softmax; lane l holds dims l, l + 32, ... of q and of the
+// accumulator. The warps' partial results are merged at the end through
+// dynamic shared memory: m[warps], l[warps], f[warps], acc[warps][head_dim].
+constexpr int kMaxAttnWarps = 16;
 constexpr int kPerLane = kMaxHeadDim / 32;
 
 template <typename T>
-__global__ void __launch_bounds__(kAttnWarps * 32)
+__global__ void __launch_bounds__(kMaxAttnWarps * 32)
     AttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
                     View out) {
   const int64_t row = blockIdx.x;
   const int h = blockIdx.y;
+  const int warps = blockDim.x / 32;
   __shared__ int seq_s;
   if (threadIdx.x == 0) {
     int found = -1;
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
   float m = -INFINITY, l = 0.f;
   const int ps = layer.page_size;
-  for (int p = first + warp; p <= pos; p += kAttnWarps) {
+  for (int p = first + warp; p <= pos; p += warps) {
     const int64_t slot = static_cast<int64_t>(sq.page_table[p / ps]) * ps + p % ps;
     const T* kr = kbase + slot * token_elems;
     const T* vr = vbase + slot * token_elems;
@@ -254,8 +256,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     m = mn;
   }
 
-  __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
-  __shared__ float acc_s[kAttnWarps][kMaxHeadDim];
+  extern __shared__ float smem[];
+  float* m_s = smem;
+  float* l_s = smem + warps;
+  float* f_s = smem + 2 * warps;
+  float* acc_s = smem + 3 * warps;
   if (lane == 0) {
     m_s[warp] = m;
     l_s[warp] = l;
@@ -263,21 +268,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int d = lane + 32 * j;
-    if (d < hd) acc_s[warp][d] = acc[j];
+    if (d < hd) acc_s[warp * hd + d] = acc[j];
   }
   __syncthreads();
-  float mx = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, m_s[w]);
-  float f[kAttnWarps], denom = 0.f;
-  for (int w = 0; w < kAttnWarps; ++w) {
-    f[w] = m_s[w] == -INFINITY ? 0.f : expf(m_s[w] - mx);  // a warp with no positions adds nothing
-    denom += f[w] * l_s[w];
+  if (static_cast<int>(threadIdx.x) < warps) {
+    float mx = -INFINITY;
+    for (int w = 0; w < warps; ++w) mx = fmaxf(mx, m_s[w]);
+    const float mw = m_s[threadIdx.x];
+    f_s[threadIdx.x] =
+        mw == -INFINITY ? 0.f : expf(mw - mx);  // a warp with no positions adds nothing
   }
+  __syncthreads();
+  float denom = 0.f;
+  for (int w = 0; w < warps; ++w) denom += f_s[w] * l_s[w];
   const float inv = 1.f / denom;
   float* o = RowF(out, row) + static_cast<int64_t>(h) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float v = 0.f;
-    for (int w = 0; w < kAttnWarps; ++w) v += f[w] * acc_s[w][d];
+    for (int w = 0; w < warps; ++w) v += f_s[w] * acc_s[w * hd + d];
     o[d] = v * inv;
   }
 }
@@ -366,17 +374,25 @@ void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_
                     const AttentionArgs& args, const View& out, cudaStream_t stream) {
   if (q.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));
-  const int threads = kAttnWarps * 32;
+  // Each position is a chain of dependent loads (page table, K row), so a
+  // block's warps are what keeps loads in flight. Few blocks (decode): 16
+  // warps each; many (prefill): 4, which fill the GPU with more blocks. On
+  // an H200 (docs/perf.md) this took batch-1 decode at a 512-token context
+  // from 221 to 346 tok/s against 4 warps always; 16 warps always would
+  // have cost prefill 22%.
+  const int warps = q.rows * args.num_heads >= 1024 ? 4 : kMaxAttnWarps;
+  const int threads = warps * 32;
+  const size_t smem = (3 * warps + static_cast<size_t>(warps) * args.head_dim) * sizeof(float);
   switch (layer.dtype) {
     case DType::kBF16:
       AttentionKernel<__nv_bfloat16>
-          <<<grid, threads, 0, stream>>>(q, layer, seqs, num_seqs, args, out);
+          <<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
       return;
     case DType::kF16:
-      AttentionKernel<__half><<<grid, threads, 0, stream>>>(q, layer, seqs, num_seqs, args, out);
+      AttentionKernel<__half><<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
       return;
     default:
-      AttentionKernel<float><<<grid, threads, 0, stream>>>(q, layer, seqs, num_seqs, args, out);
+      AttentionKernel<float><<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
       return;
   }
 }
