@@ -109,7 +109,6 @@ class CudaParityTest : public ::testing::Test {
     keep_.push_back(std::move(b).value());
     return p;
   }
-  void* UpBytes(const std::vector<uint8_t>& v) { return const_cast<uint8_t*>(UpArray(v)); }
   HostTensor Down(const Tensor& dev, const HostTensor& like) {
     HostTensor h = like;
     cuda_->Synchronize();
