@@ -6,11 +6,13 @@
 // - Tensors are non-owning 2-D row-major views (Tensor) into memory the
 //   backend allocated (Buffer). Row stride may exceed cols (views into a
 //   fused output).
-// - Activations are F32. Weights may be F32, F16 or BF16 and are used in
-//   place (a memory-mapped checkpoint is not converted). KV pages are F32,
-//   F16 or BF16 (KvLayerView::dtype).
-// - Index arrays (ids, positions, slots, page tables) live in backend memory
-//   too; on the CPU that is ordinary host memory.
+// - Activations are F32. Weights may be F32, F16 or BF16; a model passes
+//   each through UploadWeight once (the CPU uses a memory-mapped checkpoint
+//   in place; the CUDA backend copies it to the GPU). KV pages are F32, F16
+//   or BF16 (KvLayerView::dtype).
+// - Index arrays (ids, positions, slots, page tables, the AttentionSeq
+//   array) live in backend memory too; on the CPU that is ordinary host
+//   memory. RopeParams::inv_freq is the one host-memory input.
 // - Ops are issued from one thread (the engine thread). A backend may run
 //   an op on many threads internally; ops on one Backend run in issue order.
 //   After Synchronize() all earlier ops have finished.
@@ -63,7 +65,8 @@ struct Tensor {
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(void* data, size_t bytes, void (*free_fn)(void*)) : data_(data), bytes_(bytes), free_(free_fn) {}
+  Buffer(void* data, size_t bytes, void (*free_fn)(void*))
+      : data_(data), bytes_(bytes), free_(free_fn) {}
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
@@ -86,7 +89,9 @@ class Buffer {
   }
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
-  Tensor AsTensor(DType t, int64_t rows, int64_t cols) const { return Tensor{data_, t, rows, cols, 0}; }
+  Tensor AsTensor(DType t, int64_t rows, int64_t cols) const {
+    return Tensor{data_, t, rows, cols, 0};
+  }
 
  private:
   void* data_ = nullptr;
@@ -131,7 +136,7 @@ struct AttentionParams {
 struct RopeParams {
   const float* inv_freq = nullptr;  // rotary_dim / 2 entries, host memory
   int32_t head_dim = 0;
-  int32_t rotary_dim = 0;  // <= head_dim; the first rotary_dim dims rotate
+  int32_t rotary_dim = 0;         // <= head_dim; the first rotary_dim dims rotate
   float attention_scaling = 1.f;  // multiplies cos/sin (1 for the listed rope types)
 };
 
@@ -146,6 +151,12 @@ class Backend {
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() {}
+
+  // A view of weight `host` (host memory, e.g. the mapped checkpoint) that
+  // this backend's ops can read, valid while the backend lives. The CPU
+  // returns `host` itself; the CUDA backend returns a device copy (possibly
+  // converted: see CudaBackendOptions). Errors: out of backend memory.
+  virtual StatusOr<Tensor> UploadWeight(const Tensor& host) { return host; }
 
   // out[i, :] = table[ids[i], :] as F32. out.rows == number of ids.
   virtual void Embedding(const Tensor& table, const int32_t* ids, Tensor out) = 0;
@@ -175,9 +186,8 @@ class Backend {
 
   // Causal attention of each sequence's new queries over its paged context.
   // q, out: [total new tokens, num_heads * head_dim], F32. Softmax in F32.
-  virtual void PagedAttention(const Tensor& q, const KvLayerView& layer,
-                              const AttentionSeq* seqs, int32_t num_seqs,
-                              const AttentionParams& params, Tensor out) = 0;
+  virtual void PagedAttention(const Tensor& q, const KvLayerView& layer, const AttentionSeq* seqs,
+                              int32_t num_seqs, const AttentionParams& params, Tensor out) = 0;
 
   // out[i, :] = x[rows[i], :]. Used to pick the rows that need logits.
   virtual void GatherRows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
@@ -199,5 +209,20 @@ struct CpuBackendOptions {
 // The CPU backend (backend/cpu/). Fails if `isa` names an instruction set the
 // CPU lacks.
 StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
+
+struct CudaBackendOptions {
+  int device = 0;  // CUDA device ordinal (--device cuda:N)
+  // Arithmetic of Linear: "fp32" (weights widened to F32 at upload, F32
+  // GEMM with TF32 off: matches the CPU backend and transformers' fp32
+  // goldens) or "bf16" (BF16 weights stay BF16, activations are rounded to
+  // BF16 for the GEMM, F32 accumulation on the tensor cores; faster, less
+  // exact).
+  std::string matmul_precision = "fp32";
+};
+
+// The CUDA backend (backend/cuda/). Errors: Unavailable when this binary was
+// built without CUDA or no CUDA device is present (the message says which),
+// InvalidArgument for a bad option.
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
 
 }  // namespace strata

@@ -115,6 +115,31 @@ TEST_F(CliTest, GenerateMatchesTransformersGolden) {
   EXPECT_THAT(r.err, HasSubstr("loaded"));
 }
 
+// --device picks the backend. Without a GPU (CI), cuda says so plainly; on
+// a GPU machine the CUDA backend gives the transformers golden tokens.
+TEST_F(CliTest, DeviceFlagSelectsBackendOrSaysWhyNot) {
+  Result r = Run({"generate", "--device", "tpu", "--prompt", "x"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--device tpu: expected cpu, cuda or cuda:N"));
+  r = Run({"generate", "--device", "cuda:x", "--prompt", "x"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("expected cuda:N"));
+
+  std::ifstream in(Fixture("qwen3") + "/golden.json");
+  auto golden = nlohmann::json::parse(in);
+  const auto& c = golden["cases"][3];
+  std::string ids;
+  for (int id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  r = Run({"generate", "--device", "cuda", "--model-path", Fixture("qwen3"), "--prompt-ids", ids,
+           "--max-tokens", std::to_string(c["output_ids"].size()), "--ignore-eos", "--json"});
+  if (r.code != 0) {
+    EXPECT_THAT(r.err, HasSubstr("no CUDA device"));
+    return;
+  }
+  EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], c["output_ids"]);
+  EXPECT_THAT(r.err, HasSubstr("backend cuda"));
+}
+
 TEST_F(CliTest, GenerateTextAndChatPrompts) {
   Result r = Run({"generate", "--model-path", Fixture("llama3_rope"), "--prompt", "Hello there",
                   "--max-tokens", "8", "--ignore-eos"});

@@ -1,4 +1,4 @@
-// strata generate: offline generation on the CPU backend.
+// strata generate: offline generation on the backend --device names (CPU by default).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>

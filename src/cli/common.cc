@@ -30,6 +30,7 @@ void ModelFlags::Register(FlagSet& f) {
   f.String("model-path", &model_path,
            "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); "
            "default: the embedded demo model");
+  f.String("device", &device, "where the model runs: cpu (default), cuda (GPU 0) or cuda:N");
   f.Int("threads", &threads, "CPU threads for compute (0: all cores)", 0, 4096);
   f.String("cpu-isa", &isa, "highest CPU instruction set: auto, avx512, avx2, scalar");
   f.String("matmul-precision", &matmul_precision,
@@ -62,6 +63,30 @@ double ResidentGiB() {
   return pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1073741824.0;
 }
 
+// --device cpu | cuda | cuda:N.
+StatusOr<std::unique_ptr<Backend>> CreateBackendForCli(const ModelFlags& flags) {
+  const std::string& d = flags.device;
+  if (d == "cpu") {
+    CpuBackendOptions bo;
+    bo.num_threads = static_cast<int>(flags.threads);
+    bo.isa = flags.isa;
+    bo.matmul_precision = flags.matmul_precision;
+    return CreateCpuBackend(bo);
+  }
+  if (d == "cuda" || d.rfind("cuda:", 0) == 0) {
+    CudaBackendOptions co;
+    co.matmul_precision = flags.matmul_precision;
+    if (d.size() > 5) {
+      const std::string n = d.substr(5);
+      if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
+        return InvalidArgument("--device " + d + ": expected cuda:N with N a GPU number, e.g. cuda:0");
+      co.device = std::stoi(n);
+    }
+    return CreateCudaBackend(co);
+  }
+  return InvalidArgument("--device " + d + ": expected cpu, cuda or cuda:N");
+}
+
 }  // namespace
 
 StatusOr<LoadedStack> LoadForCli(const std::string& cmd, const ModelFlags& flags) {
@@ -72,11 +97,7 @@ StatusOr<LoadedStack> LoadForCli(const std::string& cmd, const ModelFlags& flags
     std::fprintf(stderr, "strata %s: no --model-path given; using the embedded demo model at %s\n",
                  cmd.c_str(), dir.c_str());
   }
-  CpuBackendOptions bo;
-  bo.num_threads = static_cast<int>(flags.threads);
-  bo.isa = flags.isa;
-  bo.matmul_precision = flags.matmul_precision;
-  ASSIGN_OR_RETURN(s.backend, CreateCpuBackend(bo));
+  ASSIGN_OR_RETURN(s.backend, CreateBackendForCli(flags));
   LoadOptions lo;
   lo.model.max_batch_tokens = static_cast<int32_t>(flags.max_batch_tokens);
   if (isatty(STDERR_FILENO)) lo.progress = &ProgressBar;

@@ -21,7 +21,8 @@ int Fail(const std::string& cmd, const Status& status);
 int UsageError(const std::string& cmd, const Status& status);
 
 struct ModelFlags {
-  std::string model_path;  // empty: the demo model
+  std::string model_path;      // empty: the demo model
+  std::string device = "cpu";  // cpu, cuda, cuda:N
   int64_t threads = 0;
   std::string isa = "auto";
   std::string matmul_precision = "fp32";
@@ -35,7 +36,7 @@ struct LoadedStack {
 };
 
 // Resolves the demo model when no --model-path is given (saying so in one
-// line on stderr), creates the CPU backend, loads the model with a progress
+// line on stderr), creates the backend --device names, loads the model with a progress
 // bar when stderr is a terminal, and reports load time and memory.
 StatusOr<LoadedStack> LoadForCli(const std::string& cmd, const ModelFlags& flags);
 

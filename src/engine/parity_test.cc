@@ -5,6 +5,8 @@
 // reference, through the real loader, tokenizer, chat template and engine.
 // After a step whose reference top-2 margin is a near-tie, the rest of that
 // sequence is not compared (either token is a correct answer there).
+// Every test runs on the CPU backend (Models/...) and on the CUDA backend
+// (Cuda/..., fp32 matmul; skipped with "no CUDA device" without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,25 +29,42 @@ std::string FixtureDir(const std::string& name) {
   return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
 }
 
-json LoadGolden(const std::string& name) {
+json LoadGolden(std::string name) {
+  if (name.rfind("cuda:", 0) == 0) name = name.substr(5);
   std::ifstream in(FixtureDir(name) + "/golden.json");
   return json::parse(in);
 }
 
 struct Stack {
+  std::string skip;  // why this backend cannot run here (no CUDA device)
   std::unique_ptr<Backend> backend;
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<Engine> engine;
 };
 
-Stack Load(const std::string& name, const std::string& isa = "auto", int32_t page_size = 16,
+constexpr char kCudaPrefix[] = "cuda:";
+
+// `param` is a fixture name, or "cuda:" + a fixture name for the CUDA backend.
+Stack Load(const std::string& param, const std::string& isa = "auto", int32_t page_size = 16,
            int32_t chunk = 256) {
   Stack s;
-  CpuBackendOptions bo;
-  bo.num_threads = 2;
-  bo.isa = isa;
-  auto b = CreateCpuBackend(bo);
+  const bool cuda = param.rfind(kCudaPrefix, 0) == 0;
+  const std::string name = cuda ? param.substr(sizeof kCudaPrefix - 1) : param;
+  StatusOr<std::unique_ptr<Backend>> b = Unavailable("");
+  if (cuda) {
+    b = CreateCudaBackend(CudaBackendOptions{});
+    if (!b.ok() && b.status().code() == StatusCode::kUnavailable) {
+      s.skip = b.status().message();
+      return s;
+    }
+  } else {
+    CpuBackendOptions bo;
+    bo.num_threads = 2;
+    bo.isa = isa;
+    b = CreateCpuBackend(bo);
+  }
   EXPECT_TRUE(b.ok()) << b.status().ToString();
+  if (!b.ok()) return s;
   s.backend = std::move(*b);
   LoadOptions lo;
   lo.model.max_batch_tokens = chunk;
@@ -112,6 +131,7 @@ TEST_P(ParityTest, GreedyTokensAndLogprobsMatchTransformers) {
   const std::string name = GetParam();
   json golden = LoadGolden(name);
   Stack s = Load(name);
+  if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   ASSERT_TRUE(s.engine);
   const double near_tie = golden["near_tie"];
   int total = 0;
@@ -134,6 +154,7 @@ TEST_P(ParityTest, BatchedMatchesReference) {
   const std::string name = GetParam();
   json golden = LoadGolden(name);
   Stack s = Load(name, "auto", /*page_size=*/1, /*chunk=*/96);
+  if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   ASSERT_TRUE(s.engine);
   std::vector<GenerationRequest> reqs;
   for (const json& c : golden["cases"]) reqs.push_back(GreedyRequest(c));
@@ -151,6 +172,7 @@ TEST_P(ParityTest, TextPromptsMatchTransformers) {
   const std::string name = GetParam();
   json golden = LoadGolden(name);
   Stack s = Load(name);
+  if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   ASSERT_TRUE(s.engine);
   for (const json& c : golden["text_cases"]) {
     const std::string prompt = c["prompt"];
@@ -171,6 +193,7 @@ TEST_P(ParityTest, ChatPromptsMatchTransformers) {
   const std::string name = GetParam();
   json golden = LoadGolden(name);
   Stack s = Load(name);
+  if (!s.skip.empty()) GTEST_SKIP() << s.skip;
   ASSERT_TRUE(s.engine);
   ASSERT_TRUE(s.model->chat_template) << "fixture has a chat template";
   for (const json& c : golden["chat_cases"]) {
@@ -188,6 +211,14 @@ TEST_P(ParityTest, ChatPromptsMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ParityTest, ::testing::ValuesIn(kModels),
                          [](const auto& info) { return info.param; });
+
+std::vector<std::string> CudaParams() {
+  std::vector<std::string> p;
+  for (const std::string& m : kModels) p.push_back(kCudaPrefix + m);
+  return p;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, ParityTest, ::testing::ValuesIn(CudaParams()),
+                         [](const auto& info) { return info.param.substr(sizeof kCudaPrefix - 1); });
 
 // Every instruction-set level this CPU has gives the reference answers.
 TEST(ParityIsaTest, EveryIsaMatchesOnQwen3) {

@@ -40,7 +40,8 @@ class DecoderModel final : public Model {
     return layout;
   }
   int32_t max_batch_tokens() const override { return options_.max_batch_tokens; }
-  Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv, Tensor logits) override;
+  Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv,
+                 Tensor logits) override;
 
  private:
   StatusOr<Tensor> Bind(WeightStore& w, const std::string& name, std::vector<int64_t> shape);
@@ -62,7 +63,8 @@ class DecoderModel final : public Model {
 
 StatusOr<Tensor> DecoderModel::Bind(WeightStore& w, const std::string& name,
                                     std::vector<int64_t> shape) {
-  return w.Get(name, shape);
+  ASSIGN_OR_RETURN(Tensor host, w.Get(name, shape));
+  return backend_.UploadWeight(host);
 }
 
 Status DecoderModel::Init(WeightStore& w) {
@@ -78,7 +80,7 @@ Status DecoderModel::Init(WeightStore& w) {
     // Some tied checkpoints still carry a copy of the head: accept it (with
     // the right shape) but use the embeddings, as transformers does.
     if (w.Find("lm_head.weight")) {
-      ASSIGN_OR_RETURN(Tensor copy, Bind(w, "lm_head.weight", {V, H}));
+      ASSIGN_OR_RETURN(Tensor copy, w.Get("lm_head.weight", {V, H}));
       (void)copy;
     }
   } else {
@@ -139,7 +141,8 @@ Status DecoderModel::Init(WeightStore& w) {
   const int64_t widths[kNumBufs] = {H, H, nh * hd, nkv * hd, nkv * hd, nh * hd, H, I, I, H};
   buffers_.resize(kNumBufs);
   for (int b = 0; b < kNumBufs; ++b) {
-    ASSIGN_OR_RETURN(buffers_[b], backend_.Allocate(static_cast<size_t>(T * widths[b]) * sizeof(float)));
+    ASSIGN_OR_RETURN(buffers_[b],
+                     backend_.Allocate(static_cast<size_t>(T * widths[b]) * sizeof(float)));
   }
   return OkStatus();
 }

@@ -1,0 +1,416 @@
+// Op parity (as llama.cpp's test-backend-ops): every CUDA backend op against
+// the CPU backend's op on the same random inputs, over several shapes: page
+// size 1 and 16 and one that divides nothing, GQA ratios 1/4/8, head dims
+// 40/64/128, one-token and multi-token sequences, strided views, every KV
+// and weight dtype. The CPU backend is itself tested against double-precision
+// references (cpu_backend_test.cc).
+//
+// Without a CUDA device (or in a build without CUDA) every test is skipped
+// with "no CUDA device: ...".
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace strata {
+namespace {
+
+// Host storage of one dtype.
+struct HostTensor {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0, stride = 0;
+  std::vector<uint8_t> bytes;
+
+  HostTensor(DType t, int64_t r, int64_t c, int64_t s = 0)
+      : dtype(t), rows(r), cols(c), stride(s ? s : c) {
+    bytes.assign(static_cast<size_t>(std::max<int64_t>(1, r * stride)) * DTypeSize(t), 0);
+  }
+  Tensor view() { return Tensor{bytes.data(), dtype, rows, cols, stride}; }
+  float get(int64_t r, int64_t c) const {
+    const int64_t i = r * stride + c;
+    switch (dtype) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, &bytes[i * 4], 4);
+        return f;
+      }
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, &bytes[i * 2], 2);
+        return Bf16ToFloat(h);
+      }
+      default: {
+        uint16_t h;
+        std::memcpy(&h, &bytes[i * 2], 2);
+        return F16ToFloat(h);
+      }
+    }
+  }
+  void set(int64_t r, int64_t c, float v) {
+    const int64_t i = r * stride + c;
+    switch (dtype) {
+      case DType::kF32:
+        std::memcpy(&bytes[i * 4], &v, 4);
+        return;
+      case DType::kBF16: {
+        uint16_t h = FloatToBf16(v);
+        std::memcpy(&bytes[i * 2], &h, 2);
+        return;
+      }
+      default: {
+        uint16_t h = FloatToF16(v);
+        std::memcpy(&bytes[i * 2], &h, 2);
+        return;
+      }
+    }
+  }
+  void Fill(std::mt19937& rng, float scale = 1.f) {
+    std::normal_distribution<float> d(0.f, scale);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) set(r, c, d(rng));
+  }
+};
+
+class CudaParityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CudaBackendOptions o;
+    auto c = CreateCudaBackend(o);
+    if (!c.ok()) GTEST_SKIP() << c.status().message();
+    cuda_ = std::move(c).value();
+    CpuBackendOptions co;
+    co.num_threads = 4;
+    auto p = CreateCpuBackend(co);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    cpu_ = std::move(p).value();
+  }
+
+  // A device copy of `h` (same shape and stride), kept alive by the fixture.
+  Tensor Up(const HostTensor& h) {
+    auto b = cuda_->Allocate(h.bytes.size());
+    EXPECT_TRUE(b.ok());
+    cuda_->CopyToDevice(b->data(), h.bytes.data(), h.bytes.size());
+    Tensor t{b->data(), h.dtype, h.rows, h.cols, h.stride};
+    keep_.push_back(std::move(b).value());
+    return t;
+  }
+  template <typename T>
+  const T* UpArray(const std::vector<T>& v) {
+    auto b = cuda_->Allocate(std::max<size_t>(1, v.size() * sizeof(T)));
+    EXPECT_TRUE(b.ok());
+    cuda_->CopyToDevice(b->data(), v.data(), v.size() * sizeof(T));
+    const T* p = static_cast<const T*>(b->data());
+    keep_.push_back(std::move(b).value());
+    return p;
+  }
+  HostTensor Down(const Tensor& dev, const HostTensor& like) {
+    HostTensor h = like;
+    cuda_->Synchronize();
+    cuda_->CopyToHost(h.bytes.data(), dev.data, h.bytes.size());
+    return h;
+  }
+
+  std::unique_ptr<Backend> cuda_, cpu_;
+  std::vector<Buffer> keep_;
+  std::mt19937 rng_{20261201};
+};
+
+// Max |got - want| over the view, relative to max |want| (at least 1).
+void ExpectClose(const HostTensor& got, const HostTensor& want, double tol,
+                 const std::string& what) {
+  double worst = 0, mag = 1;
+  int64_t wr = 0, wc = 0;
+  for (int64_t r = 0; r < want.rows; ++r)
+    for (int64_t c = 0; c < want.cols; ++c) {
+      mag = std::max(mag, std::abs(double(want.get(r, c))));
+      const double d = std::abs(double(got.get(r, c)) - want.get(r, c));
+      if (!(d <= worst)) worst = d, wr = r, wc = c;  // NaN counts as worst
+    }
+  EXPECT_LE(worst / mag, tol) << what << ": at " << wr << "," << wc << " cuda " << got.get(wr, wc)
+                              << " cpu " << want.get(wr, wc);
+}
+
+TEST_F(CudaParityTest, Embedding) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    HostTensor table(t, 37, 19);
+    table.Fill(rng_);
+    std::vector<int32_t> ids = {0, 36, 5, 5, 17, 1};
+    HostTensor out(DType::kF32, ids.size(), 19, 23), ref = out;
+    Tensor dt = cuda_->UploadWeight(table.view()).value();
+    Tensor o = Up(out);
+    cuda_->Embedding(dt, UpArray(ids), o);
+    cpu_->Embedding(table.view(), ids.data(), ref.view());
+    ExpectClose(Down(o, out), ref, 0, std::string("Embedding ") + DTypeName(t));
+  }
+}
+
+TEST_F(CudaParityTest, RmsNorm) {
+  for (DType wt : {DType::kF32, DType::kBF16}) {
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 64}, {7, 129}, {33, 896}, {3, 4096}}) {
+      HostTensor x(DType::kF32, rows, d, d + 5), w(wt, 1, d), out(DType::kF32, rows, d);
+      x.Fill(rng_, 3.f);
+      w.Fill(rng_);
+      HostTensor ref_in = x, ref = out;
+      Tensor dw = cuda_->UploadWeight(w.view()).value();
+      Tensor dx = Up(x), dout = Up(out);
+      cuda_->RmsNorm(dx, dw, 1e-6f, dout);
+      cpu_->RmsNorm(x.view(), w.view(), 1e-6f, ref.view());
+      ExpectClose(Down(dout, out), ref, 1e-6,
+                  "RmsNorm " + std::to_string(rows) + "x" + std::to_string(d));
+      // In place, as the decoder does for q/k norms.
+      cuda_->RmsNorm(dx, dw, 1e-6f, dx);
+      cpu_->RmsNorm(ref_in.view(), w.view(), 1e-6f, ref_in.view());
+      ExpectClose(Down(dx, x), ref_in, 1e-6, "RmsNorm in place");
+    }
+  }
+}
+
+struct LinearCase {
+  int64_t n, k, m;
+};
+
+// `precision` "bf16": the CPU reference gets x rounded to bf16 (what the
+// CUDA tensor-core path multiplies).
+void CheckLinear(Backend* cuda, Backend* cpu, DType wt, LinearCase c, bool bias, bool strided,
+                 bool round_x, std::mt19937& rng, std::vector<Buffer>* keep) {
+  const int64_t pad = strided ? 3 : 0;
+  HostTensor x(DType::kF32, c.n, c.k, c.k + pad), w(wt, c.m, c.k), b(wt, 1, c.m);
+  HostTensor out(DType::kF32, c.n, c.m, c.m + pad);
+  x.Fill(rng);
+  w.Fill(rng, 0.5f);
+  b.Fill(rng);
+  HostTensor xr = x;
+  if (round_x)
+    for (int64_t r = 0; r < c.n; ++r)
+      for (int64_t i = 0; i < c.k; ++i) xr.set(r, i, Bf16ToFloat(FloatToBf16(x.get(r, i))));
+  HostTensor ref = out;
+  Tensor wt_cpu = w.view(), bt_cpu = b.view();
+  cpu->Linear(xr.view(), wt_cpu, bias ? &bt_cpu : nullptr, ref.view());
+
+  auto up = [&](const HostTensor& h) {
+    Buffer buf = cuda->Allocate(h.bytes.size()).value();
+    cuda->CopyToDevice(buf.data(), h.bytes.data(), h.bytes.size());
+    Tensor d{buf.data(), h.dtype, h.rows, h.cols, h.stride};
+    keep->push_back(std::move(buf));
+    return d;
+  };
+  Tensor dw = cuda->UploadWeight(w.view()).value(), db = cuda->UploadWeight(b.view()).value();
+  Tensor dx = up(x), dout = up(out);
+  cuda->Linear(dx, dw, bias ? &db : nullptr, dout);
+  HostTensor got = out;
+  cuda->Synchronize();
+  cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
+  ExpectClose(got, ref, 2e-5,
+              std::string("Linear ") + DTypeName(wt) + (round_x ? " bf16 path" : "") + " n=" +
+                  std::to_string(c.n) + " k=" + std::to_string(c.k) + " m=" + std::to_string(c.m));
+}
+
+const LinearCase kLinearCases[] = {{1, 64, 33},    {2, 7, 5},      {3, 100, 17},   {4, 128, 70},
+                                   {5, 64, 33},    {13, 1, 9},     {37, 300, 70},  {1, 33, 1},
+                                   {1, 896, 4864}, {64, 896, 151}, {300, 512, 256}};
+
+TEST_F(CudaParityTest, LinearFp32) {
+  for (DType wt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (const LinearCase& c : kLinearCases)
+      CheckLinear(cuda_.get(), cpu_.get(), wt, c, c.n % 2 == 1, c.m % 2 == 1, false, rng_, &keep_);
+}
+
+TEST_F(CudaParityTest, LinearBf16TensorCores) {
+  CudaBackendOptions o;
+  o.matmul_precision = "bf16";
+  auto b = CreateCudaBackend(o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  std::vector<Buffer> keep;
+  for (const LinearCase& c : kLinearCases)
+    CheckLinear(b->get(), cpu_.get(), DType::kBF16, c, c.n % 2 == 1, c.m % 2 == 1, true, rng_,
+                &keep);
+  keep.clear();
+}
+
+TEST_F(CudaParityTest, SiluMulAndAdd) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {5, 4864}, {65, 33}}) {
+    HostTensor g(DType::kF32, rows, cols, cols + 1), u(DType::kF32, rows, cols),
+        out(DType::kF32, rows, cols);
+    g.Fill(rng_, 4.f);
+    u.Fill(rng_);
+    HostTensor ref = out;
+    Tensor dg = Up(g), du = Up(u), dout = Up(out);
+    cuda_->SiluMul(dg, du, dout);
+    cpu_->SiluMul(g.view(), u.view(), ref.view());
+    ExpectClose(Down(dout, out), ref, 1e-6, "SiluMul");
+    cuda_->Add(dout, du, du);  // out aliases b
+    cpu_->Add(ref.view(), u.view(), u.view());
+    ExpectClose(Down(du, u), u, 1e-6, "Add");
+  }
+}
+
+TEST_F(CudaParityTest, Rope) {
+  struct Case {
+    int heads, kv_heads, hd, rotary;
+    float scaling;
+  };
+  for (const Case& c :
+       {Case{4, 2, 64, 64, 1.f}, Case{3, 1, 40, 40, 1.f}, Case{8, 8, 128, 64, 0.75f}}) {
+    const int n = 9;
+    std::vector<float> inv_freq(c.rotary / 2);
+    for (int i = 0; i < c.rotary / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / c.rotary);
+    RopeParams rp{inv_freq.data(), c.hd, c.rotary, c.scaling};
+    std::vector<int32_t> pos = {0, 1, 2, 7, 100, 511, 4095, 30000, 131071};
+    HostTensor q(DType::kF32, n, c.heads * c.hd, c.heads * c.hd + 4),
+        k(DType::kF32, n, c.kv_heads * c.hd);
+    q.Fill(rng_);
+    k.Fill(rng_);
+    Tensor dq = Up(q), dk = Up(k);
+    cuda_->Rope(dq, dk, UpArray(pos), rp);
+    HostTensor rq = q, rk = k;
+    cpu_->Rope(rq.view(), rk.view(), pos.data(), rp);
+    ExpectClose(Down(dq, q), rq, 1e-6, "Rope q hd " + std::to_string(c.hd));
+    ExpectClose(Down(dk, k), rk, 1e-6, "Rope k hd " + std::to_string(c.hd));
+  }
+}
+
+TEST_F(CudaParityTest, GatherRows) {
+  HostTensor x(DType::kF32, 10, 33, 40), out(DType::kF32, 4, 33);
+  x.Fill(rng_);
+  std::vector<int32_t> rows = {9, 0, 3, 3};
+  HostTensor ref = out;
+  Tensor dout = Up(out);
+  cuda_->GatherRows(Up(x), UpArray(rows), dout);
+  cpu_->GatherRows(x.view(), rows.data(), ref.view());
+  ExpectClose(Down(dout, out), ref, 0, "GatherRows");
+}
+
+// StoreKv then PagedAttention on both backends from the same inputs: the KV
+// pages must hold the same bytes, and the outputs must agree.
+struct SeqSpec {
+  int q_len, kv_len;
+};
+
+void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
+                    int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
+                    std::mt19937& rng, std::vector<Buffer>* keep);
+
+TEST_F(CudaParityTest, StoreKvAndPagedAttention) {
+  const std::vector<SeqSpec> batch = {{1, 1}, {1, 37}, {5, 5}, {3, 50}, {17, 33}, {1, 300}};
+  struct Case {
+    DType kv;
+    int page_size, heads, kv_heads, hd, window;
+  };
+  const Case cases[] = {
+      {DType::kF32, 16, 8, 8, 64, 0},     // MHA
+      {DType::kF32, 1, 8, 2, 64, 0},      // GQA 4, page size 1
+      {DType::kBF16, 16, 16, 2, 128, 0},  // GQA 8, head_dim 128
+      {DType::kF16, 5, 6, 2, 40, 0},      // page size dividing nothing, odd-ish head dim
+      {DType::kBF16, 16, 4, 4, 64, 7},    // sliding window
+      {DType::kF32, 16, 14, 2, 64, 0},    // Qwen2.5-0.5B's 14/2
+  };
+  for (const Case& c : cases)
+    CheckAttention(cuda_.get(), cpu_.get(), c.kv, c.page_size, c.heads, c.kv_heads, c.hd, c.window,
+                   batch, rng_, &keep_);
+  // Enough query rows x heads (>= 1024) for the launch to take its
+  // prefill shape (fewer warps per block); the batch above takes the decode one.
+  const std::vector<SeqSpec> prefill = {{70, 70}, {1, 500}, {9, 40}};
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 128, 0, prefill, rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 1, 16, 4, 64, 33, prefill, rng_, &keep_);
+}
+
+void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
+                    int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
+                    std::mt19937& rng, std::vector<Buffer>* keep) {
+  const std::string what = std::string("attention kv ") + DTypeName(kv_dtype) + " page " +
+                           std::to_string(page_size) + " heads " + std::to_string(heads) + "/" +
+                           std::to_string(kv_heads) + " hd " + std::to_string(hd) + " window " +
+                           std::to_string(window);
+  const int num_seqs = static_cast<int>(specs.size());
+  int64_t total_pages = 3, total_q = 0;
+  for (const auto& s : specs)
+    total_pages += (s.kv_len + page_size - 1) / page_size, total_q += s.q_len;
+  const int64_t e = int64_t(kv_heads) * hd;
+  const size_t pool_bytes = total_pages * page_size * e * DTypeSize(kv_dtype);
+  std::vector<int32_t> free_pages(total_pages);
+  std::iota(free_pages.begin(), free_pages.end(), 0);
+  std::shuffle(free_pages.begin(), free_pages.end(), rng);
+
+  auto up = [&](const void* src, size_t bytes) {
+    Buffer buf = cuda->Allocate(std::max<size_t>(bytes, 1)).value();
+    cuda->CopyToDevice(buf.data(), src, bytes);
+    void* p = buf.data();
+    keep->push_back(std::move(buf));
+    return p;
+  };
+  std::vector<uint8_t> zeros(pool_bytes, 0), cpu_k = zeros, cpu_v = zeros;
+  KvLayerView cpu_layer{cpu_k.data(), cpu_v.data(), kv_dtype, page_size, kv_heads, hd, total_pages};
+  KvLayerView dev_layer = cpu_layer;
+  dev_layer.k = up(zeros.data(), pool_bytes);
+  dev_layer.v = up(zeros.data(), pool_bytes);
+
+  // All sequences' tokens in one StoreKv, as a model step does.
+  std::vector<std::vector<int32_t>> tables(num_seqs);
+  std::vector<int64_t> slots;
+  for (int s = 0; s < num_seqs; ++s) {
+    const int pages = (specs[s].kv_len + page_size - 1) / page_size;
+    for (int p = 0; p < pages; ++p) tables[s].push_back(free_pages.back()), free_pages.pop_back();
+    for (int i = 0; i < specs[s].kv_len; ++i)
+      slots.push_back(int64_t(tables[s][i / page_size]) * page_size + i % page_size);
+  }
+  HostTensor k(DType::kF32, slots.size(), e), v(DType::kF32, slots.size(), e);
+  k.Fill(rng);
+  v.Fill(rng);
+  cpu->StoreKv(k.view(), v.view(), cpu_layer, slots.data());
+  Tensor dk{up(k.bytes.data(), k.bytes.size()), DType::kF32, k.rows, e, 0};
+  Tensor dv{up(v.bytes.data(), v.bytes.size()), DType::kF32, v.rows, e, 0};
+  cuda->StoreKv(dk, dv, dev_layer, static_cast<const int64_t*>(up(slots.data(), slots.size() * 8)));
+  std::vector<uint8_t> got_k(pool_bytes), got_v(pool_bytes);
+  cuda->Synchronize();
+  cuda->CopyToHost(got_k.data(), dev_layer.k, pool_bytes);
+  cuda->CopyToHost(got_v.data(), dev_layer.v, pool_bytes);
+  EXPECT_TRUE(got_k == cpu_k && got_v == cpu_v) << "StoreKv: KV pages differ, " << what;
+
+  // Attention: host seqs for the CPU, device seqs (with device page tables) for CUDA.
+  std::vector<AttentionSeq> cpu_seqs(num_seqs), dev_seqs(num_seqs);
+  int q_start = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    cpu_seqs[s] = AttentionSeq{q_start, specs[s].q_len, specs[s].kv_len, tables[s].data()};
+    dev_seqs[s] = cpu_seqs[s];
+    dev_seqs[s].page_table =
+        static_cast<const int32_t*>(up(tables[s].data(), tables[s].size() * 4));
+    q_start += specs[s].q_len;
+  }
+  HostTensor q(DType::kF32, total_q, int64_t(heads) * hd),
+      out(DType::kF32, total_q, int64_t(heads) * hd);
+  q.Fill(rng);
+  HostTensor ref = out;
+  AttentionParams params{heads, kv_heads, hd, 1.f / std::sqrt(float(hd)), window};
+  cpu->PagedAttention(q.view(), cpu_layer, cpu_seqs.data(), num_seqs, params, ref.view());
+  Tensor dq{up(q.bytes.data(), q.bytes.size()), DType::kF32, q.rows, q.cols, 0};
+  Tensor dout{up(out.bytes.data(), out.bytes.size()), DType::kF32, out.rows, out.cols, 0};
+  const auto* ds =
+      static_cast<const AttentionSeq*>(up(dev_seqs.data(), dev_seqs.size() * sizeof(AttentionSeq)));
+  cuda->PagedAttention(dq, dev_layer, ds, num_seqs, params, dout);
+  HostTensor got = out;
+  cuda->Synchronize();
+  cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
+  ExpectClose(got, ref, 1e-5, what);
+}
+
+TEST(CudaBackendOptionsTest, RejectsBadPrecisionOrSaysNoDevice) {
+  CudaBackendOptions o;
+  o.matmul_precision = "tf32";
+  auto b = CreateCudaBackend(o);
+  ASSERT_FALSE(b.ok());
+  // A build or machine without CUDA answers "no CUDA device" before
+  // looking at the options; with one, the option is rejected.
+  const std::string msg = b.status().message();
+  EXPECT_TRUE(msg.find("no CUDA device") != std::string::npos ||
+              msg.find("matmul_precision") != std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace strata

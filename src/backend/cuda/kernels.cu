@@ -1,0 +1,407 @@
+// The CUDA backend's kernels: straightforward and exact first (each computes
+// what the CPU backend computes, in the same F32 arithmetic where the CPU's
+// order is cheap to follow), fast later. Dtypes of weights and activations
+// are dispatched at run time inside the elementwise kernels; only attention
+// and the KV store are templated on the KV dtype (3 instantiations each), to
+// keep this file quick to compile.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "backend/cuda/kernels.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b);
+}
+
+__device__ inline float Load(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16:
+      return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ inline void Store(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+      return;
+    case DType::kF16:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+      return;
+    default:
+      static_cast<float*>(p)[i] = v;
+      return;
+  }
+}
+
+__device__ inline float ToFloat(float v) { return v; }
+__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float ToFloat(__half v) { return __half2float(v); }
+template <typename T>
+__device__ inline T FromFloat(float v);
+template <>
+__device__ inline float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ inline __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+__device__ inline float* RowF(const View& v, int64_t r) {
+  return static_cast<float*>(v.data) + r * v.stride;
+}
+
+__device__ inline void SetError(int32_t* err, int32_t code) { atomicCAS(err, 0, code); }
+
+#define GRID_STRIDE(i, n)                                                   \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
+__global__ void ConvertKernel(View src, View dst) {
+  const int64_t n = src.rows * src.cols;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / src.cols, c = i % src.cols;
+    Store(dst.data, dst.dtype, r * dst.stride + c, Load(src.data, src.dtype, r * src.stride + c));
+  }
+}
+
+__global__ void EmbeddingKernel(View table, const int32_t* ids, View out, int32_t* err) {
+  const int64_t n = out.rows * out.cols;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / out.cols, c = i % out.cols;
+    const int32_t id = ids[r];
+    if (id < 0 || id >= table.rows) {
+      SetError(err, kErrTokenId);
+      continue;
+    }
+    RowF(out, r)[c] = Load(table.data, table.dtype, id * table.stride + c);
+  }
+}
+
+// One block per row. Sum of squares in double like the CPU backend, so the
+// scale factor is the same float.
+__global__ void RmsNormKernel(View x, View w, float eps, View out) {
+  const int64_t r = blockIdx.x;
+  const int64_t d = x.cols;
+  const float* xr = RowF(x, r);
+  double ss = 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ss += static_cast<double>(xr[c]) * xr[c];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  __shared__ double part[kThreads / 32];
+  __shared__ float inv_s;
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int i = 0; i < static_cast<int>(blockDim.x) / 32; ++i) t += part[i];
+    inv_s = 1.f / sqrtf(static_cast<float>(t / d) + eps);
+  }
+  __syncthreads();
+  const float inv = inv_s;
+  float* o = RowF(out, r);
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    o[c] = __fmul_rn(Load(w.data, w.dtype, c), __fmul_rn(xr[c], inv));
+}
+
+__global__ void AddBiasKernel(View out, View bias) {
+  const int64_t n = out.rows * out.cols;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / out.cols, c = i % out.cols;
+    RowF(out, r)[c] += Load(bias.data, bias.dtype, c);
+  }
+}
+
+__global__ void SiluMulKernel(View gate, View up, View out) {
+  const int64_t n = out.rows * out.cols;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / out.cols, c = i % out.cols;
+    const float g = RowF(gate, r)[c], u = RowF(up, r)[c];
+    RowF(out, r)[c] = g / (1.f + expf(-g)) * u;
+  }
+}
+
+__global__ void AddKernel(View a, View b, View out) {
+  const int64_t n = out.rows * out.cols;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / out.cols, c = i % out.cols;
+    RowF(out, r)[c] = RowF(a, r)[c] + RowF(b, r)[c];
+  }
+}
+
+// One thread per (row, head, rotary pair); the same float operations as the
+// CPU backend (cos/sin in double, rounded to float; no fused multiply-add).
+__global__ void RopeKernel(View q, View k, const int32_t* positions, RopeTable rope) {
+  const int half = rope.rotary_dim / 2, hd = rope.head_dim;
+  const int64_t qh = q.cols / hd, kh = k.cols / hd;
+  const int64_t n = q.rows * (qh + kh) * half;
+  GRID_STRIDE(idx, n) {
+    const int i = static_cast<int>(idx % half);
+    const int64_t t = idx / half;
+    const int64_t h = t % (qh + kh), r = t / (qh + kh);
+    const float f = __fmul_rn(static_cast<float>(positions[r]), rope.inv_freq[i]);
+    const float cs =
+        __fmul_rn(static_cast<float>(cos(static_cast<double>(f))), rope.attention_scaling);
+    const float sn =
+        __fmul_rn(static_cast<float>(sin(static_cast<double>(f))), rope.attention_scaling);
+    float* v = h < qh ? RowF(q, r) + h * hd : RowF(k, r) + (h - qh) * hd;
+    const float x1 = v[i], x2 = v[half + i];
+    v[i] = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+    v[half + i] = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+  }
+}
+
+template <typename T>
+__global__ void StoreKvKernel(View k, View v, KvLayer layer, const int64_t* slots, int32_t* err) {
+  const int64_t e = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+  const int64_t num_slots = layer.num_pages * layer.page_size;
+  const int64_t n = k.rows * e;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / e, c = i % e;
+    const int64_t s = slots[r];
+    if (s < 0 || s >= num_slots) {
+      SetError(err, kErrKvSlot);
+      continue;
+    }
+    static_cast<T*>(layer.k)[s * e + c] = FromFloat<T>(RowF(k, r)[c]);
+    static_cast<T*>(layer.v)[s * e + c] = FromFloat<T>(RowF(v, r)[c]);
+  }
+}
+
+// One block of `warps` warps (blockDim.x / 32) per (query row, query head).
+// Warp w takes positions first + w, first + w + warps, ... with its own
+// online softmax; lane l holds dims l, l + 32, ... of q and of the
+// accumulator. The warps' partial results are merged at the end through
+// dynamic shared memory: m[warps], l[warps], f[warps], acc[warps][head_dim].
+constexpr int kMaxAttnWarps = 16;
+constexpr int kPerLane = kMaxHeadDim / 32;
+
+template <typename T>
+__global__ void __launch_bounds__(kMaxAttnWarps * 32)
+    AttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
+                    View out) {
+  const int64_t row = blockIdx.x;
+  const int h = blockIdx.y;
+  const int warps = blockDim.x / 32;
+  __shared__ int seq_s;
+  if (threadIdx.x == 0) {
+    int found = -1;
+    for (int s = 0; s < num_seqs; ++s) {
+      if (row >= seqs[s].q_start && row < seqs[s].q_start + seqs[s].q_len) {
+        found = s;
+        break;
+      }
+    }
+    seq_s = found;
+  }
+  __syncthreads();
+  if (seq_s < 0) return;
+  const Seq sq = seqs[seq_s];
+  const int pos = sq.kv_len - sq.q_len + static_cast<int>(row - sq.q_start);
+  const int first = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+  const int hd = a.head_dim;
+  const int kv_head = h / (a.num_heads / a.num_kv_heads);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t token_elems = static_cast<int64_t>(layer.num_kv_heads) * hd;
+  const T* kbase = static_cast<const T*>(layer.k) + static_cast<int64_t>(kv_head) * hd;
+  const T* vbase = static_cast<const T*>(layer.v) + static_cast<int64_t>(kv_head) * hd;
+  const float* qrow = RowF(q, row) + static_cast<int64_t>(h) * hd;
+
+  float qr[kPerLane], acc[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + 32 * j;
+    qr[j] = d < hd ? qrow[d] : 0.f;
+    acc[j] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const int ps = layer.page_size;
+  for (int p = first + warp; p <= pos; p += warps) {
+    const int64_t slot = static_cast<int64_t>(sq.page_table[p / ps]) * ps + p % ps;
+    const T* kr = kbase + slot * token_elems;
+    const T* vr = vbase + slot * token_elems;
+    float dot = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < hd) dot += qr[j] * ToFloat(kr[d]);
+    }
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    const float s = dot * a.scale;
+    const float mn = fmaxf(m, s);
+    const float corr = expf(m - mn);  // 0 on the first position
+    const float e = expf(s - mn);
+    l = l * corr + e;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < hd) acc[j] = acc[j] * corr + e * ToFloat(vr[d]);
+    }
+    m = mn;
+  }
+
+  extern __shared__ float smem[];
+  float* m_s = smem;
+  float* l_s = smem + warps;
+  float* f_s = smem + 2 * warps;
+  float* acc_s = smem + 3 * warps;
+  if (lane == 0) {
+    m_s[warp] = m;
+    l_s[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < hd) acc_s[warp * hd + d] = acc[j];
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < warps) {
+    float mx = -INFINITY;
+    for (int w = 0; w < warps; ++w) mx = fmaxf(mx, m_s[w]);
+    const float mw = m_s[threadIdx.x];
+    f_s[threadIdx.x] =
+        mw == -INFINITY ? 0.f : expf(mw - mx);  // a warp with no positions adds nothing
+  }
+  __syncthreads();
+  float denom = 0.f;
+  for (int w = 0; w < warps; ++w) denom += f_s[w] * l_s[w];
+  const float inv = 1.f / denom;
+  float* o = RowF(out, row) + static_cast<int64_t>(h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.f;
+    for (int w = 0; w < warps; ++w) v += f_s[w] * acc_s[w * hd + d];
+    o[d] = v * inv;
+  }
+}
+
+__global__ void GatherRowsKernel(View x, const int32_t* rows, View out, int64_t esz, int32_t* err) {
+  const int64_t row_bytes = x.cols * esz;
+  const int64_t n = out.rows * row_bytes;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / row_bytes, b = i % row_bytes;
+    const int32_t src = rows[r];
+    if (src < 0 || src >= x.rows) {
+      SetError(err, kErrGatherRow);
+      continue;
+    }
+    static_cast<char*>(out.data)[r * out.stride * esz + b] =
+        static_cast<const char*>(x.data)[src * x.stride * esz + b];
+  }
+}
+
+}  // namespace
+
+const char* DeviceErrorName(int32_t code) {
+  switch (code) {
+    case kErrNone:
+      return "none";
+    case kErrTokenId:
+      return "Embedding: a token id is outside the embedding table";
+    case kErrKvSlot:
+      return "StoreKv: a KV slot is outside the layer's pages";
+    case kErrGatherRow:
+      return "GatherRows: a row index is outside the input";
+  }
+  return "unknown device error";
+}
+
+void Convert(const View& src, const View& dst, cudaStream_t stream) {
+  ConvertKernel<<<Blocks(src.rows * src.cols), kThreads, 0, stream>>>(src, dst);
+}
+
+void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* err,
+               cudaStream_t stream) {
+  EmbeddingKernel<<<Blocks(out.rows * out.cols), kThreads, 0, stream>>>(table, ids, out, err);
+}
+
+void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream) {
+  if (x.rows == 0) return;
+  RmsNormKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, stream>>>(x, weight, eps, out);
+}
+
+void AddBias(const View& out, const View& bias, cudaStream_t stream) {
+  AddBiasKernel<<<Blocks(out.rows * out.cols), kThreads, 0, stream>>>(out, bias);
+}
+
+void SiluMul(const View& gate, const View& up, const View& out, cudaStream_t stream) {
+  SiluMulKernel<<<Blocks(out.rows * out.cols), kThreads, 0, stream>>>(gate, up, out);
+}
+
+void Add(const View& a, const View& b, const View& out, cudaStream_t stream) {
+  AddKernel<<<Blocks(out.rows * out.cols), kThreads, 0, stream>>>(a, b, out);
+}
+
+void Rope(const View& q, const View& k, const int32_t* positions, const RopeTable& rope,
+          cudaStream_t stream) {
+  const int64_t heads = q.cols / rope.head_dim + k.cols / rope.head_dim;
+  RopeKernel<<<Blocks(q.rows * heads * (rope.rotary_dim / 2)), kThreads, 0, stream>>>(
+      q, k, positions, rope);
+}
+
+void StoreKv(const View& k, const View& v, const KvLayer& layer, const int64_t* slots, int32_t* err,
+             cudaStream_t stream) {
+  const int blocks = Blocks(k.rows * layer.num_kv_heads * layer.head_dim);
+  switch (layer.dtype) {
+    case DType::kBF16:
+      StoreKvKernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(k, v, layer, slots, err);
+      return;
+    case DType::kF16:
+      StoreKvKernel<__half><<<blocks, kThreads, 0, stream>>>(k, v, layer, slots, err);
+      return;
+    default:
+      StoreKvKernel<float><<<blocks, kThreads, 0, stream>>>(k, v, layer, slots, err);
+      return;
+  }
+}
+
+void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t num_seqs,
+                    const AttentionArgs& args, const View& out, cudaStream_t stream) {
+  if (q.rows == 0) return;
+  const dim3 grid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));
+  // Each position is a chain of dependent loads (page table, K row), so a
+  // block's warps are what keeps loads in flight. Few blocks (decode): 16
+  // warps each; many (prefill): 4, which fill the GPU with more blocks. On
+  // an H200 (docs/perf.md) this took batch-1 decode at a 512-token context
+  // from 221 to 346 tok/s against 4 warps always; 16 warps always would
+  // have cost prefill 22%.
+  const int warps = q.rows * args.num_heads >= 1024 ? 4 : kMaxAttnWarps;
+  const int threads = warps * 32;
+  const size_t smem = (3 * warps + static_cast<size_t>(warps) * args.head_dim) * sizeof(float);
+  switch (layer.dtype) {
+    case DType::kBF16:
+      AttentionKernel<__nv_bfloat16>
+          <<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
+      return;
+    case DType::kF16:
+      AttentionKernel<__half><<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
+      return;
+    default:
+      AttentionKernel<float><<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
+      return;
+  }
+}
+
+void GatherRows(const View& x, const int32_t* rows, const View& out, int32_t* err,
+                cudaStream_t stream) {
+  const int64_t esz = static_cast<int64_t>(DTypeSize(x.dtype));
+  GatherRowsKernel<<<Blocks(out.rows * x.cols * esz), kThreads, 0, stream>>>(x, rows, out, esz,
+                                                                             err);
+}
+
+}  // namespace strata::cuda

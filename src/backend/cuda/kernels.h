@@ -1,0 +1,90 @@
+// Launchers of the CUDA backend's kernels (kernels.cu), called by
+// cuda_backend.cc. Plain structs and pointers only, so that nvcc compiles one
+// small file and the backend class stays ordinary C++.
+//
+// Every launcher enqueues on `stream` and returns at once. Pointers are
+// device memory. Index errors found on the device (a token id, KV slot or
+// row out of range) are not fatal there: the offending row is skipped and
+// the first error code is written to `err`, which the backend checks at
+// Synchronize().
+//
+// Thread-safety: launchers are stateless; the stream orders them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/dtype.h"
+
+namespace strata::cuda {
+
+// Codes written to the device error word (0: none).
+enum DeviceError : int32_t {
+  kErrNone = 0,
+  kErrTokenId = 1,    // Embedding: id outside [0, table rows)
+  kErrKvSlot = 2,     // StoreKv: slot outside the layer's pages
+  kErrGatherRow = 3,  // GatherRows: row outside x
+};
+const char* DeviceErrorName(int32_t code);
+
+// A 2-D strided view as the kernels see it (row stride in elements).
+struct View {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0, stride = 0;
+};
+
+inline constexpr int kMaxHeadDim = 512;  // same bound as the CPU backend
+inline constexpr int kMaxRotaryHalf = kMaxHeadDim / 2;
+
+// dst = src converted elementwise (any float dtype to any float dtype).
+void Convert(const View& src, const View& dst, cudaStream_t stream);
+
+void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* err,
+               cudaStream_t stream);
+
+void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream);
+
+// out[r, c] += bias[c].
+void AddBias(const View& out, const View& bias, cudaStream_t stream);
+
+void SiluMul(const View& gate, const View& up, const View& out, cudaStream_t stream);
+
+void Add(const View& a, const View& b, const View& out, cudaStream_t stream);
+
+// Passed by value: the table travels in the kernel's parameters.
+struct RopeTable {
+  float inv_freq[kMaxRotaryHalf];
+  int32_t head_dim = 0, rotary_dim = 0;
+  float attention_scaling = 1.f;
+};
+void Rope(const View& q, const View& k, const int32_t* positions, const RopeTable& rope,
+          cudaStream_t stream);
+
+struct KvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kF32;
+  int32_t page_size = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t num_pages = 0;
+};
+void StoreKv(const View& k, const View& v, const KvLayer& layer, const int64_t* slots, int32_t* err,
+             cudaStream_t stream);
+
+// Mirrors strata::AttentionSeq (backend.h); static_assert'ed in cuda_backend.cc.
+struct Seq {
+  int32_t q_start, q_len, kv_len;
+  const int32_t* page_table;
+};
+struct AttentionArgs {
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, sliding_window = 0;
+  float scale = 0.f;
+};
+void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t num_seqs,
+                    const AttentionArgs& args, const View& out, cudaStream_t stream);
+
+void GatherRows(const View& x, const int32_t* rows, const View& out, int32_t* err,
+                cudaStream_t stream);
+
+}  // namespace strata::cuda

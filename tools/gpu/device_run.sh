@@ -1,0 +1,43 @@
+#!/bin/bash
+# Runs on the GPU machine from the repository root (staged by tools/gpu/stage.sh):
+# op parity, model parity on CUDA, generate on cpu vs cuda, then (unless
+# SKIP_BENCH is set) batch-1 decode and prefill of the Llama-3.2-1B shape next
+# to the device-to-device copy bandwidth. Logs and JSON go to $OUT.
+cd "$(dirname "$0")"
+R=$(cd .. && pwd)
+OUT=${OUT:-/tmp/strata-gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
+# The tests read fixtures via their compiled-in source directory.
+mkdir -p "$(dirname @STRATA_SOURCE_DIR@)" && ln -sfn "$R" @STRATA_SOURCE_DIR@
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+echo "== op parity"; ./cuda_backend_test > "$OUT/op_test.log" 2>&1; tail -3 "$OUT/op_test.log"
+echo "== model parity (CUDA)"
+timeout 240 ./parity_test --gtest_filter='Cuda/*' > "$OUT/parity_cuda.log" 2>&1
+grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/parity_cuda.log" | head -20
+echo "== generate cpu vs cuda"
+for m in qwen3 llama3_rope mistral; do
+  for d in cpu cuda; do
+    ./strata generate --device $d --model-path "$R/tests/fixtures/models/$m" --prompt-ids 1,2,3,4,5,6,7,8 \
+      --max-tokens 48 --temperature 0 --json > /tmp/gen_${m}_$d.json 2> /tmp/gen_${m}_$d.err || cat /tmp/gen_${m}_$d.err
+  done
+  python3 -c "import json; a,b=[json.load(open(f'/tmp/gen_${m}_{d}.json'))['output_ids'] for d in ('cpu','cuda')]; print('$m', 'cpu==cuda' if a==b else 'DIFFER', b[:12])"
+done
+grep -h backend /tmp/gen_qwen3_cuda.err
+[ -n "${SKIP_BENCH:-}" ] && exit 0
+echo "== bench"
+./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
+python3 -c "
+import torch, time
+x = torch.empty(2 * 1024**3, dtype=torch.uint8, device='cuda'); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+torch.cuda.synchronize(); t = time.time()
+for _ in range(20): y.copy_(x)
+torch.cuda.synchronize(); dt = (time.time() - t) / 20
+print(f'd2d copy {2 * x.numel() / dt / 1e12:.2f} TB/s (read+write)')"
+python3 "$R/tools/bench/make_shape_model.py" --shape llama-3.2-1b \
+  --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out /tmp/l1b > /dev/null
+for p in fp32 bf16; do
+  ./strata bench engine --device cuda --matmul-precision $p --model-path /tmp/l1b --prompt-len 512 \
+    --gen-len 128 --repeats 3 --json 2>&1 | tail -1 | tee "$OUT/bench_$p.json"
+done

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Stages what the GPU machine needs into DEST/.cudarun: the strata binary,
+# the CUDA op-parity and model-parity tests (built HERE with nvcc: the GPU
+# machine's image has CUDA but none of Strata's Debian libraries), the one
+# shared library that image lacks (libutf8proc), and device_run.sh.
+#
+#   tools/gpu/stage.sh BUILD_DIR DEST_REPO
+#   then on the GPU machine, from DEST_REPO's root:  .cudarun/device_run.sh
+#   (with the device tool: run(command=".cudarun/device_run.sh", carry=[".cudarun"]);
+#    add /.cudarun/ to DEST_REPO/.git/info/exclude first)
+#
+# The tests find tests/fixtures through their compiled-in source directory;
+# device_run.sh links that path to the repository root on the GPU machine.
+set -euo pipefail
+build=${1:?usage: stage.sh BUILD_DIR DEST_REPO}
+dest=${2:?usage: stage.sh BUILD_DIR DEST_REPO}/.cudarun
+here=$(cd "$(dirname "$0")" && pwd)
+nice ninja -C "$build" -j2 strata parity_test cuda_backend_test
+mkdir -p "$dest/lib"
+cp "$build/strata" "$build/src/parity_test" "$build/src/cuda_backend_test" "$dest/"
+strip "$dest/strata" "$dest/parity_test" "$dest/cuda_backend_test"
+cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 "$dest/lib/"
+src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
+chmod +x "$dest/device_run.sh"
+du -sh "$dest"
