@@ -11,13 +11,16 @@ using Json = nlohmann::ordered_json;
 
 class BoundedDomParser {
  public:
-  BoundedDomParser(Json& root, int max_depth) : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
+  BoundedDomParser(Json& root, int max_depth)
+      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
   bool number_integer(Json::number_integer_t v) { return dom_.number_integer(v); }
   bool number_unsigned(Json::number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(Json::number_float_t v, const Json::string_t& s) { return dom_.number_float(v, s); }
+  bool number_float(Json::number_float_t v, const Json::string_t& s) {
+    return dom_.number_float(v, s);
+  }
   bool string(Json::string_t& v) { return dom_.string(v); }
   bool binary(Json::binary_t& v) { return dom_.binary(v); }
   bool key(Json::string_t& k) { return dom_.key(k); }
@@ -35,7 +38,8 @@ class BoundedDomParser {
                    const nlohmann::detail::exception& ex) {
     error_ = ex.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    if (size_t p = error_.find("] "); error_.rfind("[json.exception.", 0) == 0 && p != std::string::npos) {
+    if (size_t p = error_.find("] ");
+        error_.rfind("[json.exception.", 0) == 0 && p != std::string::npos) {
       error_.erase(0, p + 2);
     }
     // "last read: '<token>'" can quote a huge token; keep messages short.
@@ -68,7 +72,8 @@ ApiOr<nlohmann::ordered_json> ParseJsonBody(std::string_view body, int max_depth
   bool ok = Json::sax_parse(body.begin(), body.end(), &sax, nlohmann::detail::input_format_t::json,
                             /*strict=*/true);
   if (!ok || !sax.error().empty()) {
-    return InvalidRequestError("", "invalid JSON: " + (sax.error().empty() ? std::string("parse error") : sax.error()));
+    return InvalidRequestError(
+        "", "invalid JSON: " + (sax.error().empty() ? std::string("parse error") : sax.error()));
   }
   return root;
 }

@@ -4,9 +4,8 @@
 // Thread-safety: pure functions.
 #pragma once
 
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "server/api_error.h"
 

@@ -1,14 +1,14 @@
 #include "server/openai_protocol.h"
 
-#include "server/chat_messages.h"
-#include "server/json_body.h"
-#include "server/openai_fields.h"
-
 #include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
 #include <set>
+
+#include "server/chat_messages.h"
+#include "server/json_body.h"
+#include "server/openai_fields.h"
 
 namespace strata {
 
@@ -18,16 +18,53 @@ using namespace openai_fields;  // NOLINT: this file is their one user
 
 // Fields both endpoints know; anything else lands in ignored_fields.
 const std::set<std::string>& CommonKeys() {
-  static const std::set<std::string> keys = {
-      "model", "n", "stream", "stream_options", "stop", "stop_token_ids", "include_stop_str_in_output",
-      "skip_special_tokens", "spaces_between_special_tokens", "return_tokens_as_token_ids",
-      "add_special_tokens", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-      "presence_penalty", "repetition_penalty", "seed", "ignore_eos", "user", "logprobs", "logit_bias",
-      "use_beam_search", "min_tokens", "prompt_logprobs", "bad_words", "allowed_token_ids",
-      "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-      "logprob_token_ids", "truncate_prompt_tokens", "best_of", "echo", "response_format", "request_id",
-      "priority", "metadata", "store", "service_tier", "length_penalty", "cache_salt",
-      "return_token_ids"};
+  static const std::set<std::string> keys = {"model",
+                                             "n",
+                                             "stream",
+                                             "stream_options",
+                                             "stop",
+                                             "stop_token_ids",
+                                             "include_stop_str_in_output",
+                                             "skip_special_tokens",
+                                             "spaces_between_special_tokens",
+                                             "return_tokens_as_token_ids",
+                                             "add_special_tokens",
+                                             "max_tokens",
+                                             "temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "min_p",
+                                             "frequency_penalty",
+                                             "presence_penalty",
+                                             "repetition_penalty",
+                                             "seed",
+                                             "ignore_eos",
+                                             "user",
+                                             "logprobs",
+                                             "logit_bias",
+                                             "use_beam_search",
+                                             "min_tokens",
+                                             "prompt_logprobs",
+                                             "bad_words",
+                                             "allowed_token_ids",
+                                             "structured_outputs",
+                                             "guided_json",
+                                             "guided_regex",
+                                             "guided_choice",
+                                             "guided_grammar",
+                                             "logprob_token_ids",
+                                             "truncate_prompt_tokens",
+                                             "best_of",
+                                             "echo",
+                                             "response_format",
+                                             "request_id",
+                                             "priority",
+                                             "metadata",
+                                             "store",
+                                             "service_tier",
+                                             "length_penalty",
+                                             "cache_salt",
+                                             "return_token_ids"};
   return keys;
 }
 
@@ -37,11 +74,22 @@ const std::set<std::string>& CompletionKeys() {
 }
 
 const std::set<std::string>& ChatKeys() {
-  static const std::set<std::string> keys = {
-      "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-      "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "documents",
-      "chat_template", "reasoning_effort", "include_reasoning", "modalities", "functions",
-      "function_call"};
+  static const std::set<std::string> keys = {"messages",
+                                             "max_completion_tokens",
+                                             "top_logprobs",
+                                             "tools",
+                                             "tool_choice",
+                                             "parallel_tool_calls",
+                                             "chat_template_kwargs",
+                                             "add_generation_prompt",
+                                             "continue_final_message",
+                                             "documents",
+                                             "chat_template",
+                                             "reasoning_effort",
+                                             "include_reasoning",
+                                             "modalities",
+                                             "functions",
+                                             "function_call"};
   return keys;
 }
 
@@ -53,49 +101,57 @@ MaybeError RejectUnsupported(const Json& body) {
   };
   for (const char* key : {"logit_bias", "bad_words", "allowed_token_ids", "logprob_token_ids"}) {
     const Json* v = Get(body, key);
-    if (v && !(v->is_object() || v->is_array()) ) return WrongType(key, "an object or array", *v);
+    if (v && !(v->is_object() || v->is_array())) return WrongType(key, "an object or array", *v);
     if (v && !v->empty()) return unsupported(key, "");
   }
   if (const Json* rf = Get(body, "response_format")) {
     if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
     const Json* type = Get(*rf, "type");
     if (!type || *type != "text") {
-      return InvalidRequestError("response_format", "response_format type " + (type ? Shown(*type) : "null") +
-                                                        " is not supported by this server (it has no constrained "
-                                                        "decoding); only {\"type\": \"text\"} is");
+      return InvalidRequestError("response_format",
+                                 "response_format type " + (type ? Shown(*type) : "null") +
+                                     " is not supported by this server (it has no constrained "
+                                     "decoding); only {\"type\": \"text\"} is");
     }
   }
   for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
-                          "guided_grammar", "prompt_logprobs", "truncate_prompt_tokens", "prompt_embeds",
-                          "chat_template", "documents"}) {
+                          "guided_grammar", "prompt_logprobs", "truncate_prompt_tokens",
+                          "prompt_embeds", "chat_template", "documents"}) {
     if (Get(body, key)) return unsupported(key, "");
   }
-  if (const Json* v = Get(body, "use_beam_search"); v && *v != false) return unsupported("use_beam_search", "");
-  if (const Json* v = Get(body, "min_tokens"); v && *v != 0) return unsupported("min_tokens", " (send 0 or omit it)");
+  if (const Json* v = Get(body, "use_beam_search"); v && *v != false)
+    return unsupported("use_beam_search", "");
+  if (const Json* v = Get(body, "min_tokens"); v && *v != 0)
+    return unsupported("min_tokens", " (send 0 or omit it)");
   if (const Json* v = Get(body, "suffix"); v && *v != "") return unsupported("suffix", "");
   if (const Json* v = Get(body, "best_of")) {
     const Json* n = Get(body, "n");
-    if (*v != (n ? *n : Json(1))) return unsupported("best_of", " (best_of must equal n or be omitted)");
+    if (*v != (n ? *n : Json(1)))
+      return unsupported("best_of", " (best_of must equal n or be omitted)");
   }
   return std::nullopt;
 }
 
-MaybeError ParseStop(const Json& body, const ProtocolLimits& limits, std::vector<std::string>* out) {
+MaybeError ParseStop(const Json& body, const ProtocolLimits& limits,
+                     std::vector<std::string>* out) {
   const Json* v = Get(body, "stop");
   if (!v) return std::nullopt;
   if (v->is_string()) {
-    if (v->get_ref<const std::string&>().empty()) return InvalidRequestError("stop", "stop must not be an empty string");
+    if (v->get_ref<const std::string&>().empty())
+      return InvalidRequestError("stop", "stop must not be an empty string");
     out->push_back(v->get<std::string>());
   } else if (v->is_array()) {
     if (v->size() > limits.max_stop_strings) {
-      return InvalidRequestError("stop", "stop has " + std::to_string(v->size()) + " strings; at most " +
-                                             std::to_string(limits.max_stop_strings) + " are allowed");
+      return InvalidRequestError("stop",
+                                 "stop has " + std::to_string(v->size()) + " strings; at most " +
+                                     std::to_string(limits.max_stop_strings) + " are allowed");
     }
     for (size_t i = 0; i < v->size(); ++i) {
       const Json& s = (*v)[i];
       std::string p = Index("stop", i);
       if (!s.is_string()) return WrongType(p, "a string", s);
-      if (s.get_ref<const std::string&>().empty()) return InvalidRequestError(p, p + " must not be empty");
+      if (s.get_ref<const std::string&>().empty())
+        return InvalidRequestError(p, p + " must not be empty");
       out->push_back(s.get<std::string>());
     }
   } else {
@@ -104,18 +160,21 @@ MaybeError ParseStop(const Json& body, const ProtocolLimits& limits, std::vector
   for (size_t i = 0; i < out->size(); ++i) {
     if ((*out)[i].size() > limits.max_stop_string_bytes) {
       std::string p = v->is_array() ? Index("stop", i) : "stop";
-      return InvalidRequestError(p, p + " is " + std::to_string((*out)[i].size()) + " bytes long; at most " +
-                                        std::to_string(limits.max_stop_string_bytes) + " are allowed");
+      return InvalidRequestError(
+          p, p + " is " + std::to_string((*out)[i].size()) + " bytes long; at most " +
+                 std::to_string(limits.max_stop_string_bytes) + " are allowed");
     }
   }
   return std::nullopt;
 }
 
-MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits, GenerationFields* out) {
+MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits,
+                       GenerationFields* out) {
   out->is_chat = chat;
   const std::set<std::string>& own = chat ? ChatKeys() : CompletionKeys();
   for (auto it = body.begin(); it != body.end(); ++it) {
-    if (!CommonKeys().count(it.key()) && !own.count(it.key())) out->ignored_fields.push_back(it.key());
+    if (!CommonKeys().count(it.key()) && !own.count(it.key()))
+      out->ignored_fields.push_back(it.key());
   }
   std::sort(out->ignored_fields.begin(), out->ignored_fields.end());
   RETURN_IF_API_ERROR(RejectUnsupported(body));
@@ -131,8 +190,8 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   RETURN_IF_API_ERROR(ReadInt(body, "n", &n));
   if (n) {
     if (*n < 1 || *n > limits.max_n) {
-      return InvalidRequestError("n", "n must be in [1, " + std::to_string(limits.max_n) + "], got " +
-                                          std::to_string(*n));
+      return InvalidRequestError(
+          "n", "n must be in [1, " + std::to_string(limits.max_n) + "], got " + std::to_string(*n));
     }
     out->n = static_cast<int>(*n);
   }
@@ -141,11 +200,13 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   if (const Json* so = Get(body, "stream_options")) {
     if (!so->is_object()) return WrongType("stream_options", "an object", *so);
     if (!so->empty() && !out->stream) {
-      return InvalidRequestError("stream_options", "stream_options can only be set when stream is true");
+      return InvalidRequestError("stream_options",
+                                 "stream_options can only be set when stream is true");
     }
     for (const char* key : {"include_usage", "continuous_usage_stats"}) {
       const Json* f = Get(*so, key);
-      if (f && !f->is_boolean()) return WrongType(std::string("stream_options.") + key, "a boolean", *f);
+      if (f && !f->is_boolean())
+        return WrongType(std::string("stream_options.") + key, "a boolean", *f);
     }
     ReadBool(*so, "include_usage", &out->stream_options.include_usage);
     ReadBool(*so, "continuous_usage_stats", &out->stream_options.continuous_usage_stats);
@@ -154,11 +215,14 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   RETURN_IF_API_ERROR(ParseStop(body, limits, &out->stop));
   if (const Json* ids = Get(body, "stop_token_ids")) {
     if (!ids->is_array()) return WrongType("stop_token_ids", "an array of token ids", *ids);
-    RETURN_IF_API_ERROR(ReadTokenIds(*ids, "stop_token_ids", limits, &out->sampling.stop_token_ids));
+    RETURN_IF_API_ERROR(
+        ReadTokenIds(*ids, "stop_token_ids", limits, &out->sampling.stop_token_ids));
   }
-  RETURN_IF_API_ERROR(ReadBool(body, "include_stop_str_in_output", &out->include_stop_str_in_output));
+  RETURN_IF_API_ERROR(
+      ReadBool(body, "include_stop_str_in_output", &out->include_stop_str_in_output));
   RETURN_IF_API_ERROR(ReadBool(body, "skip_special_tokens", &out->skip_special_tokens));
-  RETURN_IF_API_ERROR(ReadBool(body, "return_tokens_as_token_ids", &out->return_tokens_as_token_ids));
+  RETURN_IF_API_ERROR(
+      ReadBool(body, "return_tokens_as_token_ids", &out->return_tokens_as_token_ids));
   out->add_special_tokens = !chat;
   RETURN_IF_API_ERROR(ReadBool(body, "add_special_tokens", &out->add_special_tokens));
   RETURN_IF_API_ERROR(ReadBool(body, "ignore_eos", &out->sampling.ignore_eos));
@@ -169,14 +233,17 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   RETURN_IF_API_ERROR(ReadRangedFloat(body, "temperature", 0, 2, false, "[0, 2]", &sp.temperature));
   RETURN_IF_API_ERROR(ReadRangedFloat(body, "top_p", 0, 1, true, "(0, 1]", &sp.top_p));
   RETURN_IF_API_ERROR(ReadRangedFloat(body, "min_p", 0, 1, false, "[0, 1]", &sp.min_p));
-  RETURN_IF_API_ERROR(ReadRangedFloat(body, "frequency_penalty", -2, 2, false, "[-2, 2]", &sp.frequency_penalty));
-  RETURN_IF_API_ERROR(ReadRangedFloat(body, "presence_penalty", -2, 2, false, "[-2, 2]", &sp.presence_penalty));
+  RETURN_IF_API_ERROR(
+      ReadRangedFloat(body, "frequency_penalty", -2, 2, false, "[-2, 2]", &sp.frequency_penalty));
+  RETURN_IF_API_ERROR(
+      ReadRangedFloat(body, "presence_penalty", -2, 2, false, "[-2, 2]", &sp.presence_penalty));
   std::optional<double> rep;
   RETURN_IF_API_ERROR(ReadNumber(body, "repetition_penalty", &rep));
   if (rep) {
     if (!(*rep > 0) || *rep > 3.4e38) {
-      return InvalidRequestError("repetition_penalty", "repetition_penalty must be > 0 (1 is off), got " +
-                                                           Shown(body.at("repetition_penalty")));
+      return InvalidRequestError(
+          "repetition_penalty",
+          "repetition_penalty must be > 0 (1 is off), got " + Shown(body.at("repetition_penalty")));
     }
     sp.repetition_penalty = static_cast<float>(*rep);
   }
@@ -184,15 +251,19 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   RETURN_IF_API_ERROR(ReadInt(body, "top_k", &top_k));
   if (top_k) {
     if (*top_k < -1) {
-      return InvalidRequestError("top_k", "top_k must be -1 or 0 (off) or at least 1, got " + std::to_string(*top_k));
+      return InvalidRequestError(
+          "top_k", "top_k must be -1 or 0 (off) or at least 1, got " + std::to_string(*top_k));
     }
-    sp.top_k = *top_k == 0 ? -1 : static_cast<int>(std::min<int64_t>(*top_k, std::numeric_limits<int>::max()));
+    sp.top_k = *top_k == 0
+                   ? -1
+                   : static_cast<int>(std::min<int64_t>(*top_k, std::numeric_limits<int>::max()));
   }
   if (const Json* seed = Get(body, "seed")) {
     int64_t v = 0;
     if (!seed->is_number() || !ToInt64(*seed, &v)) {
       if (seed->is_number()) {
-        return InvalidRequestError("seed", "seed must be an integer in [-2^63, 2^63 - 1], got " + Shown(*seed));
+        return InvalidRequestError(
+            "seed", "seed must be an integer in [-2^63, 2^63 - 1], got " + Shown(*seed));
       }
       return WrongType("seed", "an integer", *seed);
     }
@@ -202,11 +273,13 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
 }
 
 // max_tokens-like field: an integer in [min, INT32_MAX].
-MaybeError ReadMaxTokens(const Json& body, const std::string& key, int64_t min, std::optional<int64_t>* out) {
+MaybeError ReadMaxTokens(const Json& body, const std::string& key, int64_t min,
+                         std::optional<int64_t>* out) {
   RETURN_IF_API_ERROR(ReadInt(body, key, out));
   if (*out && (**out < min || **out > std::numeric_limits<int32_t>::max())) {
     std::string range = "[" + std::to_string(min) + ", 2147483647]";
-    return InvalidRequestError(key, key + " must be in " + range + ", got " + std::to_string(**out));
+    return InvalidRequestError(key,
+                               key + " must be in " + range + ", got " + std::to_string(**out));
   }
   return std::nullopt;
 }
@@ -214,12 +287,15 @@ MaybeError ReadMaxTokens(const Json& body, const std::string& key, int64_t min, 
 // ---------------------------------------------------------------------------
 // /v1/completions
 
-MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vector<PromptInput>* out) {
+MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits,
+                       std::vector<PromptInput>* out) {
   const Json* p = Get(body, "prompt");
   if (!p) return InvalidRequestError("prompt", "prompt is required");
-  const char* kShapes = "a string, an array of strings, an array of token ids or an array of arrays of token ids";
+  const char* kShapes =
+      "a string, an array of strings, an array of token ids or an array of arrays of token ids";
   if (p->is_string()) {
-    if (p->get_ref<const std::string&>().empty()) return InvalidRequestError("prompt", "prompt must not be empty");
+    if (p->get_ref<const std::string&>().empty())
+      return InvalidRequestError("prompt", "prompt must not be empty");
     out->push_back({false, p->get<std::string>(), {}});
     return std::nullopt;
   }
@@ -234,8 +310,9 @@ MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vect
     return std::nullopt;
   }
   if (p->size() > limits.max_prompts) {
-    return InvalidRequestError("prompt", "prompt has " + std::to_string(p->size()) + " prompts; at most " +
-                                             std::to_string(limits.max_prompts) + " are allowed per request");
+    return InvalidRequestError("prompt",
+                               "prompt has " + std::to_string(p->size()) + " prompts; at most " +
+                                   std::to_string(limits.max_prompts) + " are allowed per request");
   }
   const bool strings = first.is_string();
   for (size_t i = 0; i < p->size(); ++i) {
@@ -243,7 +320,8 @@ MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vect
     std::string param = Index("prompt", i);
     if (strings) {
       if (!e.is_string()) return WrongType(param, "a string like the other prompts", e);
-      if (e.get_ref<const std::string&>().empty()) return InvalidRequestError(param, param + " must not be empty");
+      if (e.get_ref<const std::string&>().empty())
+        return InvalidRequestError(param, param + " must not be empty");
       out->push_back({false, e.get<std::string>(), {}});
     } else {
       if (!e.is_array()) return WrongType(i == 0 ? "prompt" : param, kShapes, i == 0 ? *p : e);
@@ -264,20 +342,24 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
   if (const Json* tools = Get(body, "tools")) {
     if (!tools->is_array()) return WrongType("tools", "an array", *tools);
     if (tools->empty()) {
-      return InvalidRequestError("tools", "tools must not be an empty array; omit it when there are no tools");
+      return InvalidRequestError(
+          "tools", "tools must not be an empty array; omit it when there are no tools");
     }
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string p = Index("tools", i);
       const Json& t = (*tools)[i];
       if (!t.is_object()) return WrongType(p, "an object", t);
       if (const Json* type = Get(t, "type"); type && *type != "function") {
-        return InvalidRequestError(p + ".type", p + ".type must be \"function\", got " + Shown(*type));
+        return InvalidRequestError(p + ".type",
+                                   p + ".type must be \"function\", got " + Shown(*type));
       }
       const Json* fn = Get(t, "function");
-      if (!fn || !fn->is_object()) return InvalidRequestError(p + ".function", p + ".function must be an object");
+      if (!fn || !fn->is_object())
+        return InvalidRequestError(p + ".function", p + ".function must be an object");
       const Json* name = Get(*fn, "name");
       if (!name || !name->is_string()) {
-        return InvalidRequestError(p + ".function.name", p + ".function.name is required and must be a string");
+        return InvalidRequestError(p + ".function.name",
+                                   p + ".function.name is required and must be a string");
       }
     }
     out->tools = *tools;
@@ -285,16 +367,18 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
   if (const Json* choice = Get(body, "tool_choice")) {
     if (*choice == "none" || *choice == "auto") return std::nullopt;
     if (choice->is_string() || choice->is_object()) {
-      return InvalidRequestError("tool_choice", "tool_choice " + Shown(*choice) +
-                                                    " is not supported by this server (it has no constrained "
-                                                    "decoding); use \"auto\" or \"none\"");
+      return InvalidRequestError("tool_choice",
+                                 "tool_choice " + Shown(*choice) +
+                                     " is not supported by this server (it has no constrained "
+                                     "decoding); use \"auto\" or \"none\"");
     }
     return WrongType("tool_choice", "a string or an object", *choice);
   }
   return std::nullopt;
 }
 
-MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatCompletionRequest* out) {
+MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits,
+                           ChatCompletionRequest* out) {
   const Json* messages = Get(body, "messages");
   if (!messages) return InvalidRequestError("messages", "messages is required");
   if (!messages->is_array()) return WrongType("messages", "an array of messages", *messages);
@@ -312,7 +396,8 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
   RETURN_IF_API_ERROR(ReadInt(body, "top_logprobs", &top));
   if (top) {
     if (*top < 0 || *top > limits.max_logprobs) {
-      return InvalidRequestError("top_logprobs", "top_logprobs must be in [0, " + std::to_string(limits.max_logprobs) +
+      return InvalidRequestError("top_logprobs", "top_logprobs must be in [0, " +
+                                                     std::to_string(limits.max_logprobs) +
                                                      "], got " + std::to_string(*top));
     }
     if (*top > 0 && !out->logprobs) {
@@ -328,7 +413,8 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
     for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
       if (kwargs->contains(reserved)) {
         std::string p = std::string("chat_template_kwargs.") + reserved;
-        return InvalidRequestError(p, p + " may not be set here; use the request's own " + reserved + " field");
+        return InvalidRequestError(
+            p, p + " may not be set here; use the request's own " + reserved + " field");
       }
     }
     out->chat_template_kwargs = *kwargs;
@@ -342,17 +428,20 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
   RETURN_IF_API_ERROR(ReadBool(body, "continue_final_message", &out->continue_final_message));
   if (out->continue_final_message) {
     if (generation_prompt_set && out->add_generation_prompt) {
-      return InvalidRequestError("continue_final_message",
-                                 "continue_final_message and add_generation_prompt cannot both be true");
+      return InvalidRequestError(
+          "continue_final_message",
+          "continue_final_message and add_generation_prompt cannot both be true");
     }
     out->add_generation_prompt = false;
     const Json& last = out->messages.back();
     if (last["content"].get_ref<const std::string&>().empty()) {
-      return InvalidRequestError(Index("messages", out->messages.size() - 1) + ".content",
-                                 "continue_final_message needs a final message with non-empty text content");
+      return InvalidRequestError(
+          Index("messages", out->messages.size() - 1) + ".content",
+          "continue_final_message needs a final message with non-empty text content");
     }
   }
-  if (!out->add_generation_prompt) out->response_role = out->messages.back()["role"].get<std::string>();
+  if (!out->add_generation_prompt)
+    out->response_role = out->messages.back()["role"].get<std::string>();
   return std::nullopt;
 }
 
@@ -364,7 +453,8 @@ ApiOr<Request> ParseGuarded(std::string_view body, const ProtocolLimits& limits,
     ApiOr<Json> json = ParseJsonBody(body, limits.max_json_depth);
     if (!json.ok()) return json.error();
     if (!json.value().is_object()) {
-      return InvalidRequestError("", "the request body must be a JSON object, got " + TypeName(json.value()));
+      return InvalidRequestError(
+          "", "the request body must be a JSON object, got " + TypeName(json.value()));
     }
     Request req;
     if (MaybeError e = fill(json.value(), &req)) return std::move(*e);
@@ -380,49 +470,56 @@ ApiOr<Request> ParseGuarded(std::string_view body, const ProtocolLimits& limits,
 
 }  // namespace
 
-ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits) {
-  return ParseGuarded<CompletionRequest>(body, limits, [&](const Json& j, CompletionRequest* req) -> MaybeError {
-    RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/false, limits, req));
-    RETURN_IF_API_ERROR(ParsePrompt(j, limits, &req->prompts));
-    RETURN_IF_API_ERROR(ReadBool(j, "echo", &req->echo));
-    std::optional<int64_t> logprobs;
-    RETURN_IF_API_ERROR(ReadInt(j, "logprobs", &logprobs));
-    if (logprobs) {
-      if (*logprobs < 0 || *logprobs > limits.max_logprobs) {
-        return InvalidRequestError("logprobs", "logprobs must be in [0, " + std::to_string(limits.max_logprobs) +
-                                                   "], got " + std::to_string(*logprobs));
-      }
-      if (req->echo && !limits.prompt_logprobs_supported) {
-        return InvalidRequestError("logprobs",
-                                   "logprobs with echo needs the prompt's logprobs, which this server does not "
-                                   "compute; drop echo or logprobs");
-      }
-      req->logprobs = static_cast<int>(*logprobs);
-      req->sampling.logprobs = *req->logprobs;
-    }
-    std::optional<int64_t> max_tokens;
-    RETURN_IF_API_ERROR(ReadMaxTokens(j, "max_tokens", 0, &max_tokens));
-    req->max_tokens = max_tokens.value_or(16);
-    if (*req->max_tokens == 0) {
-      if (!req->echo) {
-        return InvalidRequestError("max_tokens", "max_tokens must be at least 1, got 0 (0 is allowed only with echo)");
-      }
-      req->echo_only = true;
-    }
-    req->sampling.max_tokens = static_cast<int>(std::max<int64_t>(*req->max_tokens, 1));
-    return std::nullopt;
-  });
+ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                const ProtocolLimits& limits) {
+  return ParseGuarded<CompletionRequest>(
+      body, limits, [&](const Json& j, CompletionRequest* req) -> MaybeError {
+        RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/false, limits, req));
+        RETURN_IF_API_ERROR(ParsePrompt(j, limits, &req->prompts));
+        RETURN_IF_API_ERROR(ReadBool(j, "echo", &req->echo));
+        std::optional<int64_t> logprobs;
+        RETURN_IF_API_ERROR(ReadInt(j, "logprobs", &logprobs));
+        if (logprobs) {
+          if (*logprobs < 0 || *logprobs > limits.max_logprobs) {
+            return InvalidRequestError("logprobs", "logprobs must be in [0, " +
+                                                       std::to_string(limits.max_logprobs) +
+                                                       "], got " + std::to_string(*logprobs));
+          }
+          if (req->echo && !limits.prompt_logprobs_supported) {
+            return InvalidRequestError(
+                "logprobs",
+                "logprobs with echo needs the prompt's logprobs, which this server does not "
+                "compute; drop echo or logprobs");
+          }
+          req->logprobs = static_cast<int>(*logprobs);
+          req->sampling.logprobs = *req->logprobs;
+        }
+        std::optional<int64_t> max_tokens;
+        RETURN_IF_API_ERROR(ReadMaxTokens(j, "max_tokens", 0, &max_tokens));
+        req->max_tokens = max_tokens.value_or(16);
+        if (*req->max_tokens == 0) {
+          if (!req->echo) {
+            return InvalidRequestError(
+                "max_tokens", "max_tokens must be at least 1, got 0 (0 is allowed only with echo)");
+          }
+          req->echo_only = true;
+        }
+        req->sampling.max_tokens = static_cast<int>(std::max<int64_t>(*req->max_tokens, 1));
+        return std::nullopt;
+      });
 }
 
-ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body, const ProtocolLimits& limits) {
-  return ParseGuarded<ChatCompletionRequest>(body, limits,
-                                             [&](const Json& j, ChatCompletionRequest* req) -> MaybeError {
-                                               RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/true, limits, req));
-                                               return ParseChatFields(j, limits, req);
-                                             });
+ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
+                                                        const ProtocolLimits& limits) {
+  return ParseGuarded<ChatCompletionRequest>(
+      body, limits, [&](const Json& j, ChatCompletionRequest* req) -> MaybeError {
+        RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/true, limits, req));
+        return ParseChatFields(j, limits, req);
+      });
 }
 
-ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens, int64_t context_length) {
+ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens,
+                            int64_t context_length) {
   const std::string param = request.is_chat ? "messages" : "prompt";
   const std::string where = request.is_chat ? "in the messages" : "in the prompt";
   auto exceeded = [&](std::string message) {
@@ -430,18 +527,22 @@ ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_toke
     e.code = "context_length_exceeded";
     return e;
   };
-  const std::string head = "This model's maximum context length is " + std::to_string(context_length) + " tokens. ";
+  const std::string head =
+      "This model's maximum context length is " + std::to_string(context_length) + " tokens. ";
   if (prompt_tokens >= context_length) {
-    return exceeded(head + "However, your request has " + std::to_string(prompt_tokens) + " input tokens (" + where +
+    return exceeded(head + "However, your request has " + std::to_string(prompt_tokens) +
+                    " input tokens (" + where +
                     "), which leaves no room for the completion. Please reduce the length of the " +
                     (request.is_chat ? "messages." : "prompt."));
   }
   const int64_t room = context_length - prompt_tokens;
-  if (!request.max_tokens) return static_cast<int>(std::min<int64_t>(room, std::numeric_limits<int32_t>::max()));
+  if (!request.max_tokens)
+    return static_cast<int>(std::min<int64_t>(room, std::numeric_limits<int32_t>::max()));
   const int64_t asked = std::max<int64_t>(*request.max_tokens, 1);  // 0: echo only
   if (asked > room) {
-    return exceeded(head + "However, you requested " + std::to_string(prompt_tokens + asked) + " tokens (" +
-                    std::to_string(prompt_tokens) + " " + where + ", " + std::to_string(asked) +
+    return exceeded(head + "However, you requested " + std::to_string(prompt_tokens + asked) +
+                    " tokens (" + std::to_string(prompt_tokens) + " " + where + ", " +
+                    std::to_string(asked) +
                     " in the completion). Please reduce the length of the " +
                     (request.is_chat ? "messages" : "prompt") + " or completion.");
   }

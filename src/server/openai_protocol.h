@@ -23,12 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
 #include "server/api_error.h"
@@ -37,13 +36,13 @@ namespace strata {
 
 // Server-wide limits the parser enforces.
 struct ProtocolLimits {
-  int max_n = 128;                    // choices per request
-  int max_logprobs = kMaxLogprobs;    // logprobs / top_logprobs at most
-  size_t max_stop_strings = 64;       // entries of `stop`
+  int max_n = 128;                  // choices per request
+  int max_logprobs = kMaxLogprobs;  // logprobs / top_logprobs at most
+  size_t max_stop_strings = 64;     // entries of `stop`
   size_t max_stop_string_bytes = 1024;
-  size_t max_prompts = 1024;          // batch of prompts in one completion request
-  int64_t vocab_size = 0;             // > 0: token ids must be < vocab_size
-  int max_json_depth = 128;           // deeper nesting is a 400 (keeps renderers' recursion bounded)
+  size_t max_prompts = 1024;  // batch of prompts in one completion request
+  int64_t vocab_size = 0;     // > 0: token ids must be < vocab_size
+  int max_json_depth = 128;   // deeper nesting is a 400 (keeps renderers' recursion bounded)
   // echo + logprobs on /v1/completions needs the prompt's logprobs; until
   // the engine computes them that combination is a 400.
   bool prompt_logprobs_supported = false;
@@ -115,7 +114,8 @@ struct ChatCompletionRequest : GenerationFields {
 };
 
 // Parses and validates a request body.
-ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits = {});
+ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                const ProtocolLimits& limits = {});
 ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
                                                         const ProtocolLimits& limits = {});
 
@@ -124,6 +124,7 @@ ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
 // the rest of the context. A 400 with code "context_length_exceeded" (param
 // "messages" / "prompt") when the prompt plus max_tokens does not fit, worded
 // like OpenAI's. Set sampling.max_tokens to the result.
-ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens, int64_t context_length);
+ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens,
+                            int64_t context_length);
 
 }  // namespace strata

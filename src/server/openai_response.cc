@@ -83,7 +83,8 @@ LogprobOptions LogprobOptionsFor(const ChatCompletionRequest& request, const Tok
 }
 
 std::string TokenText(int32_t id, const LogprobOptions& options) {
-  if (options.tokens_as_ids || options.tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  if (options.tokens_as_ids || options.tokenizer == nullptr)
+    return "token_id:" + std::to_string(id);
   return options.tokenizer->Decode({id}, /*skip_special_tokens=*/false);
 }
 
@@ -98,13 +99,16 @@ nlohmann::ordered_json UsageJson(const Usage& usage) {
   u["prompt_tokens"] = usage.prompt_tokens;
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
-  if (usage.cached_tokens) u["prompt_tokens_details"] = Json{{"cached_tokens", *usage.cached_tokens}};
+  if (usage.cached_tokens)
+    u["prompt_tokens_details"] = Json{{"cached_tokens", *usage.cached_tokens}};
   return u;
 }
 
-nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options,
-                                              int64_t initial_offset, size_t null_logprobs) {
-  Json out_tokens = Json::array(), out_logprobs = Json::array(), out_top = Json::array(), offsets = Json::array();
+nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens,
+                                              const LogprobOptions& options, int64_t initial_offset,
+                                              size_t null_logprobs) {
+  Json out_tokens = Json::array(), out_logprobs = Json::array(), out_top = Json::array(),
+       offsets = Json::array();
   int64_t offset = initial_offset;
   for (size_t k = 0; k < tokens.size(); ++k) {
     const GeneratedToken& t = tokens[k];
@@ -138,7 +142,8 @@ nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> to
   return lp;
 }
 
-nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options) {
+nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens,
+                                        const LogprobOptions& options) {
   Json content = Json::array();
   for (const GeneratedToken& t : tokens) {
     std::string text = TokenText(t.id, options);
@@ -161,7 +166,8 @@ nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, 
   return Json{{"content", std::move(content)}};
 }
 
-nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
+                                              const std::vector<ChoiceOutput>& choices,
                                               const Usage& usage, const LogprobOptions& logprobs) {
   Json out = Json::object();
   out["id"] = meta.id;
@@ -173,7 +179,10 @@ nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const st
     Json choice = Json::object();
     choice["index"] = c.index;
     choice["text"] = c.text;
-    choice["logprobs"] = logprobs.enabled ? CompletionLogprobsJson(c.tokens, logprobs, c.echo_offset, c.leading_null_logprobs) : Json(nullptr);
+    choice["logprobs"] =
+        logprobs.enabled
+            ? CompletionLogprobsJson(c.tokens, logprobs, c.echo_offset, c.leading_null_logprobs)
+            : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(c.finish_reason);
     choice["stop_reason"] = StopReasonJson(c.stop_reason);
     cs.push_back(std::move(choice));
@@ -183,8 +192,10 @@ nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const st
   return out;
 }
 
-nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
-                                                  const Usage& usage, const LogprobOptions& logprobs,
+nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta,
+                                                  const std::vector<ChoiceOutput>& choices,
+                                                  const Usage& usage,
+                                                  const LogprobOptions& logprobs,
                                                   std::string_view role) {
   Json out = Json::object();
   out["id"] = meta.id;
@@ -224,7 +235,9 @@ std::string DumpJson(const nlohmann::ordered_json& json) {
   return json.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
 }
 
-std::string SseEvent(const nlohmann::ordered_json& json) { return "data: " + DumpJson(json) + "\n\n"; }
+std::string SseEvent(const nlohmann::ordered_json& json) {
+  return "data: " + DumpJson(json) + "\n\n";
+}
 
 // ---------------------------------------------------------------------------
 // StreamEncoder
@@ -270,7 +283,8 @@ std::string StreamEncoder::Start() {
     choice["finish_reason"] = nullptr;
     Json chunk = Chunk();
     chunk["choices"] = Json::array({std::move(choice)});
-    if (settings_.options.include_usage || settings_.options.continuous_usage_stats) chunk["usage"] = UsageFor(i);
+    if (settings_.options.include_usage || settings_.options.continuous_usage_stats)
+      chunk["usage"] = UsageFor(i);
     out += SseEvent(chunk);
   }
   return out;
@@ -279,7 +293,9 @@ std::string StreamEncoder::Start() {
 std::string StreamEncoder::Delta(const StreamDelta& d) {
   tokens_[d.index] += static_cast<int64_t>(d.tokens.size());
   const bool with_logprobs = settings_.logprobs.enabled && !d.tokens.empty();
-  if (d.text.empty() && !d.reasoning_content && !with_logprobs && d.finish_reason == FinishReason::kNone) return "";
+  if (d.text.empty() && !d.reasoning_content && !with_logprobs &&
+      d.finish_reason == FinishReason::kNone)
+    return "";
   Json choice = Json::object();
   choice["index"] = d.index;
   if (kind_ == Kind::kChat) {
@@ -287,20 +303,25 @@ std::string StreamEncoder::Delta(const StreamDelta& d) {
     if (d.reasoning_content) delta["reasoning_content"] = *d.reasoning_content;
     if (!d.text.empty() || !d.reasoning_content) delta["content"] = d.text;
     choice["delta"] = std::move(delta);
-    choice["logprobs"] = with_logprobs ? ChatLogprobsJson(d.tokens, settings_.logprobs) : Json(nullptr);
+    choice["logprobs"] =
+        with_logprobs ? ChatLogprobsJson(d.tokens, settings_.logprobs) : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(d.finish_reason);
-    if (d.finish_reason != FinishReason::kNone) choice["stop_reason"] = StopReasonJson(d.stop_reason);
+    if (d.finish_reason != FinishReason::kNone)
+      choice["stop_reason"] = StopReasonJson(d.stop_reason);
   } else {
     int64_t& offset = text_offset_[d.index];
     choice["text"] = d.text;
-    choice["logprobs"] = with_logprobs ? CompletionLogprobsJson(d.tokens, settings_.logprobs, offset) : Json(nullptr);
+    choice["logprobs"] = with_logprobs
+                             ? CompletionLogprobsJson(d.tokens, settings_.logprobs, offset)
+                             : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(d.finish_reason);
     choice["stop_reason"] = StopReasonJson(d.stop_reason);
     offset += CodePointCount(d.text);
   }
   Json chunk = Chunk();
   chunk["choices"] = Json::array({std::move(choice)});
-  if (settings_.options.include_usage || settings_.options.continuous_usage_stats) chunk["usage"] = UsageFor(d.index);
+  if (settings_.options.include_usage || settings_.options.continuous_usage_stats)
+    chunk["usage"] = UsageFor(d.index);
   return SseEvent(chunk);
 }
 

@@ -31,14 +31,13 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -77,8 +76,8 @@ ResponseMeta NewResponseMeta(std::string_view prefix, std::string model);
 // How tokens appear in logprobs.
 struct LogprobOptions {
   bool enabled = false;
-  int top = 0;                 // entries of top_logprobs per token
-  bool tokens_as_ids = false;  // "token_id:123" instead of the token's text
+  int top = 0;                           // entries of top_logprobs per token
+  bool tokens_as_ids = false;            // "token_id:123" instead of the token's text
   const Tokenizer* tokenizer = nullptr;  // REQUIRED when enabled && !tokens_as_ids
 };
 LogprobOptions LogprobOptionsFor(const CompletionRequest& request, const Tokenizer* tokenizer);
@@ -90,10 +89,10 @@ std::string TokenText(int32_t id, const LogprobOptions& options);
 
 // One choice of a finished (non-streaming) response.
 struct ChoiceOutput {
-  int index = 0;  // completions: prompt * n + sample (vLLM); chat: sample
+  int index = 0;     // completions: prompt * n + sample (vLLM); chat: sample
   std::string text;  // completions with echo: the prompt text already prepended
   std::optional<std::string> reasoning_content;  // chat only
-  std::vector<GeneratedToken> tokens;  // for logprobs (may be empty when not asked)
+  std::vector<GeneratedToken> tokens;            // for logprobs (may be empty when not asked)
   FinishReason finish_reason = FinishReason::kStop;
   StopReason stop_reason;
   // Completions with echo: the text_offset of the first entry of `tokens`:
@@ -106,18 +105,23 @@ struct ChoiceOutput {
   size_t leading_null_logprobs = 0;
 };
 
-nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
+                                              const std::vector<ChoiceOutput>& choices,
                                               const Usage& usage, const LogprobOptions& logprobs);
-nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
-                                                  const Usage& usage, const LogprobOptions& logprobs,
+nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta,
+                                                  const std::vector<ChoiceOutput>& choices,
+                                                  const Usage& usage,
+                                                  const LogprobOptions& logprobs,
                                                   std::string_view role = "assistant");
 
 // Logprobs objects on their own (the builders above and StreamEncoder use
 // them). text_offset starts at initial_offset code points; the first
 // null_logprobs tokens get null logprobs.
-nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options,
-                                              int64_t initial_offset, size_t null_logprobs = 0);
-nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options);
+nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens,
+                                              const LogprobOptions& options, int64_t initial_offset,
+                                              size_t null_logprobs = 0);
+nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens,
+                                        const LogprobOptions& options);
 
 // {"error": {...}} for an ApiError; the HTTP status is error.http_status.
 nlohmann::ordered_json ErrorJson(const ApiError& error);
@@ -141,7 +145,7 @@ struct StreamDelta {
 };
 
 struct StreamSettings {
-  int num_choices = 1;  // chat: n; completions: prompts * n
+  int num_choices = 1;             // chat: n; completions: prompts * n
   std::string role = "assistant";  // chat: the role of the reply
   StreamOptions options;
   LogprobOptions logprobs;

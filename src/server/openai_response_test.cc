@@ -31,7 +31,9 @@ LogprobOptions IdsLogprobs(int top) {
   return o;
 }
 
-GeneratedToken Token(int32_t id, float lp, std::vector<TokenLogprob> top = {}) { return {id, lp, std::move(top)}; }
+GeneratedToken Token(int32_t id, float lp, std::vector<TokenLogprob> top = {}) {
+  return {id, lp, std::move(top)};
+}
 
 // Splits an SSE byte stream into its JSON payloads ("[DONE]" kept as text).
 std::vector<std::string> Events(const std::string& sse) {
@@ -54,10 +56,11 @@ TEST(CompletionResponse, GoldenShape) {
   c.text = "Hello";
   c.finish_reason = FinishReason::kLength;
   Usage u{5, 3, std::nullopt};
-  EXPECT_EQ(DumpJson(CompletionResponseJson(kMeta, {c}, u, LogprobOptions{})),
-            R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"length","stop_reason":null}],)"
-            R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}})");
+  EXPECT_EQ(
+      DumpJson(CompletionResponseJson(kMeta, {c}, u, LogprobOptions{})),
+      R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"length","stop_reason":null}],)"
+      R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}})");
 }
 
 TEST(CompletionResponse, StopReasonsAndCachedTokens) {
@@ -73,19 +76,22 @@ TEST(CompletionResponse, StopReasonsAndCachedTokens) {
   EXPECT_EQ(j["choices"][0]["stop_reason"], "\n\n");
   EXPECT_EQ(j["choices"][1]["stop_reason"], 7);
   EXPECT_EQ(j["choices"][2]["finish_reason"], "abort");
-  EXPECT_EQ(j["usage"].dump(),
-            R"({"prompt_tokens":4,"completion_tokens":2,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":3}})");
+  EXPECT_EQ(
+      j["usage"].dump(),
+      R"({"prompt_tokens":4,"completion_tokens":2,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":3}})");
 }
 
 TEST(CompletionResponse, LogprobsGolden) {
   ChoiceOutput c;
   c.text = "ab";
-  c.tokens = {Token(10, -0.5f, {{10, -0.5f}, {11, -1.25f}}), Token(12, -2.f, {{13, -0.25f}, {12, -2.f}})};
+  c.tokens = {Token(10, -0.5f, {{10, -0.5f}, {11, -1.25f}}),
+              Token(12, -2.f, {{13, -0.25f}, {12, -2.f}})};
   Json j = CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(1));
   // The sampled token first, then the top 1 (a token in both appears once).
-  EXPECT_EQ(j["choices"][0]["logprobs"].dump(),
-            R"({"text_offset":[0,11],"token_logprobs":[-0.5,-2.0],"tokens":["token_id:10","token_id:12"],)"
-            R"("top_logprobs":[{"token_id:10":-0.5},{"token_id:12":-2.0,"token_id:13":-0.25}]})");
+  EXPECT_EQ(
+      j["choices"][0]["logprobs"].dump(),
+      R"({"text_offset":[0,11],"token_logprobs":[-0.5,-2.0],"tokens":["token_id:10","token_id:12"],)"
+      R"("top_logprobs":[{"token_id:10":-0.5},{"token_id:12":-2.0,"token_id:13":-0.25}]})");
 }
 
 TEST(CompletionResponse, LogprobsZeroTopIsTheSampledTokenAndInfinityIsClamped) {
@@ -94,16 +100,20 @@ TEST(CompletionResponse, LogprobsZeroTopIsTheSampledTokenAndInfinityIsClamped) {
   EXPECT_EQ(lp["token_logprobs"].dump(), "[-9999.0]");
   EXPECT_EQ(lp["top_logprobs"].dump(), R"([{"token_id:3":-9999.0}])");
   t.logprob = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(CompletionLogprobsJson(std::span(&t, 1), IdsLogprobs(0), 0)["token_logprobs"].dump(), "[-9999.0]");
+  EXPECT_EQ(CompletionLogprobsJson(std::span(&t, 1), IdsLogprobs(0), 0)["token_logprobs"].dump(),
+            "[-9999.0]");
 }
 
 TEST(CompletionResponse, EchoOffsetsStartAfterThePromptInCodePoints) {
   ChoiceOutput c;
-  c.text = "héllo" "ab";
+  c.text =
+      "héllo"
+      "ab";
   c.echo_offset = CodePointCount("héllo");
   c.tokens = {Token(1, -1.f), Token(2, -1.f)};
   Json j = CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(0));
-  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"].dump(), "[5,15]") << "5 code points, then len(\"token_id:1\")";
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"].dump(), "[5,15]")
+      << "5 code points, then len(\"token_id:1\")";
 }
 
 TEST(CompletionResponse, EchoedPromptTokensStartWithANullLogprob) {
@@ -112,9 +122,10 @@ TEST(CompletionResponse, EchoedPromptTokensStartWithANullLogprob) {
   c.tokens = {Token(1, 0.f), Token(2, -1.f, {{3, -0.5f}})};
   c.leading_null_logprobs = 1;
   Json j = CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(1));
-  EXPECT_EQ(j["choices"][0]["logprobs"].dump(),
-            R"({"text_offset":[0,10],"token_logprobs":[null,-1.0],"tokens":["token_id:1","token_id:2"],)"
-            R"("top_logprobs":[null,{"token_id:2":-1.0,"token_id:3":-0.5}]})");
+  EXPECT_EQ(
+      j["choices"][0]["logprobs"].dump(),
+      R"({"text_offset":[0,10],"token_logprobs":[null,-1.0],"tokens":["token_id:1","token_id:2"],)"
+      R"("top_logprobs":[null,{"token_id:2":-1.0,"token_id:3":-0.5}]})");
 }
 
 TEST(CompletionResponse, TokenTextsComeFromTheTokenizer) {
@@ -148,11 +159,13 @@ TEST(ChatResponse, GoldenShape) {
   ChoiceOutput c;
   c.text = "Hi there";
   c.stop_reason = int32_t{3};
-  EXPECT_EQ(DumpJson(ChatCompletionResponseJson(kChatMeta, {c}, Usage{9, 2, std::nullopt}, LogprobOptions{})),
-            R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hi there","refusal":null},)"
-            R"("logprobs":null,"finish_reason":"stop","stop_reason":3}],)"
-            R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})");
+  EXPECT_EQ(
+      DumpJson(
+          ChatCompletionResponseJson(kChatMeta, {c}, Usage{9, 2, std::nullopt}, LogprobOptions{})),
+      R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hi there","refusal":null},)"
+      R"("logprobs":null,"finish_reason":"stop","stop_reason":3}],)"
+      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})");
 }
 
 TEST(ChatResponse, ReasoningContentAndRole) {
@@ -169,10 +182,11 @@ TEST(ChatResponse, LogprobsGolden) {
   c.text = "x";
   c.tokens = {Token(7, -0.5f, {{7, -0.5f}, {8, -1.f}, {9, -3.f}})};
   Json j = ChatCompletionResponseJson(kChatMeta, {c}, Usage{}, IdsLogprobs(2));
-  EXPECT_EQ(j["choices"][0]["logprobs"].dump(),
-            R"({"content":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55],)"
-            R"("top_logprobs":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55]},)"
-            R"({"token":"token_id:8","logprob":-1.0,"bytes":[116,111,107,101,110,95,105,100,58,56]}]}]})");
+  EXPECT_EQ(
+      j["choices"][0]["logprobs"].dump(),
+      R"({"content":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55],)"
+      R"("top_logprobs":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55]},)"
+      R"({"token":"token_id:8","logprob":-1.0,"bytes":[116,111,107,101,110,95,105,100,58,56]}]}]})");
   Json none = ChatLogprobsJson(c.tokens, IdsLogprobs(0));
   EXPECT_EQ(none["content"][0]["top_logprobs"].dump(), "[]");
 }
@@ -198,11 +212,14 @@ TEST(ChatResponse, PartialUtf8TokensStillSerialise) {
 }
 
 TEST(ErrorBody, GoldenShape) {
-  EXPECT_EQ(DumpJson(ErrorJson(InvalidRequestError("temperature", "temperature must be in [0, 2], got 3.5"))),
-            R"({"error":{"message":"temperature must be in [0, 2], got 3.5","type":"invalid_request_error",)"
-            R"("param":"temperature","code":null}})");
-  EXPECT_EQ(DumpJson(ErrorJson(OverloadedError("queue is full", "max_queued_requests"))),
-            R"({"error":{"message":"queue is full","type":"overloaded","param":null,"code":"max_queued_requests"}})");
+  EXPECT_EQ(
+      DumpJson(
+          ErrorJson(InvalidRequestError("temperature", "temperature must be in [0, 2], got 3.5"))),
+      R"({"error":{"message":"temperature must be in [0, 2], got 3.5","type":"invalid_request_error",)"
+      R"("param":"temperature","code":null}})");
+  EXPECT_EQ(
+      DumpJson(ErrorJson(OverloadedError("queue is full", "max_queued_requests"))),
+      R"({"error":{"message":"queue is full","type":"overloaded","param":null,"code":"max_queued_requests"}})");
 }
 
 TEST(Sse, FramingAndInvalidUtf8) {
@@ -227,17 +244,27 @@ TEST(ChatStream, GoldenEventSequence) {
   StreamEncoder enc(StreamEncoder::Kind::kChat, kChatMeta, s);
   std::string sse = enc.Start();
   sse += enc.Delta({0, "Hel", std::nullopt, {Token(1, 0)}, FinishReason::kNone, {}});
-  sse += enc.Delta({0, "", std::nullopt, {Token(2, 0)}, FinishReason::kNone, {}});  // held back: no event
+  sse += enc.Delta(
+      {0, "", std::nullopt, {Token(2, 0)}, FinishReason::kNone, {}});  // held back: no event
   sse += enc.Delta({0, "lo", std::nullopt, {Token(3, 0)}, FinishReason::kStop, {}});
   sse += enc.Finish(Usage{4, 3, std::nullopt});
   std::vector<std::string> ev = Events(sse);
-  const std::string head = R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)";
+  const std::string head =
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)";
   ASSERT_EQ(ev.size(), 4u);
-  EXPECT_EQ(ev[0], head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,)"
-                          R"("finish_reason":null}]})");
-  EXPECT_EQ(ev[1], head + R"("choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":null,"finish_reason":null}]})");
-  EXPECT_EQ(ev[2], head + R"("choices":[{"index":0,"delta":{"content":"lo"},"logprobs":null,"finish_reason":"stop",)"
-                          R"("stop_reason":null}]})");
+  EXPECT_EQ(
+      ev[0],
+      head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,)"
+             R"("finish_reason":null}]})");
+  EXPECT_EQ(
+      ev[1],
+      head +
+          R"("choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":null,"finish_reason":null}]})");
+  EXPECT_EQ(
+      ev[2],
+      head +
+          R"("choices":[{"index":0,"delta":{"content":"lo"},"logprobs":null,"finish_reason":"stop",)"
+          R"("stop_reason":null}]})");
   EXPECT_EQ(ev[3], "[DONE]");
   EXPECT_EQ(enc.completion_tokens(0), 3);
 }
@@ -257,9 +284,11 @@ TEST(ChatStream, IncludeUsageAddsNullUsageAndAFinalUsageChunk) {
   EXPECT_TRUE(Json::parse(ev[2]).contains("usage"));
   EXPECT_TRUE(Json::parse(ev[2])["usage"].is_null());
   EXPECT_EQ(Json::parse(ev[2])["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(ev[3], R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
-                   R"("choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5,)"
-                   R"("prompt_tokens_details":{"cached_tokens":2}}})");
+  EXPECT_EQ(
+      ev[3],
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+      R"("choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5,)"
+      R"("prompt_tokens_details":{"cached_tokens":2}}})");
   EXPECT_EQ(ev[4], "[DONE]");
 }
 
@@ -271,11 +300,13 @@ TEST(ChatStream, ContinuousUsageAndLogprobsAndReasoning) {
   StreamEncoder enc(StreamEncoder::Kind::kChat, kChatMeta, s);
   enc.Start();
   // A held-back token still sends its logprobs (with empty content).
-  Json a = Json::parse(Events(enc.Delta({0, "", std::nullopt, {Token(5, -0.5f)}, FinishReason::kNone, {}}))[0]);
+  Json a = Json::parse(
+      Events(enc.Delta({0, "", std::nullopt, {Token(5, -0.5f)}, FinishReason::kNone, {}}))[0]);
   EXPECT_EQ(a["choices"][0]["delta"].dump(), R"({"content":""})");
   EXPECT_EQ(a["choices"][0]["logprobs"]["content"][0]["token"], "token_id:5");
   EXPECT_EQ(a["usage"].dump(), R"({"prompt_tokens":6,"completion_tokens":1,"total_tokens":7})");
-  Json b = Json::parse(Events(enc.Delta({0, "", std::string("hmm"), {Token(6, -1.f)}, FinishReason::kNone, {}}))[0]);
+  Json b = Json::parse(
+      Events(enc.Delta({0, "", std::string("hmm"), {Token(6, -1.f)}, FinishReason::kNone, {}}))[0]);
   EXPECT_EQ(b["choices"][0]["delta"].dump(), R"({"reasoning_content":"hmm"})");
   EXPECT_EQ(b["usage"]["completion_tokens"], 2);
 }
@@ -286,17 +317,27 @@ TEST(CompletionStream, GoldenEventsWithOffsetsAcrossChunks) {
   s.logprobs = IdsLogprobs(0);
   StreamEncoder enc(StreamEncoder::Kind::kCompletion, kMeta, s);
   EXPECT_EQ(enc.Start(), "");
-  std::string sse = enc.Delta({0, "Pré" "A", std::nullopt, {Token(1, -1.f)}, FinishReason::kNone, {}});
-  sse += enc.Delta({0, "B", std::nullopt, {Token(2, -2.f)}, FinishReason::kStop, std::string("\n")});
+  std::string sse = enc.Delta({0,
+                               "Pré"
+                               "A",
+                               std::nullopt,
+                               {Token(1, -1.f)},
+                               FinishReason::kNone,
+                               {}});
+  sse +=
+      enc.Delta({0, "B", std::nullopt, {Token(2, -2.f)}, FinishReason::kStop, std::string("\n")});
   sse += enc.Finish(Usage{});
   std::vector<std::string> ev = Events(sse);
   ASSERT_EQ(ev.size(), 3u);
-  EXPECT_EQ(ev[0], R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m","choices":[)"
-                   R"({"index":0,"text":"PréA","logprobs":{"text_offset":[0],"token_logprobs":[-1.0],)"
-                   R"("tokens":["token_id:1"],"top_logprobs":[{"token_id:1":-1.0}]},"finish_reason":null,)"
-                   R"("stop_reason":null}]})");
+  EXPECT_EQ(
+      ev[0],
+      R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m","choices":[)"
+      R"({"index":0,"text":"PréA","logprobs":{"text_offset":[0],"token_logprobs":[-1.0],)"
+      R"("tokens":["token_id:1"],"top_logprobs":[{"token_id:1":-1.0}]},"finish_reason":null,)"
+      R"("stop_reason":null}]})");
   Json second = Json::parse(ev[1]);
-  EXPECT_EQ(second["choices"][0]["logprobs"]["text_offset"].dump(), "[4]") << "4 code points sent before";
+  EXPECT_EQ(second["choices"][0]["logprobs"]["text_offset"].dump(), "[4]")
+      << "4 code points sent before";
   EXPECT_EQ(second["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(second["choices"][0]["stop_reason"], "\n");
   EXPECT_EQ(ev[2], "[DONE]");
@@ -304,7 +345,9 @@ TEST(CompletionStream, GoldenEventsWithOffsetsAcrossChunks) {
 
 TEST(Stream, MidStreamError) {
   EXPECT_EQ(StreamEncoder::Error(ApiErrorFromStatus(Internal("boom"))),
-            "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
+            "data: "
+            "{\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":"
+            "null}}\n\n");
 }
 
 // The pieces fit together: decoded pieces through a StopMatcher into a
