@@ -16,7 +16,11 @@ namespace {
 
 using namespace openai_fields;  // NOLINT: this file is their one user
 
-// Fields both endpoints know; anything else lands in ignored_fields.
+// Every top-level field the parser knows; anything else lands in
+// ignored_fields. Each one is read below with its type checked: implemented,
+// accepted where it cannot change this server's output (said where it is
+// read), or a 400 naming it. openai_protocol_test holds every name here to a
+// wrong-type case (KnownFields.EveryFieldRejectsAWrongType).
 const std::set<std::string>& CommonKeys() {
   static const std::set<std::string> keys = {"model",
                                              "n",
@@ -93,16 +97,49 @@ const std::set<std::string>& ChatKeys() {
   return keys;
 }
 
+// request_id becomes the response's id; it shows in logs too.
+constexpr size_t kMaxRequestIdBytes = 256;
+
+MaybeError Unsupported(const std::string& key, const std::string& why = "") {
+  return InvalidRequestError(key, key + " is not supported by this server" + why);
+}
+
+// An array whose every element satisfies `is_element` (errors name the
+// element: "bad_words[2] must be a string"); *out is nullptr when absent or
+// null.
+MaybeError ReadArrayOf(const Json& body, const std::string& key, const char* element,
+                       bool (*is_element)(const Json&), const Json** out) {
+  const Json* v = Get(body, key);
+  *out = v;
+  if (!v) return std::nullopt;
+  if (!v->is_array()) return WrongType(key, std::string("an array of ") + element + "s", *v);
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!is_element((*v)[i])) return WrongType(Index(key, i), std::string("a ") + element, (*v)[i]);
+  }
+  return std::nullopt;
+}
+
+bool IsString(const Json& v) { return v.is_string(); }
+bool IsTokenId(const Json& v) {
+  int64_t id = 0;
+  return v.is_number() && ToInt64(v, &id) && id >= 0 && id <= std::numeric_limits<int32_t>::max();
+}
+
 // Known fields that would change the output but that Strata does not
-// implement: a 400 when set to anything but their default.
+// implement: a 400 when set to anything but their default (null/absent,
+// or the value that means "off").
 MaybeError RejectUnsupported(const Json& body) {
-  auto unsupported = [](const std::string& key, const std::string& why) {
-    return InvalidRequestError(key, key + " is not supported by this server" + why);
-  };
-  for (const char* key : {"logit_bias", "bad_words", "allowed_token_ids", "logprob_token_ids"}) {
-    const Json* v = Get(body, key);
-    if (v && !(v->is_object() || v->is_array())) return WrongType(key, "an object or array", *v);
-    if (v && !v->empty()) return unsupported(key, "");
+  if (const Json* v = Get(body, "logit_bias")) {
+    if (!v->is_object())
+      return WrongType("logit_bias", "an object mapping token ids to biases", *v);
+    if (!v->empty()) return Unsupported("logit_bias");
+  }
+  const Json* list = nullptr;
+  RETURN_IF_API_ERROR(ReadArrayOf(body, "bad_words", "string", IsString, &list));
+  if (list && !list->empty()) return Unsupported("bad_words");
+  for (const char* key : {"allowed_token_ids", "logprob_token_ids"}) {
+    RETURN_IF_API_ERROR(ReadArrayOf(body, key, "token id", IsTokenId, &list));
+    if (list && !list->empty()) return Unsupported(key);
   }
   if (const Json* rf = Get(body, "response_format")) {
     if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
@@ -114,21 +151,113 @@ MaybeError RejectUnsupported(const Json& body) {
                                      "decoding); only {\"type\": \"text\"} is");
     }
   }
-  for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
-                          "guided_grammar", "prompt_logprobs", "truncate_prompt_tokens",
-                          "prompt_embeds", "chat_template", "documents"}) {
-    if (Get(body, key)) return unsupported(key, "");
+  // Any value asks for something this server does not do.
+  for (const char* key :
+       {"structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+        "truncate_prompt_tokens", "prompt_embeds", "chat_template", "documents"}) {
+    if (Get(body, key)) return Unsupported(key);
   }
-  if (const Json* v = Get(body, "use_beam_search"); v && *v != false)
-    return unsupported("use_beam_search", "");
-  if (const Json* v = Get(body, "min_tokens"); v && *v != 0)
-    return unsupported("min_tokens", " (send 0 or omit it)");
-  if (const Json* v = Get(body, "suffix"); v && *v != "") return unsupported("suffix", "");
-  if (const Json* v = Get(body, "best_of")) {
-    const Json* n = Get(body, "n");
-    if (*v != (n ? *n : Json(1)))
-      return unsupported("best_of", " (best_of must equal n or be omitted)");
+  bool beam = false;
+  RETURN_IF_API_ERROR(ReadBool(body, "use_beam_search", &beam));
+  if (beam) return Unsupported("use_beam_search");
+  std::optional<int64_t> i;
+  RETURN_IF_API_ERROR(ReadInt(body, "min_tokens", &i));
+  if (i && *i != 0) return Unsupported("min_tokens", " (send 0 or omit it)");
+  i.reset();
+  RETURN_IF_API_ERROR(ReadInt(body, "prompt_logprobs", &i));
+  if (i) return Unsupported("prompt_logprobs", " (it does not compute the prompt's logprobs)");
+  i.reset();
+  RETURN_IF_API_ERROR(ReadInt(body, "best_of", &i));
+  if (i) {
+    std::optional<int64_t> n;
+    RETURN_IF_API_ERROR(ReadInt(body, "n", &n));
+    if (*i != n.value_or(1)) return Unsupported("best_of", " (best_of must equal n or be omitted)");
   }
+  std::optional<std::string> str;
+  RETURN_IF_API_ERROR(ReadString(body, "suffix", &str));
+  if (str && !str->empty()) return Unsupported("suffix");
+  str.reset();
+  RETURN_IF_API_ERROR(ReadString(body, "cache_salt", &str));
+  if (str)
+    return Unsupported("cache_salt",
+                       " (its prefix cache is shared by all requests; omit cache_salt)");
+  bool store = false;
+  RETURN_IF_API_ERROR(ReadBool(body, "store", &store));
+  if (store) return Unsupported("store", " (it does not store completions; send false or omit it)");
+  return std::nullopt;
+}
+
+// Known fields that cannot change what this server returns: type-checked
+// and accepted.
+MaybeError CheckNoEffectFields(const Json& body) {
+  bool b = false;
+  // Only the slow (Python) HF tokenizers insert these spaces; the Rust ones
+  // this tokenizer follows, like vLLM's fast detokenizer, never do.
+  RETURN_IF_API_ERROR(ReadBool(body, "spaces_between_special_tokens", &b));
+  // length_penalty weighs beams; use_beam_search is rejected above.
+  std::optional<double> d;
+  RETURN_IF_API_ERROR(ReadNumber(body, "length_penalty", &d));
+  // Labels for stored completions (store is rejected above): OpenAI's shape.
+  if (const Json* m = Get(body, "metadata")) {
+    if (!m->is_object()) return WrongType("metadata", "an object of strings", *m);
+    for (auto it = m->begin(); it != m->end(); ++it) {
+      const std::string& k = it.key();
+      if (!it->is_string())
+        return WrongType("metadata." + (k.size() > 64 ? k.substr(0, 61) + "..." : k), "a string",
+                         *it);
+    }
+  }
+  std::optional<int64_t> priority;
+  RETURN_IF_API_ERROR(ReadInt(body, "priority", &priority));
+  if (priority && *priority != 0) {
+    return InvalidRequestError(
+        "priority",
+        "priority must be 0 (or omitted): this server has no priority scheduling, "
+        "got " +
+            std::to_string(*priority));
+  }
+  std::optional<std::string> tier;
+  RETURN_IF_API_ERROR(ReadString(body, "service_tier", &tier));
+  if (tier && *tier != "auto" && *tier != "default") {
+    return InvalidRequestError("service_tier",
+                               "service_tier must be \"auto\" or \"default\" (this server has one "
+                               "tier), got " +
+                                   Shown(body.at("service_tier")));
+  }
+  return std::nullopt;
+}
+
+// The deprecated function-calling fields of the chat API and the output
+// modalities.
+MaybeError CheckChatOnlyFields(const Json& body) {
+  if (Get(body, "functions")) {
+    return InvalidRequestError(
+        "functions",
+        "functions is deprecated and not supported by this server; send them as "
+        "tools: [{\"type\": \"function\", \"function\": {...}}]");
+  }
+  if (Get(body, "function_call")) {
+    return InvalidRequestError("function_call",
+                               "function_call is deprecated and not supported by this server; use "
+                               "tool_choice (\"auto\" or \"none\")");
+  }
+  const Json* modalities = nullptr;
+  RETURN_IF_API_ERROR(ReadArrayOf(body, "modalities", "string", IsString, &modalities));
+  if (modalities) {
+    for (size_t i = 0; i < modalities->size(); ++i) {
+      if ((*modalities)[i] != "text") {
+        return InvalidRequestError(
+            Index("modalities", i),
+            "only the \"text\" modality is supported, got " + Shown((*modalities)[i]));
+      }
+    }
+  }
+  bool b = false;
+  // This server parses neither tool calls nor reasoning out of the output
+  // (both stay in the content, as vLLM without its parsers): there is no
+  // list of tool calls to cut to one and no reasoning to leave out.
+  RETURN_IF_API_ERROR(ReadBool(body, "parallel_tool_calls", &b));
+  RETURN_IF_API_ERROR(ReadBool(body, "include_reasoning", &b));
   return std::nullopt;
 }
 
@@ -178,6 +307,8 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   }
   std::sort(out->ignored_fields.begin(), out->ignored_fields.end());
   RETURN_IF_API_ERROR(RejectUnsupported(body));
+  RETURN_IF_API_ERROR(CheckNoEffectFields(body));
+  if (chat) RETURN_IF_API_ERROR(CheckChatOnlyFields(body));
 
   std::optional<std::string> s;
   RETURN_IF_API_ERROR(ReadString(body, "model", &s));
@@ -185,6 +316,20 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   s.reset();
   RETURN_IF_API_ERROR(ReadString(body, "user", &s));
   if (s) out->user = *s;
+  s.reset();
+  RETURN_IF_API_ERROR(ReadString(body, "request_id", &s));
+  if (s) {
+    const bool printable =
+        std::all_of(s->begin(), s->end(), [](char c) { return c > ' ' && c <= '~'; });
+    if (s->empty() || s->size() > kMaxRequestIdBytes || !printable) {
+      return InvalidRequestError("request_id",
+                                 "request_id must be 1 to " + std::to_string(kMaxRequestIdBytes) +
+                                     " printable ASCII characters without spaces, got " +
+                                     Shown(body.at("request_id")));
+    }
+    out->request_id = *s;
+  }
+  RETURN_IF_API_ERROR(ReadBool(body, "return_token_ids", &out->return_token_ids));
 
   std::optional<int64_t> n;
   RETURN_IF_API_ERROR(ReadInt(body, "n", &n));
@@ -226,8 +371,6 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   out->add_special_tokens = !chat;
   RETURN_IF_API_ERROR(ReadBool(body, "add_special_tokens", &out->add_special_tokens));
   RETURN_IF_API_ERROR(ReadBool(body, "ignore_eos", &out->sampling.ignore_eos));
-  bool unused = false;
-  RETURN_IF_API_ERROR(ReadBool(body, "spaces_between_special_tokens", &unused));
 
   SamplingParams& sp = out->sampling;
   RETURN_IF_API_ERROR(ReadRangedFloat(body, "temperature", 0, 2, false, "[0, 2]", &sp.temperature));
@@ -419,6 +562,21 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits,
     }
     out->chat_template_kwargs = *kwargs;
   }
+  std::optional<std::string> effort;
+  RETURN_IF_API_ERROR(ReadString(body, "reasoning_effort", &effort));
+  if (effort) {
+    static const std::set<std::string> kEfforts = {"none", "minimal", "low", "medium", "high"};
+    if (!kEfforts.count(*effort)) {
+      return InvalidRequestError("reasoning_effort",
+                                 "reasoning_effort must be one of none, minimal, low, medium, "
+                                 "high; got " +
+                                     Shown(body.at("reasoning_effort")));
+    }
+    // A template variable, read by the templates that support it (gpt-oss's);
+    // chat_template_kwargs.reasoning_effort, when sent, wins.
+    if (!out->chat_template_kwargs.contains("reasoning_effort"))
+      out->chat_template_kwargs["reasoning_effort"] = *effort;
+  }
   bool echo = false;
   RETURN_IF_API_ERROR(ReadBool(body, "echo", &echo));
   if (echo) return InvalidRequestError("echo", "echo is not supported for chat completions");
@@ -516,6 +674,14 @@ ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
         RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/true, limits, req));
         return ParseChatFields(j, limits, req);
       });
+}
+
+std::vector<std::string> KnownRequestFields(bool chat) {
+  std::vector<std::string> keys(CommonKeys().begin(), CommonKeys().end());
+  const std::set<std::string>& own = chat ? ChatKeys() : CompletionKeys();
+  keys.insert(keys.end(), own.begin(), own.end());
+  std::sort(keys.begin(), keys.end());
+  return keys;
 }
 
 ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens,

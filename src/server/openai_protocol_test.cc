@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <sstream>
 
 #include "server/chat_prompt.h"
@@ -341,7 +345,7 @@ TEST(RequestErrors, BodyMustBeAnObject) {
 
 TEST(RequestErrors, NestingIsBounded) {
   std::string deep =
-      R"({"prompt": "x", "metadata": )" + std::string(200, '[') + std::string(200, ']') + "}";
+      R"({"prompt": "x", "x_deep": )" + std::string(200, '[') + std::string(200, ']') + "}";
   ExpectCompletionError({deep, "", "nested deeper than 128 levels"});
   ProtocolLimits limits;
   limits.max_json_depth = 300;
@@ -470,7 +474,8 @@ TEST(RequestErrors, Prompts) {
 TEST(RequestErrors, UnsupportedFeaturesAreRejectedNotIgnored) {
   const std::vector<ErrorCase> cases = {
       {CompletionBody(R"("logit_bias": {"5": 10})"), "logit_bias", "logit_bias is not supported"},
-      {CompletionBody(R"("logit_bias": 5)"), "logit_bias", "must be an object or array"},
+      {CompletionBody(R"("logit_bias": 5)"), "logit_bias",
+       "must be an object mapping token ids to biases"},
       {CompletionBody(R"("suffix": "end")"), "suffix", "suffix is not supported"},
       {CompletionBody(R"("best_of": 3)"), "best_of", "best_of must equal n or be omitted"},
       {CompletionBody(R"("use_beam_search": true)"), "use_beam_search", "not supported"},
@@ -585,6 +590,233 @@ TEST(RequestErrors, ErrorValueIsShortenedInMessages) {
 }
 
 // ---------------------------------------------------------------------------
+// Known fields: every one has its type checked (issue 6 item 9: "functions":
+// [1, "a"] was a 200). A value of the wrong type for each field, by endpoint.
+
+struct WrongTypeCase {
+  const char* field;
+  const char* value;  // JSON
+};
+
+const std::vector<WrongTypeCase>& CommonWrongTypes() {
+  static const std::vector<WrongTypeCase> cases = {{"model", "5"},
+                                                   {"n", R"("2")"},
+                                                   {"stream", "1"},
+                                                   {"stream_options", "[]"},
+                                                   {"stop", "5"},
+                                                   {"stop_token_ids", "5"},
+                                                   {"include_stop_str_in_output", "1"},
+                                                   {"skip_special_tokens", "0"},
+                                                   {"spaces_between_special_tokens", R"("yes")"},
+                                                   {"return_tokens_as_token_ids", R"("no")"},
+                                                   {"add_special_tokens", R"("x")"},
+                                                   {"max_tokens", R"("5")"},
+                                                   {"temperature", R"("hot")"},
+                                                   {"top_p", "true"},
+                                                   {"top_k", R"("1")"},
+                                                   {"min_p", "[]"},
+                                                   {"frequency_penalty", "{}"},
+                                                   {"presence_penalty", R"("0")"},
+                                                   {"repetition_penalty", R"("1")"},
+                                                   {"seed", R"("1")"},
+                                                   {"ignore_eos", "1"},
+                                                   {"user", "[]"},
+                                                   {"logit_bias", "5"},
+                                                   {"use_beam_search", R"("no")"},
+                                                   {"min_tokens", R"("0")"},
+                                                   {"prompt_logprobs", R"("1")"},
+                                                   {"bad_words", R"("x")"},
+                                                   {"allowed_token_ids", R"({"a": 1})"},
+                                                   {"structured_outputs", "5"},
+                                                   {"guided_json", "5"},
+                                                   {"guided_regex", "5"},
+                                                   {"guided_choice", "5"},
+                                                   {"guided_grammar", "5"},
+                                                   {"logprob_token_ids", R"("1")"},
+                                                   {"truncate_prompt_tokens", R"("5")"},
+                                                   {"best_of", R"("1")"},
+                                                   {"echo", R"("yes")"},
+                                                   {"response_format", R"("text")"},
+                                                   {"request_id", "5"},
+                                                   {"priority", R"("high")"},
+                                                   {"metadata", R"(["a"])"},
+                                                   {"store", R"("no")"},
+                                                   {"service_tier", "1"},
+                                                   {"length_penalty", R"("1")"},
+                                                   {"cache_salt", "5"},
+                                                   {"return_token_ids", R"("yes")"}};
+  return cases;
+}
+
+void ExpectWrongTypeRejected(bool chat, const WrongTypeCase& c) {
+  // A repeated key's last value wins, so this also overrides prompt/messages/model.
+  const std::string body = (chat ? ChatBody("") : CompletionBody(""));
+  const std::string with =
+      body.substr(0, body.size() - 1) + ", \"" + c.field + "\": " + c.value + "}";
+  ApiError e;
+  if (chat) {
+    ApiOr<ChatCompletionRequest> r = ParseChatCompletionRequest(with);
+    ASSERT_FALSE(r.ok()) << with;
+    e = r.error();
+  } else {
+    ApiOr<CompletionRequest> r = ParseCompletionRequest(with);
+    ASSERT_FALSE(r.ok()) << with;
+    e = r.error();
+  }
+  EXPECT_EQ(e.http_status, 400) << with;
+  EXPECT_EQ(e.param, c.field) << with << "\n" << e.message;
+  EXPECT_THAT(e.message, HasSubstr(c.field)) << with;
+}
+
+TEST(KnownFields, EveryFieldRejectsAWrongType) {
+  std::vector<WrongTypeCase> completion = CommonWrongTypes(), chat = CommonWrongTypes();
+  completion.insert(
+      completion.end(),
+      {{"logprobs", "true"}, {"prompt", "5"}, {"suffix", "5"}, {"prompt_embeds", "5"}});
+  chat.insert(chat.end(), {{"logprobs", "1"},
+                           {"messages", R"("hi")"},
+                           {"max_completion_tokens", R"("5")"},
+                           {"top_logprobs", R"("3")"},
+                           {"tools", "{}"},
+                           {"tool_choice", "1"},
+                           {"parallel_tool_calls", R"("yes")"},
+                           {"chat_template_kwargs", "[]"},
+                           {"add_generation_prompt", R"("no")"},
+                           {"continue_final_message", "1"},
+                           {"documents", "5"},
+                           {"chat_template", "5"},
+                           {"reasoning_effort", "1"},
+                           {"include_reasoning", R"("no")"},
+                           {"modalities", R"("text")"},
+                           {"functions", R"([1, "a"])"},
+                           {"function_call", "5"}});
+  for (bool is_chat : {false, true}) {
+    std::vector<std::string> covered;
+    for (const WrongTypeCase& c : is_chat ? chat : completion) {
+      ExpectWrongTypeRejected(is_chat, c);
+      covered.push_back(c.field);
+    }
+    std::sort(covered.begin(), covered.end());
+    EXPECT_EQ(covered, KnownRequestFields(is_chat))
+        << "every known field needs a wrong-type case here (" << (is_chat ? "chat" : "completions")
+        << ")";
+  }
+}
+
+TEST(KnownFields, FieldsWithoutEffectHereAreAcceptedWithTheirType) {
+  const std::string common = R"("spaces_between_special_tokens": false, "length_penalty": 0.5,
+      "metadata": {"team": "a"}, "priority": 0, "service_tier": "auto", "store": false, "user": "u",
+      "use_beam_search": false, "min_tokens": 0, "bad_words": [], "allowed_token_ids": [], "logit_bias": {})";
+  Completion(CompletionBody(common));
+  ChatCompletionRequest r =
+      Chat(ChatBody(common + R"(, "parallel_tool_calls": false, "include_reasoning": true,
+      "modalities": ["text"], "service_tier": "default")"));
+  EXPECT_TRUE(r.ignored_fields.empty());
+}
+
+TEST(KnownFields, ImplementedVllmFields) {
+  CompletionRequest c =
+      Completion(CompletionBody(R"("request_id": "job-7:a", "return_token_ids": true)"));
+  EXPECT_EQ(c.request_id, "job-7:a");
+  EXPECT_TRUE(c.return_token_ids);
+  EXPECT_FALSE(Completion(CompletionBody("")).return_token_ids);
+  EXPECT_FALSE(Completion(CompletionBody("")).request_id);
+
+  ChatCompletionRequest r = Chat(ChatBody(R"("reasoning_effort": "low")"));
+  EXPECT_EQ(r.chat_template_kwargs.dump(), R"({"reasoning_effort":"low"})")
+      << "a template variable";
+  ChatCompletionRequest both = Chat(ChatBody(
+      R"("reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"})"));
+  EXPECT_EQ(both.chat_template_kwargs.dump(), R"({"reasoning_effort":"high"})")
+      << "chat_template_kwargs wins";
+}
+
+TEST(KnownFields, ValuesThisServerCannotHonourAreRejected) {
+  const std::vector<ErrorCase> chat = {
+      {ChatBody(R"("functions": [1, "a"])"), "functions", "deprecated"},
+      {ChatBody(R"("functions": [{"name": "f", "parameters": {}}])"), "functions",
+       "send them as tools"},
+      {ChatBody(R"("function_call": "auto")"), "function_call", "use tool_choice"},
+      {ChatBody(R"("priority": 1)"), "priority", "no priority scheduling, got 1"},
+      {ChatBody(R"("priority": -3)"), "priority", "got -3"},
+      {ChatBody(R"("modalities": ["text", "audio"])"), "modalities[1]",
+       "only the \"text\" modality"},
+      {ChatBody(R"("modalities": [1])"), "modalities[0]", "modalities[0] must be a string"},
+      {ChatBody(R"("store": true)"), "store", "does not store completions"},
+      {ChatBody(R"("cache_salt": "s")"), "cache_salt", "prefix cache is shared"},
+      {ChatBody(R"("service_tier": "flex")"), "service_tier", "\"auto\" or \"default\""},
+      {ChatBody(R"("metadata": {"a": 1})"), "metadata.a",
+       "metadata.a must be a string, got an integer"},
+      {ChatBody(R"("request_id": "")"), "request_id", "1 to 256 printable ASCII characters"},
+      {ChatBody(R"("request_id": "a b")"), "request_id", "without spaces"},
+      {ChatBody(R"("reasoning_effort": "extreme")"), "reasoning_effort",
+       "must be one of none, minimal, low"},
+      {ChatBody(R"("bad_words": ["x"])"), "bad_words", "bad_words is not supported"},
+      {ChatBody(R"("bad_words": ["x", 2])"), "bad_words[1]", "bad_words[1] must be a string"},
+      {ChatBody(R"("allowed_token_ids": [1, "2"])"), "allowed_token_ids[1]", "must be a token id"},
+      {ChatBody(R"("min_tokens": 2)"), "min_tokens", "not supported"},
+      {ChatBody(R"("best_of": 2)"), "best_of", "best_of must equal n"},
+  };
+  for (const ErrorCase& c : chat) ExpectChatError(c);
+  ExpectChatError(
+      {std::string(
+           R"({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "request_id": ")") +
+           std::string(257, 'x') + "\"}",
+       "request_id", "1 to 256"});
+}
+
+// ---------------------------------------------------------------------------
+// Parsing is linear in the body (issue 6 item 1: ordered_json's own parser
+// took 39 s for an ignored field of 200,000 keys). The bounds tell seconds
+// from tens of seconds on a loaded machine; the work takes well under one.
+
+double SecondsToRun(const std::function<void()>& fn) {
+  auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string ManyKeys(size_t n, const std::string& value) {
+  std::string out = "{";
+  for (size_t i = 0; i < n; ++i) out += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + value;
+  return out + "}";
+}
+
+TEST(LinearParsing, AnIgnoredFieldOf200000Keys) {
+  const std::string body = R"({"prompt": "Hi", "junk": )" + ManyKeys(200000, "1") + "}";
+  ASSERT_GT(body.size(), 2000000u);
+  CompletionRequest r;
+  double s = SecondsToRun([&] { r = Completion(body); });
+  EXPECT_LT(s, 5.0)
+      << "2.2 MB, 200,000 keys in one object: 39 s before, about 0.1 s on an idle core";
+  EXPECT_THAT(r.ignored_fields, ElementsAre("junk"));
+}
+
+TEST(LinearParsing, DuplicateKeysKeepTheFirstPositionAndTheLastValue) {
+  ApiOr<Json> small = ParseJsonBody(R"({"a": 1, "b": 2, "a": {"x": [3]}})", 8);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small.value().dump(), R"({"a":{"x":[3]},"b":2})");
+  // Past the size where keys are hashed: the same rule.
+  std::string big = ManyKeys(100, "0");
+  big.pop_back();
+  big += R"(,"k0":"first","k99":"last","new":1})";
+  ApiOr<Json> large = ParseJsonBody(big, 8);
+  ASSERT_TRUE(large.ok());
+  ASSERT_EQ(large.value().size(), 101u);
+  EXPECT_EQ(large.value().begin().key(), "k0");
+  EXPECT_EQ(large.value()["k0"], "first");
+  EXPECT_EQ(large.value()["k99"], "last");
+  EXPECT_EQ(std::prev(large.value().end()).key(), "new");
+  EXPECT_EQ(ParseChatCompletionRequest(ChatBody(R"("n": 5, "n": 2)")).value().n, 2);
+}
+
+TEST(LinearParsing, KeyOrderIsKept) {
+  ApiOr<Json> j = ParseJsonBody(R"({"z": 1, "a": [{"y": 1, "b": 2}], "m": null})", 8);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j.value().dump(), R"({"z":1,"a":[{"y":1,"b":2}],"m":null})");
+}
+
+// ---------------------------------------------------------------------------
 // Helpers around the request.
 
 TEST(ResolveMaxTokens, FitsTheContextLikeOpenAI) {
@@ -656,6 +888,47 @@ TEST_F(ChatRendering, ToolCallArgumentsRenderAsObjects) {
   EXPECT_EQ(in.bos_token, "<|bos|>");
   EXPECT_EQ(in.eos_token, "<|eos|>");
   EXPECT_TRUE(in.add_generation_prompt);
+}
+
+TEST_F(ChatRendering, ToolSchemasRenderInTheClientsKeyOrder) {
+  ChatCompletionRequest r =
+      Chat(ChatBody(R"("tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}}}])"));
+  ApiOr<std::string> text = RenderChatPrompt(*tmpl_, r, *tok_);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_THAT(
+      text.value(),
+      HasSubstr(R"("properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}})"))
+      << "tools|tojson in the order sent";
+}
+
+// A 200,000-property tool schema (item 1's 28 MB tools froze the server):
+// parsed, converted for the template and rendered with tools|tojson in
+// seconds; likewise chat_template_kwargs of 200,000 keys.
+TEST_F(ChatRendering, HugeToolSchemasAndKwargsRenderInLinearTime) {
+  const std::string props = ManyKeys(200000, R"({"type":"string"})");
+  const std::string body = ChatBody(R"("tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": )" +
+                                    props + "}}}]");
+  ASSERT_GT(body.size(), 4000000u);
+  ApiOr<std::string> text = InvalidRequestError("", "not run");
+  double s = SecondsToRun([&] {
+    ChatCompletionRequest r = Chat(body);
+    text = RenderChatPrompt(*tmpl_, r, *tok_);
+  });
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_LT(s, 10.0) << "parse + render of a 4.6 MB tool schema (about 0.5 s on an idle core)";
+
+  EXPECT_THAT(text.value(), HasSubstr(R"("k0": {"type": "string"}, "k1": {"type": "string"})"));
+  EXPECT_THAT(text.value(), HasSubstr(R"("k199999": {"type": "string"}}})"));
+
+  const std::string kwargs = ChatBody(R"("chat_template_kwargs": )" + ManyKeys(200000, "true"));
+  s = SecondsToRun([&] {
+    ChatCompletionRequest r = Chat(kwargs);
+    text = RenderChatPrompt(*tmpl_, r, *tok_);
+  });
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_LT(s, 10.0) << "200,000 template variables";
 }
 
 TEST_F(ChatRendering, ContinueFinalMessageEndsInsideTheLastTurn) {

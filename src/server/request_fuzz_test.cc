@@ -82,6 +82,10 @@ const std::vector<Json>& InterestingValues() {
                            "system",
                            "developer",
                            "image_url",
+                           "low",
+                           "default",
+                           "flex",
+                           "a b",
                            Json::array(),
                            Json::object()};
     v.push_back(Json::array({1, 2, 3}));
@@ -90,6 +94,9 @@ const std::vector<Json>& InterestingValues() {
     v.push_back(Json{{"type", "text"}, {"text", "t"}});
     v.push_back(Json{{"type", "json_object"}});
     v.push_back(Json{{"include_usage", true}});
+    v.push_back(Json{{"continuous_usage_stats", true}});
+    v.push_back(Json::array({"text", "audio"}));
+    v.push_back(Json{{"k", "v"}});
     v.push_back(Json::array({Json{{"role", "user"}, {"content", "hi"}}}));
     v.push_back(Json::array({Json{{"type", "function"}, {"function", Json{{"name", "f"}}}}}));
     v.push_back(Json::array({Json{{"function", Json{{"name", "f"}, {"arguments", "{\"a\":"}}}}}));
@@ -135,6 +142,24 @@ const std::vector<std::string>& FieldNames() {
                                                  "min_tokens",
                                                  "user",
                                                  "include_stop_str_in_output",
+                                                 "functions",
+                                                 "function_call",
+                                                 "priority",
+                                                 "return_token_ids",
+                                                 "request_id",
+                                                 "modalities",
+                                                 "metadata",
+                                                 "store",
+                                                 "service_tier",
+                                                 "cache_salt",
+                                                 "length_penalty",
+                                                 "parallel_tool_calls",
+                                                 "reasoning_effort",
+                                                 "include_reasoning",
+                                                 "spaces_between_special_tokens",
+                                                 "bad_words",
+                                                 "allowed_token_ids",
+                                                 "prompt_logprobs",
                                                  "unknown_field"};
   return names;
 }
