@@ -59,8 +59,10 @@ TEST(CompletionResponse, GoldenShape) {
   EXPECT_EQ(
       DumpJson(CompletionResponseJson(kMeta, {c}, u, LogprobOptions{})),
       R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m",)"
-      R"("choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"length","stop_reason":null}],)"
-      R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}})");
+      R"("choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"length","stop_reason":null,)"
+      R"("token_ids":null,"prompt_logprobs":null,"prompt_token_ids":null}],)"
+      R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}})")
+      << "vLLM's choice fields: prompt_logprobs null, not absent (vLLM clients read it)";
 }
 
 TEST(CompletionResponse, StopReasonsAndCachedTokens) {
@@ -164,8 +166,29 @@ TEST(ChatResponse, GoldenShape) {
           ChatCompletionResponseJson(kChatMeta, {c}, Usage{9, 2, std::nullopt}, LogprobOptions{})),
       R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
       R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hi there","refusal":null},)"
-      R"("logprobs":null,"finish_reason":"stop","stop_reason":3}],)"
-      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})");
+      R"("logprobs":null,"finish_reason":"stop","stop_reason":3,"token_ids":null}],)"
+      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11},)"
+      R"("prompt_logprobs":null,"prompt_token_ids":null})")
+      << "vLLM's response fields: prompt_logprobs null, not absent";
+}
+
+TEST(Responses, ReturnTokenIdsCarriesPromptAndOutputIds) {
+  ChoiceOutput a, b;
+  a.index = 0, b.index = 1;
+  a.prompt_token_ids = std::vector<int32_t>{1, 2};
+  a.token_ids = std::vector<int32_t>{7, 8, 9};
+  b.prompt_token_ids = std::vector<int32_t>{3};
+  b.token_ids = std::vector<int32_t>{};
+  Json c = CompletionResponseJson(kMeta, {a, b}, Usage{}, LogprobOptions{});
+  EXPECT_EQ(c["choices"][0]["prompt_token_ids"].dump(), "[1,2]");
+  EXPECT_EQ(c["choices"][0]["token_ids"].dump(), "[7,8,9]");
+  EXPECT_EQ(c["choices"][1]["prompt_token_ids"].dump(), "[3]")
+      << "completions: each choice its own prompt";
+  EXPECT_EQ(c["choices"][1]["token_ids"].dump(), "[]");
+  Json chat = ChatCompletionResponseJson(kChatMeta, {a}, Usage{}, LogprobOptions{});
+  EXPECT_EQ(chat["prompt_token_ids"].dump(), "[1,2]") << "chat: once, at the top level (vLLM)";
+  EXPECT_EQ(chat["choices"][0]["token_ids"].dump(), "[7,8,9]");
+  EXPECT_FALSE(chat["choices"][0].contains("prompt_token_ids"));
 }
 
 TEST(ChatResponse, ReasoningContentAndRole) {
@@ -191,24 +214,43 @@ TEST(ChatResponse, LogprobsGolden) {
   EXPECT_EQ(none["content"][0]["top_logprobs"].dump(), "[]");
 }
 
-TEST(ChatResponse, PartialUtf8TokensStillSerialise) {
+// OpenAI's "bytes" join back into the text even where a character is split
+// over tokens (issue 6 item 11(c): each split token sent the bytes of U+FFFD).
+TEST(ChatResponse, BytesOfSplitCharactersJoinIntoTheText) {
   auto tok = Tok();
   ASSERT_TRUE(tok);
-  std::vector<int32_t> ids = tok->Encode("é", false);  // byte-level: may be two byte tokens
+  const std::string text = "café 😀 中文 ok";
+  std::vector<int32_t> ids = tok->Encode(text, false);
   LogprobOptions o;
   o.enabled = true;
+  o.top = 2;
   o.tokenizer = tok.get();
   std::vector<GeneratedToken> tokens;
-  for (int32_t id : ids) tokens.push_back(Token(id, -1.f));
-  Json lp = ChatLogprobsJson(tokens, o);
-  std::string dumped = DumpJson(lp);  // must not throw on invalid UTF-8
-  EXPECT_THAT(dumped, HasSubstr("\"bytes\":["));
+  size_t split = 0;  // tokens that end or start inside a character
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::string text = TokenText(ids[i], o);
-    Json expected = Json::array();
-    for (unsigned char ch : text) expected.push_back(static_cast<int>(ch));
-    EXPECT_EQ(lp["content"][i]["bytes"], expected);
+    // The top alternatives: the token itself and the next one.
+    tokens.push_back(Token(ids[i], -1.f, {{ids[i], -1.f}, {ids[(i + 1) % ids.size()], -2.f}}));
+    split += TokenText(ids[i], o).find("\xEF\xBF\xBD") != std::string::npos;
   }
+  ASSERT_GT(split, 0u)
+      << "the fixture tokenizer must split a character for this test to mean anything";
+  Json lp = ChatLogprobsJson(tokens, o);
+  std::string joined, joined_top, joined_next;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& e = lp["content"][i];
+    for (int b : e["bytes"]) joined += static_cast<char>(b);
+    for (int b : e["top_logprobs"][0]["bytes"]) joined_top += static_cast<char>(b);
+    if (i + 1 < ids.size()) {
+      for (int b : e["top_logprobs"][1]["bytes"]) joined_next += static_cast<char>(b);
+    }
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(joined_top, text) << "top_logprobs entries carry their token's own bytes too";
+  EXPECT_EQ(joined_next, text.substr(tok->TokenBytes(ids[0]).size()));
+  EXPECT_THAT(DumpJson(lp), HasSubstr("\"bytes\":["))
+      << "serialises even with partial UTF-8 tokens";
+  EXPECT_EQ(lp["content"][0]["token"], TokenText(ids[0], o))
+      << "the token string stays as vLLM renders it";
 }
 
 TEST(ErrorBody, GoldenShape) {
@@ -294,6 +336,7 @@ TEST(ChatStream, IncludeUsageAddsNullUsageAndAFinalUsageChunk) {
 
 TEST(ChatStream, ContinuousUsageAndLogprobsAndReasoning) {
   StreamSettings s;
+  s.options.include_usage = true;
   s.options.continuous_usage_stats = true;
   s.logprobs = IdsLogprobs(0);
   s.prompt_tokens = 6;
@@ -309,6 +352,63 @@ TEST(ChatStream, ContinuousUsageAndLogprobsAndReasoning) {
       Events(enc.Delta({0, "", std::string("hmm"), {Token(6, -1.f)}, FinishReason::kNone, {}}))[0]);
   EXPECT_EQ(b["choices"][0]["delta"].dump(), R"({"reasoning_content":"hmm"})");
   EXPECT_EQ(b["usage"]["completion_tokens"], 2);
+}
+
+// vLLM sends continuous usage stats only with include_usage (issue 6 item
+// 11(b): they went on every chunk without it).
+TEST(Stream, ContinuousUsageStatsNeedIncludeUsage) {
+  for (StreamEncoder::Kind kind : {StreamEncoder::Kind::kChat, StreamEncoder::Kind::kCompletion}) {
+    StreamSettings s;
+    s.options.continuous_usage_stats = true;
+    s.prompt_tokens = 6;
+    StreamEncoder enc(kind, kind == StreamEncoder::Kind::kChat ? kChatMeta : kMeta, s);
+    std::string sse = enc.Start();
+    sse += enc.Delta({0, "a", std::nullopt, {Token(1, 0)}, FinishReason::kNone, {}});
+    sse += enc.Delta({0, "b", std::nullopt, {Token(2, 0)}, FinishReason::kStop, {}});
+    sse += enc.Finish(Usage{6, 2, std::nullopt});
+    std::vector<std::string> ev = Events(sse);
+    ASSERT_EQ(ev.size(), kind == StreamEncoder::Kind::kChat ? 4u : 3u);
+    for (const std::string& e : ev) {
+      if (e == "[DONE]") continue;
+      EXPECT_FALSE(Json::parse(e).contains("usage")) << e;
+    }
+  }
+}
+
+TEST(Stream, ReturnTokenIds) {
+  StreamSettings s;
+  s.num_choices = 2;
+  s.return_token_ids = true;
+  s.prompt_token_ids = {{1, 2}, {3}};
+  StreamEncoder chat(StreamEncoder::Kind::kChat, kChatMeta, s);
+  std::vector<std::string> ev = Events(chat.Start());
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(Json::parse(ev[0])["prompt_token_ids"].dump(), "[1,2]") << "chat: on the first chunk";
+  EXPECT_FALSE(Json::parse(ev[1]).contains("prompt_token_ids"));
+  // A token that produced no text yet still sends its id.
+  Json held = Json::parse(
+      Events(chat.Delta({0, "", std::nullopt, {Token(7, 0)}, FinishReason::kNone, {}}))[0]);
+  EXPECT_EQ(held["choices"][0]["token_ids"].dump(), "[7]");
+  EXPECT_FALSE(held.contains("prompt_token_ids"));
+
+  StreamEncoder comp(StreamEncoder::Kind::kCompletion, kMeta, s);
+  Json a0 = Json::parse(
+      Events(comp.Delta({0, "x", std::nullopt, {Token(7, 0)}, FinishReason::kNone, {}}))[0]);
+  Json b0 = Json::parse(Events(
+      comp.Delta({1, "y", std::nullopt, {Token(8, 0), Token(9, 0)}, FinishReason::kNone, {}}))[0]);
+  Json a1 = Json::parse(
+      Events(comp.Delta({0, "z", std::nullopt, {Token(5, 0)}, FinishReason::kStop, {}}))[0]);
+  EXPECT_EQ(a0["choices"][0]["prompt_token_ids"].dump(), "[1,2]")
+      << "completions: each choice's first chunk";
+  EXPECT_EQ(b0["choices"][0]["prompt_token_ids"].dump(), "[3]");
+  EXPECT_EQ(b0["choices"][0]["token_ids"].dump(), "[8,9]");
+  EXPECT_FALSE(a1["choices"][0].contains("prompt_token_ids"));
+  EXPECT_EQ(a1["choices"][0]["token_ids"].dump(), "[5]");
+
+  StreamEncoder plain(StreamEncoder::Kind::kCompletion, kMeta, StreamSettings{});
+  EXPECT_FALSE(Json::parse(Events(
+      plain.Delta({0, "x", std::nullopt, {Token(7, 0)}, FinishReason::kNone, {}}))[0])["choices"][0]
+                   .contains("token_ids"));
 }
 
 TEST(CompletionStream, GoldenEventsWithOffsetsAcrossChunks) {

@@ -52,6 +52,10 @@ void CheckCommon(const GenerationFields& r, const ProtocolLimits& limits) {
     FUZZ_CHECK(!s.empty() && s.size() <= limits.max_stop_string_bytes);
   FUZZ_CHECK(r.stream || !r.stream_options.include_usage);
   FUZZ_CHECK(!r.max_tokens || (*r.max_tokens >= 0 && *r.max_tokens <= INT32_MAX));
+  if (r.request_id) {
+    FUZZ_CHECK(!r.request_id->empty() && r.request_id->size() <= 256);
+    for (char c : *r.request_id) FUZZ_CHECK(c > ' ' && c <= '~');
+  }
   for (int64_t prompt : {int64_t{1}, int64_t{100}, int64_t{5000}}) {
     ApiOr<int> m = ResolveMaxTokens(r, prompt, 4096);
     if (m.ok()) {
@@ -102,6 +106,8 @@ void CheckStream(StreamEncoder::Kind kind, const GenerationFields& r, const std:
   s.logprobs.enabled = r.sampling.logprobs >= 0;
   s.logprobs.top = r.sampling.logprobs;
   s.logprobs.tokens_as_ids = true;
+  s.return_token_ids = r.return_token_ids;
+  s.prompt_token_ids = {{1, 2}};  // fewer than the choices: the rest send []
   StreamEncoder enc(kind, ResponseMeta{"id", 1, r.model}, s);
   std::string sse = enc.Start();
   GeneratedToken t{7, -1.5f, {{7, -1.5f}, {8, -2.f}}};
@@ -143,6 +149,8 @@ void FuzzOne(std::string_view body) {
     ChoiceOutput c;
     c.text = r.prompts[0].text;
     c.tokens = {GeneratedToken{1, -0.5f, {{2, -0.25f}}}};
+    if (r.return_token_ids)
+      c.prompt_token_ids = std::vector<int32_t>{3}, c.token_ids = std::vector<int32_t>{1};
     LogprobOptions lp = LogprobOptionsFor(r, nullptr);
     FUZZ_CHECK(Json::accept(
         DumpJson(CompletionResponseJson(ResponseMeta{"cmpl-x", 1, r.model}, {c}, Usage{}, lp))));
