@@ -1,14 +1,14 @@
 #include "server/openai_protocol.h"
 
-#include "server/chat_messages.h"
-#include "server/json_body.h"
-#include "server/openai_fields.h"
-
 #include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
 #include <set>
+
+#include "server/chat_messages.h"
+#include "server/json_body.h"
+#include "server/openai_fields.h"
 
 namespace strata {
 
@@ -16,18 +16,59 @@ namespace {
 
 using namespace openai_fields;  // NOLINT: this file is their one user
 
-// Fields both endpoints know; anything else lands in ignored_fields.
+// Every top-level field the parser knows; anything else lands in
+// ignored_fields. Each one is read below with its type checked: implemented,
+// accepted where it cannot change this server's output (said where it is
+// read), or a 400 naming it. openai_protocol_test holds every name here to a
+// wrong-type case (KnownFields.EveryFieldRejectsAWrongType).
 const std::set<std::string>& CommonKeys() {
-  static const std::set<std::string> keys = {
-      "model", "n", "stream", "stream_options", "stop", "stop_token_ids", "include_stop_str_in_output",
-      "skip_special_tokens", "spaces_between_special_tokens", "return_tokens_as_token_ids",
-      "add_special_tokens", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-      "presence_penalty", "repetition_penalty", "seed", "ignore_eos", "user", "logprobs", "logit_bias",
-      "use_beam_search", "min_tokens", "prompt_logprobs", "bad_words", "allowed_token_ids",
-      "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-      "logprob_token_ids", "truncate_prompt_tokens", "best_of", "echo", "response_format", "request_id",
-      "priority", "metadata", "store", "service_tier", "length_penalty", "cache_salt",
-      "return_token_ids"};
+  static const std::set<std::string> keys = {"model",
+                                             "n",
+                                             "stream",
+                                             "stream_options",
+                                             "stop",
+                                             "stop_token_ids",
+                                             "include_stop_str_in_output",
+                                             "skip_special_tokens",
+                                             "spaces_between_special_tokens",
+                                             "return_tokens_as_token_ids",
+                                             "add_special_tokens",
+                                             "max_tokens",
+                                             "temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "min_p",
+                                             "frequency_penalty",
+                                             "presence_penalty",
+                                             "repetition_penalty",
+                                             "seed",
+                                             "ignore_eos",
+                                             "user",
+                                             "logprobs",
+                                             "logit_bias",
+                                             "use_beam_search",
+                                             "min_tokens",
+                                             "prompt_logprobs",
+                                             "bad_words",
+                                             "allowed_token_ids",
+                                             "structured_outputs",
+                                             "guided_json",
+                                             "guided_regex",
+                                             "guided_choice",
+                                             "guided_grammar",
+                                             "logprob_token_ids",
+                                             "truncate_prompt_tokens",
+                                             "best_of",
+                                             "echo",
+                                             "response_format",
+                                             "request_id",
+                                             "priority",
+                                             "metadata",
+                                             "store",
+                                             "service_tier",
+                                             "length_penalty",
+                                             "cache_salt",
+                                             "return_token_ids"};
   return keys;
 }
 
@@ -37,65 +78,209 @@ const std::set<std::string>& CompletionKeys() {
 }
 
 const std::set<std::string>& ChatKeys() {
-  static const std::set<std::string> keys = {
-      "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-      "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "documents",
-      "chat_template", "reasoning_effort", "include_reasoning", "modalities", "functions",
-      "function_call"};
+  static const std::set<std::string> keys = {"messages",
+                                             "max_completion_tokens",
+                                             "top_logprobs",
+                                             "tools",
+                                             "tool_choice",
+                                             "parallel_tool_calls",
+                                             "chat_template_kwargs",
+                                             "add_generation_prompt",
+                                             "continue_final_message",
+                                             "documents",
+                                             "chat_template",
+                                             "reasoning_effort",
+                                             "include_reasoning",
+                                             "modalities",
+                                             "functions",
+                                             "function_call"};
   return keys;
 }
 
+// request_id becomes the response's id; it shows in logs too.
+constexpr size_t kMaxRequestIdBytes = 256;
+
+MaybeError Unsupported(const std::string& key, const std::string& why = "") {
+  return InvalidRequestError(key, key + " is not supported by this server" + why);
+}
+
+// An array whose every element satisfies `is_element` (errors name the
+// element: "bad_words[2] must be a string"); *out is nullptr when absent or
+// null.
+MaybeError ReadArrayOf(const Json& body, const std::string& key, const char* element,
+                       bool (*is_element)(const Json&), const Json** out) {
+  const Json* v = Get(body, key);
+  *out = v;
+  if (!v) return std::nullopt;
+  if (!v->is_array()) return WrongType(key, std::string("an array of ") + element + "s", *v);
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!is_element((*v)[i])) return WrongType(Index(key, i), std::string("a ") + element, (*v)[i]);
+  }
+  return std::nullopt;
+}
+
+bool IsString(const Json& v) { return v.is_string(); }
+bool IsTokenId(const Json& v) {
+  int64_t id = 0;
+  return v.is_number() && ToInt64(v, &id) && id >= 0 && id <= std::numeric_limits<int32_t>::max();
+}
+
 // Known fields that would change the output but that Strata does not
-// implement: a 400 when set to anything but their default.
+// implement: a 400 when set to anything but their default (null/absent,
+// or the value that means "off").
 MaybeError RejectUnsupported(const Json& body) {
-  auto unsupported = [](const std::string& key, const std::string& why) {
-    return InvalidRequestError(key, key + " is not supported by this server" + why);
-  };
-  for (const char* key : {"logit_bias", "bad_words", "allowed_token_ids", "logprob_token_ids"}) {
-    const Json* v = Get(body, key);
-    if (v && !(v->is_object() || v->is_array()) ) return WrongType(key, "an object or array", *v);
-    if (v && !v->empty()) return unsupported(key, "");
+  if (const Json* v = Get(body, "logit_bias")) {
+    if (!v->is_object())
+      return WrongType("logit_bias", "an object mapping token ids to biases", *v);
+    if (!v->empty()) return Unsupported("logit_bias");
+  }
+  const Json* list = nullptr;
+  RETURN_IF_API_ERROR(ReadArrayOf(body, "bad_words", "string", IsString, &list));
+  if (list && !list->empty()) return Unsupported("bad_words");
+  for (const char* key : {"allowed_token_ids", "logprob_token_ids"}) {
+    RETURN_IF_API_ERROR(ReadArrayOf(body, key, "token id", IsTokenId, &list));
+    if (list && !list->empty()) return Unsupported(key);
   }
   if (const Json* rf = Get(body, "response_format")) {
     if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
     const Json* type = Get(*rf, "type");
     if (!type || *type != "text") {
-      return InvalidRequestError("response_format", "response_format type " + (type ? Shown(*type) : "null") +
-                                                        " is not supported by this server (it has no constrained "
-                                                        "decoding); only {\"type\": \"text\"} is");
+      return InvalidRequestError("response_format",
+                                 "response_format type " + (type ? Shown(*type) : "null") +
+                                     " is not supported by this server (it has no constrained "
+                                     "decoding); only {\"type\": \"text\"} is");
     }
   }
-  for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
-                          "guided_grammar", "prompt_logprobs", "truncate_prompt_tokens", "prompt_embeds",
-                          "chat_template", "documents"}) {
-    if (Get(body, key)) return unsupported(key, "");
+  // Any value asks for something this server does not do.
+  for (const char* key :
+       {"structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+        "truncate_prompt_tokens", "prompt_embeds", "chat_template", "documents"}) {
+    if (Get(body, key)) return Unsupported(key);
   }
-  if (const Json* v = Get(body, "use_beam_search"); v && *v != false) return unsupported("use_beam_search", "");
-  if (const Json* v = Get(body, "min_tokens"); v && *v != 0) return unsupported("min_tokens", " (send 0 or omit it)");
-  if (const Json* v = Get(body, "suffix"); v && *v != "") return unsupported("suffix", "");
-  if (const Json* v = Get(body, "best_of")) {
-    const Json* n = Get(body, "n");
-    if (*v != (n ? *n : Json(1))) return unsupported("best_of", " (best_of must equal n or be omitted)");
+  bool beam = false;
+  RETURN_IF_API_ERROR(ReadBool(body, "use_beam_search", &beam));
+  if (beam) return Unsupported("use_beam_search");
+  std::optional<int64_t> i;
+  RETURN_IF_API_ERROR(ReadInt(body, "min_tokens", &i));
+  if (i && *i != 0) return Unsupported("min_tokens", " (send 0 or omit it)");
+  i.reset();
+  RETURN_IF_API_ERROR(ReadInt(body, "prompt_logprobs", &i));
+  if (i) return Unsupported("prompt_logprobs", " (it does not compute the prompt's logprobs)");
+  i.reset();
+  RETURN_IF_API_ERROR(ReadInt(body, "best_of", &i));
+  if (i) {
+    std::optional<int64_t> n;
+    RETURN_IF_API_ERROR(ReadInt(body, "n", &n));
+    if (*i != n.value_or(1)) return Unsupported("best_of", " (best_of must equal n or be omitted)");
+  }
+  std::optional<std::string> str;
+  RETURN_IF_API_ERROR(ReadString(body, "suffix", &str));
+  if (str && !str->empty()) return Unsupported("suffix");
+  str.reset();
+  RETURN_IF_API_ERROR(ReadString(body, "cache_salt", &str));
+  if (str)
+    return Unsupported("cache_salt",
+                       " (its prefix cache is shared by all requests; omit cache_salt)");
+  bool store = false;
+  RETURN_IF_API_ERROR(ReadBool(body, "store", &store));
+  if (store) return Unsupported("store", " (it does not store completions; send false or omit it)");
+  return std::nullopt;
+}
+
+// Known fields that cannot change what this server returns: type-checked
+// and accepted.
+MaybeError CheckNoEffectFields(const Json& body) {
+  bool b = false;
+  // Only the slow (Python) HF tokenizers insert these spaces; the Rust ones
+  // this tokenizer follows, like vLLM's fast detokenizer, never do.
+  RETURN_IF_API_ERROR(ReadBool(body, "spaces_between_special_tokens", &b));
+  // length_penalty weighs beams; use_beam_search is rejected above.
+  std::optional<double> d;
+  RETURN_IF_API_ERROR(ReadNumber(body, "length_penalty", &d));
+  // Labels for stored completions (store is rejected above): OpenAI's shape.
+  if (const Json* m = Get(body, "metadata")) {
+    if (!m->is_object()) return WrongType("metadata", "an object of strings", *m);
+    for (auto it = m->begin(); it != m->end(); ++it) {
+      const std::string& k = it.key();
+      if (!it->is_string())
+        return WrongType("metadata." + (k.size() > 64 ? k.substr(0, 61) + "..." : k), "a string",
+                         *it);
+    }
+  }
+  std::optional<int64_t> priority;
+  RETURN_IF_API_ERROR(ReadInt(body, "priority", &priority));
+  if (priority && *priority != 0) {
+    return InvalidRequestError(
+        "priority",
+        "priority must be 0 (or omitted): this server has no priority scheduling, "
+        "got " +
+            std::to_string(*priority));
+  }
+  std::optional<std::string> tier;
+  RETURN_IF_API_ERROR(ReadString(body, "service_tier", &tier));
+  if (tier && *tier != "auto" && *tier != "default") {
+    return InvalidRequestError("service_tier",
+                               "service_tier must be \"auto\" or \"default\" (this server has one "
+                               "tier), got " +
+                                   Shown(body.at("service_tier")));
   }
   return std::nullopt;
 }
 
-MaybeError ParseStop(const Json& body, const ProtocolLimits& limits, std::vector<std::string>* out) {
+// The deprecated function-calling fields of the chat API and the output
+// modalities.
+MaybeError CheckChatOnlyFields(const Json& body) {
+  if (Get(body, "functions")) {
+    return InvalidRequestError(
+        "functions",
+        "functions is deprecated and not supported by this server; send them as "
+        "tools: [{\"type\": \"function\", \"function\": {...}}]");
+  }
+  if (Get(body, "function_call")) {
+    return InvalidRequestError("function_call",
+                               "function_call is deprecated and not supported by this server; use "
+                               "tool_choice (\"auto\" or \"none\")");
+  }
+  const Json* modalities = nullptr;
+  RETURN_IF_API_ERROR(ReadArrayOf(body, "modalities", "string", IsString, &modalities));
+  if (modalities) {
+    for (size_t i = 0; i < modalities->size(); ++i) {
+      if ((*modalities)[i] != "text") {
+        return InvalidRequestError(
+            Index("modalities", i),
+            "only the \"text\" modality is supported, got " + Shown((*modalities)[i]));
+      }
+    }
+  }
+  bool b = false;
+  // This server parses neither tool calls nor reasoning out of the output
+  // (both stay in the content, as vLLM without its parsers): there is no
+  // list of tool calls to cut to one and no reasoning to leave out.
+  RETURN_IF_API_ERROR(ReadBool(body, "parallel_tool_calls", &b));
+  RETURN_IF_API_ERROR(ReadBool(body, "include_reasoning", &b));
+  return std::nullopt;
+}
+
+MaybeError ParseStop(const Json& body, const ProtocolLimits& limits,
+                     std::vector<std::string>* out) {
   const Json* v = Get(body, "stop");
   if (!v) return std::nullopt;
   if (v->is_string()) {
-    if (v->get_ref<const std::string&>().empty()) return InvalidRequestError("stop", "stop must not be an empty string");
+    if (v->get_ref<const std::string&>().empty())
+      return InvalidRequestError("stop", "stop must not be an empty string");
     out->push_back(v->get<std::string>());
   } else if (v->is_array()) {
     if (v->size() > limits.max_stop_strings) {
-      return InvalidRequestError("stop", "stop has " + std::to_string(v->size()) + " strings; at most " +
-                                             std::to_string(limits.max_stop_strings) + " are allowed");
+      return InvalidRequestError("stop",
+                                 "stop has " + std::to_string(v->size()) + " strings; at most " +
+                                     std::to_string(limits.max_stop_strings) + " are allowed");
     }
     for (size_t i = 0; i < v->size(); ++i) {
       const Json& s = (*v)[i];
       std::string p = Index("stop", i);
       if (!s.is_string()) return WrongType(p, "a string", s);
-      if (s.get_ref<const std::string&>().empty()) return InvalidRequestError(p, p + " must not be empty");
+      if (s.get_ref<const std::string&>().empty())
+        return InvalidRequestError(p, p + " must not be empty");
       out->push_back(s.get<std::string>());
     }
   } else {
@@ -104,21 +289,26 @@ MaybeError ParseStop(const Json& body, const ProtocolLimits& limits, std::vector
   for (size_t i = 0; i < out->size(); ++i) {
     if ((*out)[i].size() > limits.max_stop_string_bytes) {
       std::string p = v->is_array() ? Index("stop", i) : "stop";
-      return InvalidRequestError(p, p + " is " + std::to_string((*out)[i].size()) + " bytes long; at most " +
-                                        std::to_string(limits.max_stop_string_bytes) + " are allowed");
+      return InvalidRequestError(
+          p, p + " is " + std::to_string((*out)[i].size()) + " bytes long; at most " +
+                 std::to_string(limits.max_stop_string_bytes) + " are allowed");
     }
   }
   return std::nullopt;
 }
 
-MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits, GenerationFields* out) {
+MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits,
+                       GenerationFields* out) {
   out->is_chat = chat;
   const std::set<std::string>& own = chat ? ChatKeys() : CompletionKeys();
   for (auto it = body.begin(); it != body.end(); ++it) {
-    if (!CommonKeys().count(it.key()) && !own.count(it.key())) out->ignored_fields.push_back(it.key());
+    if (!CommonKeys().count(it.key()) && !own.count(it.key()))
+      out->ignored_fields.push_back(it.key());
   }
   std::sort(out->ignored_fields.begin(), out->ignored_fields.end());
   RETURN_IF_API_ERROR(RejectUnsupported(body));
+  RETURN_IF_API_ERROR(CheckNoEffectFields(body));
+  if (chat) RETURN_IF_API_ERROR(CheckChatOnlyFields(body));
 
   std::optional<std::string> s;
   RETURN_IF_API_ERROR(ReadString(body, "model", &s));
@@ -126,13 +316,27 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   s.reset();
   RETURN_IF_API_ERROR(ReadString(body, "user", &s));
   if (s) out->user = *s;
+  s.reset();
+  RETURN_IF_API_ERROR(ReadString(body, "request_id", &s));
+  if (s) {
+    const bool printable =
+        std::all_of(s->begin(), s->end(), [](char c) { return c > ' ' && c <= '~'; });
+    if (s->empty() || s->size() > kMaxRequestIdBytes || !printable) {
+      return InvalidRequestError("request_id",
+                                 "request_id must be 1 to " + std::to_string(kMaxRequestIdBytes) +
+                                     " printable ASCII characters without spaces, got " +
+                                     Shown(body.at("request_id")));
+    }
+    out->request_id = *s;
+  }
+  RETURN_IF_API_ERROR(ReadBool(body, "return_token_ids", &out->return_token_ids));
 
   std::optional<int64_t> n;
   RETURN_IF_API_ERROR(ReadInt(body, "n", &n));
   if (n) {
     if (*n < 1 || *n > limits.max_n) {
-      return InvalidRequestError("n", "n must be in [1, " + std::to_string(limits.max_n) + "], got " +
-                                          std::to_string(*n));
+      return InvalidRequestError(
+          "n", "n must be in [1, " + std::to_string(limits.max_n) + "], got " + std::to_string(*n));
     }
     out->n = static_cast<int>(*n);
   }
@@ -141,11 +345,13 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   if (const Json* so = Get(body, "stream_options")) {
     if (!so->is_object()) return WrongType("stream_options", "an object", *so);
     if (!so->empty() && !out->stream) {
-      return InvalidRequestError("stream_options", "stream_options can only be set when stream is true");
+      return InvalidRequestError("stream_options",
+                                 "stream_options can only be set when stream is true");
     }
     for (const char* key : {"include_usage", "continuous_usage_stats"}) {
       const Json* f = Get(*so, key);
-      if (f && !f->is_boolean()) return WrongType(std::string("stream_options.") + key, "a boolean", *f);
+      if (f && !f->is_boolean())
+        return WrongType(std::string("stream_options.") + key, "a boolean", *f);
     }
     ReadBool(*so, "include_usage", &out->stream_options.include_usage);
     ReadBool(*so, "continuous_usage_stats", &out->stream_options.continuous_usage_stats);
@@ -154,29 +360,33 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   RETURN_IF_API_ERROR(ParseStop(body, limits, &out->stop));
   if (const Json* ids = Get(body, "stop_token_ids")) {
     if (!ids->is_array()) return WrongType("stop_token_ids", "an array of token ids", *ids);
-    RETURN_IF_API_ERROR(ReadTokenIds(*ids, "stop_token_ids", limits, &out->sampling.stop_token_ids));
+    RETURN_IF_API_ERROR(
+        ReadTokenIds(*ids, "stop_token_ids", limits, &out->sampling.stop_token_ids));
   }
-  RETURN_IF_API_ERROR(ReadBool(body, "include_stop_str_in_output", &out->include_stop_str_in_output));
+  RETURN_IF_API_ERROR(
+      ReadBool(body, "include_stop_str_in_output", &out->include_stop_str_in_output));
   RETURN_IF_API_ERROR(ReadBool(body, "skip_special_tokens", &out->skip_special_tokens));
-  RETURN_IF_API_ERROR(ReadBool(body, "return_tokens_as_token_ids", &out->return_tokens_as_token_ids));
+  RETURN_IF_API_ERROR(
+      ReadBool(body, "return_tokens_as_token_ids", &out->return_tokens_as_token_ids));
   out->add_special_tokens = !chat;
   RETURN_IF_API_ERROR(ReadBool(body, "add_special_tokens", &out->add_special_tokens));
   RETURN_IF_API_ERROR(ReadBool(body, "ignore_eos", &out->sampling.ignore_eos));
-  bool unused = false;
-  RETURN_IF_API_ERROR(ReadBool(body, "spaces_between_special_tokens", &unused));
 
   SamplingParams& sp = out->sampling;
   RETURN_IF_API_ERROR(ReadRangedFloat(body, "temperature", 0, 2, false, "[0, 2]", &sp.temperature));
   RETURN_IF_API_ERROR(ReadRangedFloat(body, "top_p", 0, 1, true, "(0, 1]", &sp.top_p));
   RETURN_IF_API_ERROR(ReadRangedFloat(body, "min_p", 0, 1, false, "[0, 1]", &sp.min_p));
-  RETURN_IF_API_ERROR(ReadRangedFloat(body, "frequency_penalty", -2, 2, false, "[-2, 2]", &sp.frequency_penalty));
-  RETURN_IF_API_ERROR(ReadRangedFloat(body, "presence_penalty", -2, 2, false, "[-2, 2]", &sp.presence_penalty));
+  RETURN_IF_API_ERROR(
+      ReadRangedFloat(body, "frequency_penalty", -2, 2, false, "[-2, 2]", &sp.frequency_penalty));
+  RETURN_IF_API_ERROR(
+      ReadRangedFloat(body, "presence_penalty", -2, 2, false, "[-2, 2]", &sp.presence_penalty));
   std::optional<double> rep;
   RETURN_IF_API_ERROR(ReadNumber(body, "repetition_penalty", &rep));
   if (rep) {
     if (!(*rep > 0) || *rep > 3.4e38) {
-      return InvalidRequestError("repetition_penalty", "repetition_penalty must be > 0 (1 is off), got " +
-                                                           Shown(body.at("repetition_penalty")));
+      return InvalidRequestError(
+          "repetition_penalty",
+          "repetition_penalty must be > 0 (1 is off), got " + Shown(body.at("repetition_penalty")));
     }
     sp.repetition_penalty = static_cast<float>(*rep);
   }
@@ -184,15 +394,19 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   RETURN_IF_API_ERROR(ReadInt(body, "top_k", &top_k));
   if (top_k) {
     if (*top_k < -1) {
-      return InvalidRequestError("top_k", "top_k must be -1 or 0 (off) or at least 1, got " + std::to_string(*top_k));
+      return InvalidRequestError(
+          "top_k", "top_k must be -1 or 0 (off) or at least 1, got " + std::to_string(*top_k));
     }
-    sp.top_k = *top_k == 0 ? -1 : static_cast<int>(std::min<int64_t>(*top_k, std::numeric_limits<int>::max()));
+    sp.top_k = *top_k == 0
+                   ? -1
+                   : static_cast<int>(std::min<int64_t>(*top_k, std::numeric_limits<int>::max()));
   }
   if (const Json* seed = Get(body, "seed")) {
     int64_t v = 0;
     if (!seed->is_number() || !ToInt64(*seed, &v)) {
       if (seed->is_number()) {
-        return InvalidRequestError("seed", "seed must be an integer in [-2^63, 2^63 - 1], got " + Shown(*seed));
+        return InvalidRequestError(
+            "seed", "seed must be an integer in [-2^63, 2^63 - 1], got " + Shown(*seed));
       }
       return WrongType("seed", "an integer", *seed);
     }
@@ -202,11 +416,13 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
 }
 
 // max_tokens-like field: an integer in [min, INT32_MAX].
-MaybeError ReadMaxTokens(const Json& body, const std::string& key, int64_t min, std::optional<int64_t>* out) {
+MaybeError ReadMaxTokens(const Json& body, const std::string& key, int64_t min,
+                         std::optional<int64_t>* out) {
   RETURN_IF_API_ERROR(ReadInt(body, key, out));
   if (*out && (**out < min || **out > std::numeric_limits<int32_t>::max())) {
     std::string range = "[" + std::to_string(min) + ", 2147483647]";
-    return InvalidRequestError(key, key + " must be in " + range + ", got " + std::to_string(**out));
+    return InvalidRequestError(key,
+                               key + " must be in " + range + ", got " + std::to_string(**out));
   }
   return std::nullopt;
 }
@@ -214,12 +430,15 @@ MaybeError ReadMaxTokens(const Json& body, const std::string& key, int64_t min, 
 // ---------------------------------------------------------------------------
 // /v1/completions
 
-MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vector<PromptInput>* out) {
+MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits,
+                       std::vector<PromptInput>* out) {
   const Json* p = Get(body, "prompt");
   if (!p) return InvalidRequestError("prompt", "prompt is required");
-  const char* kShapes = "a string, an array of strings, an array of token ids or an array of arrays of token ids";
+  const char* kShapes =
+      "a string, an array of strings, an array of token ids or an array of arrays of token ids";
   if (p->is_string()) {
-    if (p->get_ref<const std::string&>().empty()) return InvalidRequestError("prompt", "prompt must not be empty");
+    if (p->get_ref<const std::string&>().empty())
+      return InvalidRequestError("prompt", "prompt must not be empty");
     out->push_back({false, p->get<std::string>(), {}});
     return std::nullopt;
   }
@@ -234,8 +453,9 @@ MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vect
     return std::nullopt;
   }
   if (p->size() > limits.max_prompts) {
-    return InvalidRequestError("prompt", "prompt has " + std::to_string(p->size()) + " prompts; at most " +
-                                             std::to_string(limits.max_prompts) + " are allowed per request");
+    return InvalidRequestError("prompt",
+                               "prompt has " + std::to_string(p->size()) + " prompts; at most " +
+                                   std::to_string(limits.max_prompts) + " are allowed per request");
   }
   const bool strings = first.is_string();
   for (size_t i = 0; i < p->size(); ++i) {
@@ -243,7 +463,8 @@ MaybeError ParsePrompt(const Json& body, const ProtocolLimits& limits, std::vect
     std::string param = Index("prompt", i);
     if (strings) {
       if (!e.is_string()) return WrongType(param, "a string like the other prompts", e);
-      if (e.get_ref<const std::string&>().empty()) return InvalidRequestError(param, param + " must not be empty");
+      if (e.get_ref<const std::string&>().empty())
+        return InvalidRequestError(param, param + " must not be empty");
       out->push_back({false, e.get<std::string>(), {}});
     } else {
       if (!e.is_array()) return WrongType(i == 0 ? "prompt" : param, kShapes, i == 0 ? *p : e);
@@ -264,20 +485,24 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
   if (const Json* tools = Get(body, "tools")) {
     if (!tools->is_array()) return WrongType("tools", "an array", *tools);
     if (tools->empty()) {
-      return InvalidRequestError("tools", "tools must not be an empty array; omit it when there are no tools");
+      return InvalidRequestError(
+          "tools", "tools must not be an empty array; omit it when there are no tools");
     }
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string p = Index("tools", i);
       const Json& t = (*tools)[i];
       if (!t.is_object()) return WrongType(p, "an object", t);
       if (const Json* type = Get(t, "type"); type && *type != "function") {
-        return InvalidRequestError(p + ".type", p + ".type must be \"function\", got " + Shown(*type));
+        return InvalidRequestError(p + ".type",
+                                   p + ".type must be \"function\", got " + Shown(*type));
       }
       const Json* fn = Get(t, "function");
-      if (!fn || !fn->is_object()) return InvalidRequestError(p + ".function", p + ".function must be an object");
+      if (!fn || !fn->is_object())
+        return InvalidRequestError(p + ".function", p + ".function must be an object");
       const Json* name = Get(*fn, "name");
       if (!name || !name->is_string()) {
-        return InvalidRequestError(p + ".function.name", p + ".function.name is required and must be a string");
+        return InvalidRequestError(p + ".function.name",
+                                   p + ".function.name is required and must be a string");
       }
     }
     out->tools = *tools;
@@ -285,16 +510,18 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
   if (const Json* choice = Get(body, "tool_choice")) {
     if (*choice == "none" || *choice == "auto") return std::nullopt;
     if (choice->is_string() || choice->is_object()) {
-      return InvalidRequestError("tool_choice", "tool_choice " + Shown(*choice) +
-                                                    " is not supported by this server (it has no constrained "
-                                                    "decoding); use \"auto\" or \"none\"");
+      return InvalidRequestError("tool_choice",
+                                 "tool_choice " + Shown(*choice) +
+                                     " is not supported by this server (it has no constrained "
+                                     "decoding); use \"auto\" or \"none\"");
     }
     return WrongType("tool_choice", "a string or an object", *choice);
   }
   return std::nullopt;
 }
 
-MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatCompletionRequest* out) {
+MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits,
+                           ChatCompletionRequest* out) {
   const Json* messages = Get(body, "messages");
   if (!messages) return InvalidRequestError("messages", "messages is required");
   if (!messages->is_array()) return WrongType("messages", "an array of messages", *messages);
@@ -312,7 +539,8 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
   RETURN_IF_API_ERROR(ReadInt(body, "top_logprobs", &top));
   if (top) {
     if (*top < 0 || *top > limits.max_logprobs) {
-      return InvalidRequestError("top_logprobs", "top_logprobs must be in [0, " + std::to_string(limits.max_logprobs) +
+      return InvalidRequestError("top_logprobs", "top_logprobs must be in [0, " +
+                                                     std::to_string(limits.max_logprobs) +
                                                      "], got " + std::to_string(*top));
     }
     if (*top > 0 && !out->logprobs) {
@@ -328,10 +556,26 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
     for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
       if (kwargs->contains(reserved)) {
         std::string p = std::string("chat_template_kwargs.") + reserved;
-        return InvalidRequestError(p, p + " may not be set here; use the request's own " + reserved + " field");
+        return InvalidRequestError(
+            p, p + " may not be set here; use the request's own " + reserved + " field");
       }
     }
     out->chat_template_kwargs = *kwargs;
+  }
+  std::optional<std::string> effort;
+  RETURN_IF_API_ERROR(ReadString(body, "reasoning_effort", &effort));
+  if (effort) {
+    static const std::set<std::string> kEfforts = {"none", "minimal", "low", "medium", "high"};
+    if (!kEfforts.count(*effort)) {
+      return InvalidRequestError("reasoning_effort",
+                                 "reasoning_effort must be one of none, minimal, low, medium, "
+                                 "high; got " +
+                                     Shown(body.at("reasoning_effort")));
+    }
+    // A template variable, read by the templates that support it (gpt-oss's);
+    // chat_template_kwargs.reasoning_effort, when sent, wins.
+    if (!out->chat_template_kwargs.contains("reasoning_effort"))
+      out->chat_template_kwargs["reasoning_effort"] = *effort;
   }
   bool echo = false;
   RETURN_IF_API_ERROR(ReadBool(body, "echo", &echo));
@@ -342,17 +586,20 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits, ChatC
   RETURN_IF_API_ERROR(ReadBool(body, "continue_final_message", &out->continue_final_message));
   if (out->continue_final_message) {
     if (generation_prompt_set && out->add_generation_prompt) {
-      return InvalidRequestError("continue_final_message",
-                                 "continue_final_message and add_generation_prompt cannot both be true");
+      return InvalidRequestError(
+          "continue_final_message",
+          "continue_final_message and add_generation_prompt cannot both be true");
     }
     out->add_generation_prompt = false;
     const Json& last = out->messages.back();
     if (last["content"].get_ref<const std::string&>().empty()) {
-      return InvalidRequestError(Index("messages", out->messages.size() - 1) + ".content",
-                                 "continue_final_message needs a final message with non-empty text content");
+      return InvalidRequestError(
+          Index("messages", out->messages.size() - 1) + ".content",
+          "continue_final_message needs a final message with non-empty text content");
     }
   }
-  if (!out->add_generation_prompt) out->response_role = out->messages.back()["role"].get<std::string>();
+  if (!out->add_generation_prompt)
+    out->response_role = out->messages.back()["role"].get<std::string>();
   return std::nullopt;
 }
 
@@ -364,7 +611,8 @@ ApiOr<Request> ParseGuarded(std::string_view body, const ProtocolLimits& limits,
     ApiOr<Json> json = ParseJsonBody(body, limits.max_json_depth);
     if (!json.ok()) return json.error();
     if (!json.value().is_object()) {
-      return InvalidRequestError("", "the request body must be a JSON object, got " + TypeName(json.value()));
+      return InvalidRequestError(
+          "", "the request body must be a JSON object, got " + TypeName(json.value()));
     }
     Request req;
     if (MaybeError e = fill(json.value(), &req)) return std::move(*e);
@@ -380,49 +628,64 @@ ApiOr<Request> ParseGuarded(std::string_view body, const ProtocolLimits& limits,
 
 }  // namespace
 
-ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits) {
-  return ParseGuarded<CompletionRequest>(body, limits, [&](const Json& j, CompletionRequest* req) -> MaybeError {
-    RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/false, limits, req));
-    RETURN_IF_API_ERROR(ParsePrompt(j, limits, &req->prompts));
-    RETURN_IF_API_ERROR(ReadBool(j, "echo", &req->echo));
-    std::optional<int64_t> logprobs;
-    RETURN_IF_API_ERROR(ReadInt(j, "logprobs", &logprobs));
-    if (logprobs) {
-      if (*logprobs < 0 || *logprobs > limits.max_logprobs) {
-        return InvalidRequestError("logprobs", "logprobs must be in [0, " + std::to_string(limits.max_logprobs) +
-                                                   "], got " + std::to_string(*logprobs));
-      }
-      if (req->echo && !limits.prompt_logprobs_supported) {
-        return InvalidRequestError("logprobs",
-                                   "logprobs with echo needs the prompt's logprobs, which this server does not "
-                                   "compute; drop echo or logprobs");
-      }
-      req->logprobs = static_cast<int>(*logprobs);
-      req->sampling.logprobs = *req->logprobs;
-    }
-    std::optional<int64_t> max_tokens;
-    RETURN_IF_API_ERROR(ReadMaxTokens(j, "max_tokens", 0, &max_tokens));
-    req->max_tokens = max_tokens.value_or(16);
-    if (*req->max_tokens == 0) {
-      if (!req->echo) {
-        return InvalidRequestError("max_tokens", "max_tokens must be at least 1, got 0 (0 is allowed only with echo)");
-      }
-      req->echo_only = true;
-    }
-    req->sampling.max_tokens = static_cast<int>(std::max<int64_t>(*req->max_tokens, 1));
-    return std::nullopt;
-  });
+ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                const ProtocolLimits& limits) {
+  return ParseGuarded<CompletionRequest>(
+      body, limits, [&](const Json& j, CompletionRequest* req) -> MaybeError {
+        RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/false, limits, req));
+        RETURN_IF_API_ERROR(ParsePrompt(j, limits, &req->prompts));
+        RETURN_IF_API_ERROR(ReadBool(j, "echo", &req->echo));
+        std::optional<int64_t> logprobs;
+        RETURN_IF_API_ERROR(ReadInt(j, "logprobs", &logprobs));
+        if (logprobs) {
+          if (*logprobs < 0 || *logprobs > limits.max_logprobs) {
+            return InvalidRequestError("logprobs", "logprobs must be in [0, " +
+                                                       std::to_string(limits.max_logprobs) +
+                                                       "], got " + std::to_string(*logprobs));
+          }
+          if (req->echo && !limits.prompt_logprobs_supported) {
+            return InvalidRequestError(
+                "logprobs",
+                "logprobs with echo needs the prompt's logprobs, which this server does not "
+                "compute; drop echo or logprobs");
+          }
+          req->logprobs = static_cast<int>(*logprobs);
+          req->sampling.logprobs = *req->logprobs;
+        }
+        std::optional<int64_t> max_tokens;
+        RETURN_IF_API_ERROR(ReadMaxTokens(j, "max_tokens", 0, &max_tokens));
+        req->max_tokens = max_tokens.value_or(16);
+        if (*req->max_tokens == 0) {
+          if (!req->echo) {
+            return InvalidRequestError(
+                "max_tokens", "max_tokens must be at least 1, got 0 (0 is allowed only with echo)");
+          }
+          req->echo_only = true;
+        }
+        req->sampling.max_tokens = static_cast<int>(std::max<int64_t>(*req->max_tokens, 1));
+        return std::nullopt;
+      });
 }
 
-ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body, const ProtocolLimits& limits) {
-  return ParseGuarded<ChatCompletionRequest>(body, limits,
-                                             [&](const Json& j, ChatCompletionRequest* req) -> MaybeError {
-                                               RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/true, limits, req));
-                                               return ParseChatFields(j, limits, req);
-                                             });
+ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
+                                                        const ProtocolLimits& limits) {
+  return ParseGuarded<ChatCompletionRequest>(
+      body, limits, [&](const Json& j, ChatCompletionRequest* req) -> MaybeError {
+        RETURN_IF_API_ERROR(ParseCommon(j, /*chat=*/true, limits, req));
+        return ParseChatFields(j, limits, req);
+      });
 }
 
-ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens, int64_t context_length) {
+std::vector<std::string> KnownRequestFields(bool chat) {
+  std::vector<std::string> keys(CommonKeys().begin(), CommonKeys().end());
+  const std::set<std::string>& own = chat ? ChatKeys() : CompletionKeys();
+  keys.insert(keys.end(), own.begin(), own.end());
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens,
+                            int64_t context_length) {
   const std::string param = request.is_chat ? "messages" : "prompt";
   const std::string where = request.is_chat ? "in the messages" : "in the prompt";
   auto exceeded = [&](std::string message) {
@@ -430,18 +693,22 @@ ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_toke
     e.code = "context_length_exceeded";
     return e;
   };
-  const std::string head = "This model's maximum context length is " + std::to_string(context_length) + " tokens. ";
+  const std::string head =
+      "This model's maximum context length is " + std::to_string(context_length) + " tokens. ";
   if (prompt_tokens >= context_length) {
-    return exceeded(head + "However, your request has " + std::to_string(prompt_tokens) + " input tokens (" + where +
+    return exceeded(head + "However, your request has " + std::to_string(prompt_tokens) +
+                    " input tokens (" + where +
                     "), which leaves no room for the completion. Please reduce the length of the " +
                     (request.is_chat ? "messages." : "prompt."));
   }
   const int64_t room = context_length - prompt_tokens;
-  if (!request.max_tokens) return static_cast<int>(std::min<int64_t>(room, std::numeric_limits<int32_t>::max()));
+  if (!request.max_tokens)
+    return static_cast<int>(std::min<int64_t>(room, std::numeric_limits<int32_t>::max()));
   const int64_t asked = std::max<int64_t>(*request.max_tokens, 1);  // 0: echo only
   if (asked > room) {
-    return exceeded(head + "However, you requested " + std::to_string(prompt_tokens + asked) + " tokens (" +
-                    std::to_string(prompt_tokens) + " " + where + ", " + std::to_string(asked) +
+    return exceeded(head + "However, you requested " + std::to_string(prompt_tokens + asked) +
+                    " tokens (" + std::to_string(prompt_tokens) + " " + where + ", " +
+                    std::to_string(asked) +
                     " in the completion). Please reduce the length of the " +
                     (request.is_chat ? "messages" : "prompt") + " or completion.");
   }

@@ -14,21 +14,30 @@
 // OpenAI does ("temperature", "messages[1].content", "stop[2]"). A field of
 // the wrong JSON type is a 400 for that field; null means "use the default".
 // Unknown fields are ignored (clients send extras) and listed in
-// ignored_fields so the server can log them; known fields that would change
-// the output but are not implemented (logit_bias, suffix, beam search,
-// tool_choice "required", response_format json_schema, ...) are a 400 rather
-// than silently ignored. Nothing here throws.
+// ignored_fields so the server can log them. Every known field
+// (KnownRequestFields) has its type checked and is one of:
+//   - implemented;
+//   - accepted because it cannot change this server's output
+//     (spaces_between_special_tokens, length_penalty without beam search,
+//     metadata, parallel_tool_calls and include_reasoning without tool-call or
+//     reasoning parsers, priority 0, service_tier "auto"/"default");
+//   - a 400 when set to anything but its default, because it would change
+//     the output and is not implemented (logit_bias, suffix, beam search,
+//     prompt_logprobs, tool_choice "required", response_format json_schema,
+//     store true, cache_salt, the deprecated functions/function_call, a
+//     modality other than "text", ...).
+// Request bodies parse in time linear in their size (json_body.h). Nothing
+// here throws.
 //
 // Thread-safety: all functions are reentrant; results are plain values.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
 #include "server/api_error.h"
@@ -37,21 +46,23 @@ namespace strata {
 
 // Server-wide limits the parser enforces.
 struct ProtocolLimits {
-  int max_n = 128;                    // choices per request
-  int max_logprobs = kMaxLogprobs;    // logprobs / top_logprobs at most
-  size_t max_stop_strings = 64;       // entries of `stop`
+  int max_n = 128;                  // choices per request
+  int max_logprobs = kMaxLogprobs;  // logprobs / top_logprobs at most
+  size_t max_stop_strings = 64;     // entries of `stop`
   size_t max_stop_string_bytes = 1024;
-  size_t max_prompts = 1024;          // batch of prompts in one completion request
-  int64_t vocab_size = 0;             // > 0: token ids must be < vocab_size
-  int max_json_depth = 128;           // deeper nesting is a 400 (keeps renderers' recursion bounded)
+  size_t max_prompts = 1024;  // batch of prompts in one completion request
+  int64_t vocab_size = 0;     // > 0: token ids must be < vocab_size
+  int max_json_depth = 128;   // deeper nesting is a 400 (keeps renderers' recursion bounded)
   // echo + logprobs on /v1/completions needs the prompt's logprobs; until
   // the engine computes them that combination is a 400.
   bool prompt_logprobs_supported = false;
 };
 
 struct StreamOptions {
-  bool include_usage = false;           // a last chunk with usage and no choices
-  bool continuous_usage_stats = false;  // vLLM: usage on every chunk too
+  bool include_usage = false;  // a last chunk with usage and no choices
+  // vLLM: with include_usage, every chunk's usage is the usage so far
+  // (without include_usage it has no effect, as in vLLM).
+  bool continuous_usage_stats = false;
 };
 
 // Fields both endpoints share.
@@ -78,6 +89,11 @@ struct GenerationFields {
   // ResolveMaxTokens() once the prompt is tokenized.
   SamplingParams sampling;
   std::string user;
+  // The response's id is "<cmpl-|chatcmpl->" + request_id when sent (vLLM).
+  std::optional<std::string> request_id;
+  // vLLM: choices carry the prompt's and the output's token ids
+  // (prompt_token_ids, token_ids).
+  bool return_token_ids = false;
   std::vector<std::string> ignored_fields;  // unknown top-level keys, sorted
 };
 
@@ -104,6 +120,8 @@ struct ChatCompletionRequest : GenerationFields {
   // Text parts of list content are joined with "\n" (vLLM).
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;  // null when absent
+  // Template variables: the request's chat_template_kwargs, plus
+  // reasoning_effort when sent (unless the kwargs set it).
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;
@@ -115,15 +133,21 @@ struct ChatCompletionRequest : GenerationFields {
 };
 
 // Parses and validates a request body.
-ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body, const ProtocolLimits& limits = {});
+ApiOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                const ProtocolLimits& limits = {});
 ApiOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
                                                         const ProtocolLimits& limits = {});
+
+// The top-level fields a request to /v1/chat/completions (chat) or
+// /v1/completions knows, sorted; every other field is ignored.
+std::vector<std::string> KnownRequestFields(bool chat);
 
 // The output-token limit for one prompt of prompt_tokens tokens in a context
 // of context_length tokens: the request's max_tokens, or (chat without one)
 // the rest of the context. A 400 with code "context_length_exceeded" (param
 // "messages" / "prompt") when the prompt plus max_tokens does not fit, worded
 // like OpenAI's. Set sampling.max_tokens to the result.
-ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens, int64_t context_length);
+ApiOr<int> ResolveMaxTokens(const GenerationFields& request, int64_t prompt_tokens,
+                            int64_t context_length);
 
 }  // namespace strata

@@ -26,10 +26,24 @@ Json FinishReasonJson(FinishReason reason) {
   return name ? Json(name) : Json(nullptr);
 }
 
-Json Bytes(const std::string& text) {
+// OpenAI's "bytes": the token's own bytes, so that a text's tokens' bytes
+// concatenate to the text even where a token ends inside a character (its
+// decoded text would be U+FFFD there).
+Json Bytes(int32_t id, const std::string& text, const LogprobOptions& options) {
+  const std::string raw = options.tokenizer ? options.tokenizer->TokenBytes(id) : text;
   Json bytes = Json::array();
-  for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
+  for (unsigned char c : raw) bytes.push_back(static_cast<int>(c));
   return bytes;
+}
+
+Json TokenIdsJson(const std::optional<std::vector<int32_t>>& ids) {
+  return ids ? Json(*ids) : Json(nullptr);
+}
+
+Json TokenIdsOf(std::span<const GeneratedToken> tokens) {
+  Json ids = Json::array();
+  for (const GeneratedToken& t : tokens) ids.push_back(t.id);
+  return ids;
 }
 
 }  // namespace
@@ -69,7 +83,8 @@ LogprobOptions LogprobOptionsFor(const ChatCompletionRequest& request, const Tok
 }
 
 std::string TokenText(int32_t id, const LogprobOptions& options) {
-  if (options.tokens_as_ids || options.tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  if (options.tokens_as_ids || options.tokenizer == nullptr)
+    return "token_id:" + std::to_string(id);
   return options.tokenizer->Decode({id}, /*skip_special_tokens=*/false);
 }
 
@@ -84,13 +99,16 @@ nlohmann::ordered_json UsageJson(const Usage& usage) {
   u["prompt_tokens"] = usage.prompt_tokens;
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
-  if (usage.cached_tokens) u["prompt_tokens_details"] = Json{{"cached_tokens", *usage.cached_tokens}};
+  if (usage.cached_tokens)
+    u["prompt_tokens_details"] = Json{{"cached_tokens", *usage.cached_tokens}};
   return u;
 }
 
-nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options,
-                                              int64_t initial_offset, size_t null_logprobs) {
-  Json out_tokens = Json::array(), out_logprobs = Json::array(), out_top = Json::array(), offsets = Json::array();
+nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens,
+                                              const LogprobOptions& options, int64_t initial_offset,
+                                              size_t null_logprobs) {
+  Json out_tokens = Json::array(), out_logprobs = Json::array(), out_top = Json::array(),
+       offsets = Json::array();
   int64_t offset = initial_offset;
   for (size_t k = 0; k < tokens.size(); ++k) {
     const GeneratedToken& t = tokens[k];
@@ -124,21 +142,22 @@ nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> to
   return lp;
 }
 
-nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options) {
+nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens,
+                                        const LogprobOptions& options) {
   Json content = Json::array();
   for (const GeneratedToken& t : tokens) {
     std::string text = TokenText(t.id, options);
     Json entry = Json::object();
     entry["token"] = text;
     entry["logprob"] = ClampLogprob(t.logprob);
-    entry["bytes"] = Bytes(text);
+    entry["bytes"] = Bytes(t.id, text, options);
     Json top = Json::array();
     for (size_t i = 0; i < t.top.size() && static_cast<int>(i) < options.top; ++i) {
       std::string top_text = TokenText(t.top[i].token_id, options);
       Json e = Json::object();
       e["token"] = top_text;
       e["logprob"] = ClampLogprob(t.top[i].logprob);
-      e["bytes"] = Bytes(top_text);
+      e["bytes"] = Bytes(t.top[i].token_id, top_text, options);
       top.push_back(std::move(e));
     }
     entry["top_logprobs"] = std::move(top);
@@ -147,7 +166,8 @@ nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, 
   return Json{{"content", std::move(content)}};
 }
 
-nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
+                                              const std::vector<ChoiceOutput>& choices,
                                               const Usage& usage, const LogprobOptions& logprobs) {
   Json out = Json::object();
   out["id"] = meta.id;
@@ -159,9 +179,15 @@ nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const st
     Json choice = Json::object();
     choice["index"] = c.index;
     choice["text"] = c.text;
-    choice["logprobs"] = logprobs.enabled ? CompletionLogprobsJson(c.tokens, logprobs, c.echo_offset, c.leading_null_logprobs) : Json(nullptr);
+    choice["logprobs"] =
+        logprobs.enabled
+            ? CompletionLogprobsJson(c.tokens, logprobs, c.echo_offset, c.leading_null_logprobs)
+            : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(c.finish_reason);
     choice["stop_reason"] = StopReasonJson(c.stop_reason);
+    choice["token_ids"] = TokenIdsJson(c.token_ids);
+    choice["prompt_logprobs"] = nullptr;  // vLLM clients read it; this server never computes them
+    choice["prompt_token_ids"] = TokenIdsJson(c.prompt_token_ids);
     cs.push_back(std::move(choice));
   }
   out["choices"] = std::move(cs);
@@ -169,8 +195,10 @@ nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const st
   return out;
 }
 
-nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
-                                                  const Usage& usage, const LogprobOptions& logprobs,
+nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta,
+                                                  const std::vector<ChoiceOutput>& choices,
+                                                  const Usage& usage,
+                                                  const LogprobOptions& logprobs,
                                                   std::string_view role) {
   Json out = Json::object();
   out["id"] = meta.id;
@@ -190,10 +218,16 @@ nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta, cons
     choice["logprobs"] = logprobs.enabled ? ChatLogprobsJson(c.tokens, logprobs) : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(c.finish_reason);
     choice["stop_reason"] = StopReasonJson(c.stop_reason);
+    choice["token_ids"] = TokenIdsJson(c.token_ids);
     cs.push_back(std::move(choice));
   }
   out["choices"] = std::move(cs);
   out["usage"] = UsageJson(usage);
+  // vLLM's shape: the prompt's logprobs (never computed here) and, with
+  // return_token_ids, its token ids, once for all choices.
+  out["prompt_logprobs"] = nullptr;
+  out["prompt_token_ids"] =
+      choices.empty() ? Json(nullptr) : TokenIdsJson(choices[0].prompt_token_ids);
   return out;
 }
 
@@ -210,7 +244,9 @@ std::string DumpJson(const nlohmann::ordered_json& json) {
   return json.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
 }
 
-std::string SseEvent(const nlohmann::ordered_json& json) { return "data: " + DumpJson(json) + "\n\n"; }
+std::string SseEvent(const nlohmann::ordered_json& json) {
+  return "data: " + DumpJson(json) + "\n\n";
+}
 
 // ---------------------------------------------------------------------------
 // StreamEncoder
@@ -232,14 +268,22 @@ int64_t StreamEncoder::completion_tokens(int index) const {
   return it == tokens_.end() ? 0 : it->second;
 }
 
+bool StreamEncoder::UsageOnChunks() const { return settings_.options.include_usage; }
+
 nlohmann::ordered_json StreamEncoder::UsageFor(int index) const {
-  if (settings_.options.continuous_usage_stats) {
+  // vLLM: continuous usage stats only together with include_usage.
+  if (settings_.options.include_usage && settings_.options.continuous_usage_stats) {
     Usage u;
     u.prompt_tokens = settings_.prompt_tokens;
     u.completion_tokens = completion_tokens(index);
     return UsageJson(u);
   }
   return nullptr;  // OpenAI: null on every chunk but the last
+}
+
+nlohmann::ordered_json StreamEncoder::PromptTokenIds(int index) const {
+  const auto& ids = settings_.prompt_token_ids;
+  return index >= 0 && static_cast<size_t>(index) < ids.size() ? Json(ids[index]) : Json::array();
 }
 
 std::string StreamEncoder::Start() {
@@ -256,7 +300,9 @@ std::string StreamEncoder::Start() {
     choice["finish_reason"] = nullptr;
     Json chunk = Chunk();
     chunk["choices"] = Json::array({std::move(choice)});
-    if (settings_.options.include_usage || settings_.options.continuous_usage_stats) chunk["usage"] = UsageFor(i);
+    // return_token_ids: the prompt's ids once, on the first chunk (vLLM).
+    if (i == 0 && settings_.return_token_ids) chunk["prompt_token_ids"] = PromptTokenIds(0);
+    if (UsageOnChunks()) chunk["usage"] = UsageFor(i);
     out += SseEvent(chunk);
   }
   return out;
@@ -265,7 +311,11 @@ std::string StreamEncoder::Start() {
 std::string StreamEncoder::Delta(const StreamDelta& d) {
   tokens_[d.index] += static_cast<int64_t>(d.tokens.size());
   const bool with_logprobs = settings_.logprobs.enabled && !d.tokens.empty();
-  if (d.text.empty() && !d.reasoning_content && !with_logprobs && d.finish_reason == FinishReason::kNone) return "";
+  const bool with_token_ids = settings_.return_token_ids && !d.tokens.empty();
+  if (d.text.empty() && !d.reasoning_content && !with_logprobs && !with_token_ids &&
+      d.finish_reason == FinishReason::kNone) {
+    return "";
+  }
   Json choice = Json::object();
   choice["index"] = d.index;
   if (kind_ == Kind::kChat) {
@@ -273,20 +323,31 @@ std::string StreamEncoder::Delta(const StreamDelta& d) {
     if (d.reasoning_content) delta["reasoning_content"] = *d.reasoning_content;
     if (!d.text.empty() || !d.reasoning_content) delta["content"] = d.text;
     choice["delta"] = std::move(delta);
-    choice["logprobs"] = with_logprobs ? ChatLogprobsJson(d.tokens, settings_.logprobs) : Json(nullptr);
+    choice["logprobs"] =
+        with_logprobs ? ChatLogprobsJson(d.tokens, settings_.logprobs) : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(d.finish_reason);
-    if (d.finish_reason != FinishReason::kNone) choice["stop_reason"] = StopReasonJson(d.stop_reason);
+    if (d.finish_reason != FinishReason::kNone)
+      choice["stop_reason"] = StopReasonJson(d.stop_reason);
+    if (settings_.return_token_ids) choice["token_ids"] = TokenIdsOf(d.tokens);
   } else {
     int64_t& offset = text_offset_[d.index];
     choice["text"] = d.text;
-    choice["logprobs"] = with_logprobs ? CompletionLogprobsJson(d.tokens, settings_.logprobs, offset) : Json(nullptr);
+    choice["logprobs"] = with_logprobs
+                             ? CompletionLogprobsJson(d.tokens, settings_.logprobs, offset)
+                             : Json(nullptr);
     choice["finish_reason"] = FinishReasonJson(d.finish_reason);
     choice["stop_reason"] = StopReasonJson(d.stop_reason);
+    if (settings_.return_token_ids) {
+      // Each choice's first chunk carries its prompt's ids (vLLM).
+      if (prompt_ids_sent_.insert(d.index).second)
+        choice["prompt_token_ids"] = PromptTokenIds(d.index);
+      choice["token_ids"] = TokenIdsOf(d.tokens);
+    }
     offset += CodePointCount(d.text);
   }
   Json chunk = Chunk();
   chunk["choices"] = Json::array({std::move(choice)});
-  if (settings_.options.include_usage || settings_.options.continuous_usage_stats) chunk["usage"] = UsageFor(d.index);
+  if (UsageOnChunks()) chunk["usage"] = UsageFor(d.index);
   return SseEvent(chunk);
 }
 

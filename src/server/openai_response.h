@@ -8,20 +8,26 @@
 //
 // Shapes (see the tests for exact goldens):
 //   completion  {"id":"cmpl-..","object":"text_completion","created","model",
-//                "choices":[{"index","text","logprobs","finish_reason","stop_reason"}],
+//                "choices":[{"index","text","logprobs","finish_reason","stop_reason",
+//                            "token_ids","prompt_logprobs","prompt_token_ids"}],
 //                "usage":{"prompt_tokens","completion_tokens","total_tokens",
 //                         "prompt_tokens_details"?:{"cached_tokens"}}}
 //   chat        {"id":"chatcmpl-..","object":"chat.completion",...,
 //                "choices":[{"index","message":{"role","content","refusal"},
-//                            "logprobs","finish_reason","stop_reason"}],"usage":{..}}
+//                            "logprobs","finish_reason","stop_reason","token_ids"}],"usage":{..},
+//                "prompt_logprobs","prompt_token_ids"}
+//               (vLLM's fields: prompt_logprobs is always null here; the
+//               token ids are null unless return_token_ids)
 //   chunks      "object":"text_completion" / "chat.completion.chunk"; chat
 //               opens each choice with delta {"role","content":""}; with
-//               stream_options.include_usage every chunk has "usage": null and
-//               a last chunk has "choices": [] and the usage; then
-//               "data: [DONE]".
+//               stream_options.include_usage every chunk has "usage": null
+//               (with continuous_usage_stats too: the usage so far) and a last
+//               chunk has "choices": [] and the usage; then "data: [DONE]".
 //   logprobs    completions {"tokens","token_logprobs","top_logprobs":[{text: lp}],
 //               "text_offset"} (offsets in code points, as vLLM's Python len());
-//               chat {"content":[{"token","logprob","bytes","top_logprobs":[..]}]}.
+//               chat {"content":[{"token","logprob","bytes","top_logprobs":[..]}]},
+//               "bytes" the token's own bytes (Tokenizer::TokenBytes), which
+//               concatenate to the text even across a split character.
 //               -inf / NaN logprobs are sent as -9999.0 (OpenAI and vLLM).
 //   errors      {"error":{"message","type","param","code"}}.
 //
@@ -31,14 +37,14 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -75,8 +81,8 @@ ResponseMeta NewResponseMeta(std::string_view prefix, std::string model);
 // How tokens appear in logprobs.
 struct LogprobOptions {
   bool enabled = false;
-  int top = 0;                 // entries of top_logprobs per token
-  bool tokens_as_ids = false;  // "token_id:123" instead of the token's text
+  int top = 0;                           // entries of top_logprobs per token
+  bool tokens_as_ids = false;            // "token_id:123" instead of the token's text
   const Tokenizer* tokenizer = nullptr;  // REQUIRED when enabled && !tokens_as_ids
 };
 LogprobOptions LogprobOptionsFor(const CompletionRequest& request, const Tokenizer* tokenizer);
@@ -88,10 +94,10 @@ std::string TokenText(int32_t id, const LogprobOptions& options);
 
 // One choice of a finished (non-streaming) response.
 struct ChoiceOutput {
-  int index = 0;  // completions: prompt * n + sample (vLLM); chat: sample
+  int index = 0;     // completions: prompt * n + sample (vLLM); chat: sample
   std::string text;  // completions with echo: the prompt text already prepended
   std::optional<std::string> reasoning_content;  // chat only
-  std::vector<GeneratedToken> tokens;  // for logprobs (may be empty when not asked)
+  std::vector<GeneratedToken> tokens;            // for logprobs (may be empty when not asked)
   FinishReason finish_reason = FinishReason::kStop;
   StopReason stop_reason;
   // Completions with echo: the text_offset of the first entry of `tokens`:
@@ -102,20 +108,30 @@ struct ChoiceOutput {
   // with null token_logprobs / top_logprobs: with echo and prompt logprobs,
   // 1 (the first prompt token, as vLLM sends it).
   size_t leading_null_logprobs = 0;
+  // return_token_ids (vLLM): the prompt's token ids and this choice's output
+  // token ids; null in the response when not set. Chat sends the first
+  // choice's prompt ids once, at the top level.
+  std::optional<std::vector<int32_t>> prompt_token_ids;
+  std::optional<std::vector<int32_t>> token_ids;
 };
 
-nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
+                                              const std::vector<ChoiceOutput>& choices,
                                               const Usage& usage, const LogprobOptions& logprobs);
-nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
-                                                  const Usage& usage, const LogprobOptions& logprobs,
+nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta,
+                                                  const std::vector<ChoiceOutput>& choices,
+                                                  const Usage& usage,
+                                                  const LogprobOptions& logprobs,
                                                   std::string_view role = "assistant");
 
 // Logprobs objects on their own (the builders above and StreamEncoder use
 // them). text_offset starts at initial_offset code points; the first
 // null_logprobs tokens get null logprobs.
-nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options,
-                                              int64_t initial_offset, size_t null_logprobs = 0);
-nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens, const LogprobOptions& options);
+nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> tokens,
+                                              const LogprobOptions& options, int64_t initial_offset,
+                                              size_t null_logprobs = 0);
+nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens,
+                                        const LogprobOptions& options);
 
 // {"error": {...}} for an ApiError; the HTTP status is error.http_status.
 nlohmann::ordered_json ErrorJson(const ApiError& error);
@@ -139,11 +155,16 @@ struct StreamDelta {
 };
 
 struct StreamSettings {
-  int num_choices = 1;  // chat: n; completions: prompts * n
+  int num_choices = 1;             // chat: n; completions: prompts * n
   std::string role = "assistant";  // chat: the role of the reply
   StreamOptions options;
   LogprobOptions logprobs;
   int64_t prompt_tokens = 0;  // for continuous usage stats
+  // return_token_ids (vLLM): each chunk's choice carries "token_ids" (the
+  // step's tokens), and the prompt's ids come once: chat, at the top level of
+  // the first chunk; completions, in each choice's first chunk.
+  bool return_token_ids = false;
+  std::vector<std::vector<int32_t>> prompt_token_ids;  // by choice index
 };
 
 // Builds the SSE events of one streamed response, in order:
@@ -169,13 +190,16 @@ class StreamEncoder {
 
  private:
   nlohmann::ordered_json Chunk() const;  // id, object, created, model
+  bool UsageOnChunks() const;            // every chunk has "usage" (null or continuous stats)
   nlohmann::ordered_json UsageFor(int index) const;
+  nlohmann::ordered_json PromptTokenIds(int index) const;
 
   Kind kind_;
   ResponseMeta meta_;
   StreamSettings settings_;
   std::map<int, int64_t> text_offset_;  // code points sent per choice (completions)
   std::map<int, int64_t> tokens_;       // tokens seen per choice
+  std::set<int> prompt_ids_sent_;       // completions: choices whose prompt_token_ids went out
 };
 
 // The usage object: {"prompt_tokens","completion_tokens","total_tokens"} and

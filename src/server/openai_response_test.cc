@@ -31,7 +31,9 @@ LogprobOptions IdsLogprobs(int top) {
   return o;
 }
 
-GeneratedToken Token(int32_t id, float lp, std::vector<TokenLogprob> top = {}) { return {id, lp, std::move(top)}; }
+GeneratedToken Token(int32_t id, float lp, std::vector<TokenLogprob> top = {}) {
+  return {id, lp, std::move(top)};
+}
 
 // Splits an SSE byte stream into its JSON payloads ("[DONE]" kept as text).
 std::vector<std::string> Events(const std::string& sse) {
@@ -54,10 +56,13 @@ TEST(CompletionResponse, GoldenShape) {
   c.text = "Hello";
   c.finish_reason = FinishReason::kLength;
   Usage u{5, 3, std::nullopt};
-  EXPECT_EQ(DumpJson(CompletionResponseJson(kMeta, {c}, u, LogprobOptions{})),
-            R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"length","stop_reason":null}],)"
-            R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}})");
+  EXPECT_EQ(
+      DumpJson(CompletionResponseJson(kMeta, {c}, u, LogprobOptions{})),
+      R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"length","stop_reason":null,)"
+      R"("token_ids":null,"prompt_logprobs":null,"prompt_token_ids":null}],)"
+      R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}})")
+      << "vLLM's choice fields: prompt_logprobs null, not absent (vLLM clients read it)";
 }
 
 TEST(CompletionResponse, StopReasonsAndCachedTokens) {
@@ -73,19 +78,22 @@ TEST(CompletionResponse, StopReasonsAndCachedTokens) {
   EXPECT_EQ(j["choices"][0]["stop_reason"], "\n\n");
   EXPECT_EQ(j["choices"][1]["stop_reason"], 7);
   EXPECT_EQ(j["choices"][2]["finish_reason"], "abort");
-  EXPECT_EQ(j["usage"].dump(),
-            R"({"prompt_tokens":4,"completion_tokens":2,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":3}})");
+  EXPECT_EQ(
+      j["usage"].dump(),
+      R"({"prompt_tokens":4,"completion_tokens":2,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":3}})");
 }
 
 TEST(CompletionResponse, LogprobsGolden) {
   ChoiceOutput c;
   c.text = "ab";
-  c.tokens = {Token(10, -0.5f, {{10, -0.5f}, {11, -1.25f}}), Token(12, -2.f, {{13, -0.25f}, {12, -2.f}})};
+  c.tokens = {Token(10, -0.5f, {{10, -0.5f}, {11, -1.25f}}),
+              Token(12, -2.f, {{13, -0.25f}, {12, -2.f}})};
   Json j = CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(1));
   // The sampled token first, then the top 1 (a token in both appears once).
-  EXPECT_EQ(j["choices"][0]["logprobs"].dump(),
-            R"({"text_offset":[0,11],"token_logprobs":[-0.5,-2.0],"tokens":["token_id:10","token_id:12"],)"
-            R"("top_logprobs":[{"token_id:10":-0.5},{"token_id:12":-2.0,"token_id:13":-0.25}]})");
+  EXPECT_EQ(
+      j["choices"][0]["logprobs"].dump(),
+      R"({"text_offset":[0,11],"token_logprobs":[-0.5,-2.0],"tokens":["token_id:10","token_id:12"],)"
+      R"("top_logprobs":[{"token_id:10":-0.5},{"token_id:12":-2.0,"token_id:13":-0.25}]})");
 }
 
 TEST(CompletionResponse, LogprobsZeroTopIsTheSampledTokenAndInfinityIsClamped) {
@@ -94,16 +102,20 @@ TEST(CompletionResponse, LogprobsZeroTopIsTheSampledTokenAndInfinityIsClamped) {
   EXPECT_EQ(lp["token_logprobs"].dump(), "[-9999.0]");
   EXPECT_EQ(lp["top_logprobs"].dump(), R"([{"token_id:3":-9999.0}])");
   t.logprob = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(CompletionLogprobsJson(std::span(&t, 1), IdsLogprobs(0), 0)["token_logprobs"].dump(), "[-9999.0]");
+  EXPECT_EQ(CompletionLogprobsJson(std::span(&t, 1), IdsLogprobs(0), 0)["token_logprobs"].dump(),
+            "[-9999.0]");
 }
 
 TEST(CompletionResponse, EchoOffsetsStartAfterThePromptInCodePoints) {
   ChoiceOutput c;
-  c.text = "héllo" "ab";
+  c.text =
+      "héllo"
+      "ab";
   c.echo_offset = CodePointCount("héllo");
   c.tokens = {Token(1, -1.f), Token(2, -1.f)};
   Json j = CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(0));
-  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"].dump(), "[5,15]") << "5 code points, then len(\"token_id:1\")";
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"].dump(), "[5,15]")
+      << "5 code points, then len(\"token_id:1\")";
 }
 
 TEST(CompletionResponse, EchoedPromptTokensStartWithANullLogprob) {
@@ -112,9 +124,10 @@ TEST(CompletionResponse, EchoedPromptTokensStartWithANullLogprob) {
   c.tokens = {Token(1, 0.f), Token(2, -1.f, {{3, -0.5f}})};
   c.leading_null_logprobs = 1;
   Json j = CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(1));
-  EXPECT_EQ(j["choices"][0]["logprobs"].dump(),
-            R"({"text_offset":[0,10],"token_logprobs":[null,-1.0],"tokens":["token_id:1","token_id:2"],)"
-            R"("top_logprobs":[null,{"token_id:2":-1.0,"token_id:3":-0.5}]})");
+  EXPECT_EQ(
+      j["choices"][0]["logprobs"].dump(),
+      R"({"text_offset":[0,10],"token_logprobs":[null,-1.0],"tokens":["token_id:1","token_id:2"],)"
+      R"("top_logprobs":[null,{"token_id:2":-1.0,"token_id:3":-0.5}]})");
 }
 
 TEST(CompletionResponse, TokenTextsComeFromTheTokenizer) {
@@ -148,11 +161,34 @@ TEST(ChatResponse, GoldenShape) {
   ChoiceOutput c;
   c.text = "Hi there";
   c.stop_reason = int32_t{3};
-  EXPECT_EQ(DumpJson(ChatCompletionResponseJson(kChatMeta, {c}, Usage{9, 2, std::nullopt}, LogprobOptions{})),
-            R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hi there","refusal":null},)"
-            R"("logprobs":null,"finish_reason":"stop","stop_reason":3}],)"
-            R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})");
+  EXPECT_EQ(
+      DumpJson(
+          ChatCompletionResponseJson(kChatMeta, {c}, Usage{9, 2, std::nullopt}, LogprobOptions{})),
+      R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hi there","refusal":null},)"
+      R"("logprobs":null,"finish_reason":"stop","stop_reason":3,"token_ids":null}],)"
+      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11},)"
+      R"("prompt_logprobs":null,"prompt_token_ids":null})")
+      << "vLLM's response fields: prompt_logprobs null, not absent";
+}
+
+TEST(Responses, ReturnTokenIdsCarriesPromptAndOutputIds) {
+  ChoiceOutput a, b;
+  a.index = 0, b.index = 1;
+  a.prompt_token_ids = std::vector<int32_t>{1, 2};
+  a.token_ids = std::vector<int32_t>{7, 8, 9};
+  b.prompt_token_ids = std::vector<int32_t>{3};
+  b.token_ids = std::vector<int32_t>{};
+  Json c = CompletionResponseJson(kMeta, {a, b}, Usage{}, LogprobOptions{});
+  EXPECT_EQ(c["choices"][0]["prompt_token_ids"].dump(), "[1,2]");
+  EXPECT_EQ(c["choices"][0]["token_ids"].dump(), "[7,8,9]");
+  EXPECT_EQ(c["choices"][1]["prompt_token_ids"].dump(), "[3]")
+      << "completions: each choice its own prompt";
+  EXPECT_EQ(c["choices"][1]["token_ids"].dump(), "[]");
+  Json chat = ChatCompletionResponseJson(kChatMeta, {a}, Usage{}, LogprobOptions{});
+  EXPECT_EQ(chat["prompt_token_ids"].dump(), "[1,2]") << "chat: once, at the top level (vLLM)";
+  EXPECT_EQ(chat["choices"][0]["token_ids"].dump(), "[7,8,9]");
+  EXPECT_FALSE(chat["choices"][0].contains("prompt_token_ids"));
 }
 
 TEST(ChatResponse, ReasoningContentAndRole) {
@@ -169,40 +205,63 @@ TEST(ChatResponse, LogprobsGolden) {
   c.text = "x";
   c.tokens = {Token(7, -0.5f, {{7, -0.5f}, {8, -1.f}, {9, -3.f}})};
   Json j = ChatCompletionResponseJson(kChatMeta, {c}, Usage{}, IdsLogprobs(2));
-  EXPECT_EQ(j["choices"][0]["logprobs"].dump(),
-            R"({"content":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55],)"
-            R"("top_logprobs":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55]},)"
-            R"({"token":"token_id:8","logprob":-1.0,"bytes":[116,111,107,101,110,95,105,100,58,56]}]}]})");
+  EXPECT_EQ(
+      j["choices"][0]["logprobs"].dump(),
+      R"({"content":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55],)"
+      R"("top_logprobs":[{"token":"token_id:7","logprob":-0.5,"bytes":[116,111,107,101,110,95,105,100,58,55]},)"
+      R"({"token":"token_id:8","logprob":-1.0,"bytes":[116,111,107,101,110,95,105,100,58,56]}]}]})");
   Json none = ChatLogprobsJson(c.tokens, IdsLogprobs(0));
   EXPECT_EQ(none["content"][0]["top_logprobs"].dump(), "[]");
 }
 
-TEST(ChatResponse, PartialUtf8TokensStillSerialise) {
+// OpenAI's "bytes" join back into the text even where a character is split
+// over tokens (issue 6 item 11(c): each split token sent the bytes of U+FFFD).
+TEST(ChatResponse, BytesOfSplitCharactersJoinIntoTheText) {
   auto tok = Tok();
   ASSERT_TRUE(tok);
-  std::vector<int32_t> ids = tok->Encode("é", false);  // byte-level: may be two byte tokens
+  const std::string text = "café 😀 中文 ok";
+  std::vector<int32_t> ids = tok->Encode(text, false);
   LogprobOptions o;
   o.enabled = true;
+  o.top = 2;
   o.tokenizer = tok.get();
   std::vector<GeneratedToken> tokens;
-  for (int32_t id : ids) tokens.push_back(Token(id, -1.f));
-  Json lp = ChatLogprobsJson(tokens, o);
-  std::string dumped = DumpJson(lp);  // must not throw on invalid UTF-8
-  EXPECT_THAT(dumped, HasSubstr("\"bytes\":["));
+  size_t split = 0;  // tokens that end or start inside a character
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::string text = TokenText(ids[i], o);
-    Json expected = Json::array();
-    for (unsigned char ch : text) expected.push_back(static_cast<int>(ch));
-    EXPECT_EQ(lp["content"][i]["bytes"], expected);
+    // The top alternatives: the token itself and the next one.
+    tokens.push_back(Token(ids[i], -1.f, {{ids[i], -1.f}, {ids[(i + 1) % ids.size()], -2.f}}));
+    split += TokenText(ids[i], o).find("\xEF\xBF\xBD") != std::string::npos;
   }
+  ASSERT_GT(split, 0u)
+      << "the fixture tokenizer must split a character for this test to mean anything";
+  Json lp = ChatLogprobsJson(tokens, o);
+  std::string joined, joined_top, joined_next;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& e = lp["content"][i];
+    for (int b : e["bytes"]) joined += static_cast<char>(b);
+    for (int b : e["top_logprobs"][0]["bytes"]) joined_top += static_cast<char>(b);
+    if (i + 1 < ids.size()) {
+      for (int b : e["top_logprobs"][1]["bytes"]) joined_next += static_cast<char>(b);
+    }
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(joined_top, text) << "top_logprobs entries carry their token's own bytes too";
+  EXPECT_EQ(joined_next, text.substr(tok->TokenBytes(ids[0]).size()));
+  EXPECT_THAT(DumpJson(lp), HasSubstr("\"bytes\":["))
+      << "serialises even with partial UTF-8 tokens";
+  EXPECT_EQ(lp["content"][0]["token"], TokenText(ids[0], o))
+      << "the token string stays as vLLM renders it";
 }
 
 TEST(ErrorBody, GoldenShape) {
-  EXPECT_EQ(DumpJson(ErrorJson(InvalidRequestError("temperature", "temperature must be in [0, 2], got 3.5"))),
-            R"({"error":{"message":"temperature must be in [0, 2], got 3.5","type":"invalid_request_error",)"
-            R"("param":"temperature","code":null}})");
-  EXPECT_EQ(DumpJson(ErrorJson(OverloadedError("queue is full", "max_queued_requests"))),
-            R"({"error":{"message":"queue is full","type":"overloaded","param":null,"code":"max_queued_requests"}})");
+  EXPECT_EQ(
+      DumpJson(
+          ErrorJson(InvalidRequestError("temperature", "temperature must be in [0, 2], got 3.5"))),
+      R"({"error":{"message":"temperature must be in [0, 2], got 3.5","type":"invalid_request_error",)"
+      R"("param":"temperature","code":null}})");
+  EXPECT_EQ(
+      DumpJson(ErrorJson(OverloadedError("queue is full", "max_queued_requests"))),
+      R"({"error":{"message":"queue is full","type":"overloaded","param":null,"code":"max_queued_requests"}})");
 }
 
 TEST(Sse, FramingAndInvalidUtf8) {
@@ -227,17 +286,27 @@ TEST(ChatStream, GoldenEventSequence) {
   StreamEncoder enc(StreamEncoder::Kind::kChat, kChatMeta, s);
   std::string sse = enc.Start();
   sse += enc.Delta({0, "Hel", std::nullopt, {Token(1, 0)}, FinishReason::kNone, {}});
-  sse += enc.Delta({0, "", std::nullopt, {Token(2, 0)}, FinishReason::kNone, {}});  // held back: no event
+  sse += enc.Delta(
+      {0, "", std::nullopt, {Token(2, 0)}, FinishReason::kNone, {}});  // held back: no event
   sse += enc.Delta({0, "lo", std::nullopt, {Token(3, 0)}, FinishReason::kStop, {}});
   sse += enc.Finish(Usage{4, 3, std::nullopt});
   std::vector<std::string> ev = Events(sse);
-  const std::string head = R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)";
+  const std::string head =
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)";
   ASSERT_EQ(ev.size(), 4u);
-  EXPECT_EQ(ev[0], head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,)"
-                          R"("finish_reason":null}]})");
-  EXPECT_EQ(ev[1], head + R"("choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":null,"finish_reason":null}]})");
-  EXPECT_EQ(ev[2], head + R"("choices":[{"index":0,"delta":{"content":"lo"},"logprobs":null,"finish_reason":"stop",)"
-                          R"("stop_reason":null}]})");
+  EXPECT_EQ(
+      ev[0],
+      head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,)"
+             R"("finish_reason":null}]})");
+  EXPECT_EQ(
+      ev[1],
+      head +
+          R"("choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":null,"finish_reason":null}]})");
+  EXPECT_EQ(
+      ev[2],
+      head +
+          R"("choices":[{"index":0,"delta":{"content":"lo"},"logprobs":null,"finish_reason":"stop",)"
+          R"("stop_reason":null}]})");
   EXPECT_EQ(ev[3], "[DONE]");
   EXPECT_EQ(enc.completion_tokens(0), 3);
 }
@@ -257,27 +326,89 @@ TEST(ChatStream, IncludeUsageAddsNullUsageAndAFinalUsageChunk) {
   EXPECT_TRUE(Json::parse(ev[2]).contains("usage"));
   EXPECT_TRUE(Json::parse(ev[2])["usage"].is_null());
   EXPECT_EQ(Json::parse(ev[2])["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(ev[3], R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
-                   R"("choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5,)"
-                   R"("prompt_tokens_details":{"cached_tokens":2}}})");
+  EXPECT_EQ(
+      ev[3],
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+      R"("choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5,)"
+      R"("prompt_tokens_details":{"cached_tokens":2}}})");
   EXPECT_EQ(ev[4], "[DONE]");
 }
 
 TEST(ChatStream, ContinuousUsageAndLogprobsAndReasoning) {
   StreamSettings s;
+  s.options.include_usage = true;
   s.options.continuous_usage_stats = true;
   s.logprobs = IdsLogprobs(0);
   s.prompt_tokens = 6;
   StreamEncoder enc(StreamEncoder::Kind::kChat, kChatMeta, s);
   enc.Start();
   // A held-back token still sends its logprobs (with empty content).
-  Json a = Json::parse(Events(enc.Delta({0, "", std::nullopt, {Token(5, -0.5f)}, FinishReason::kNone, {}}))[0]);
+  Json a = Json::parse(
+      Events(enc.Delta({0, "", std::nullopt, {Token(5, -0.5f)}, FinishReason::kNone, {}}))[0]);
   EXPECT_EQ(a["choices"][0]["delta"].dump(), R"({"content":""})");
   EXPECT_EQ(a["choices"][0]["logprobs"]["content"][0]["token"], "token_id:5");
   EXPECT_EQ(a["usage"].dump(), R"({"prompt_tokens":6,"completion_tokens":1,"total_tokens":7})");
-  Json b = Json::parse(Events(enc.Delta({0, "", std::string("hmm"), {Token(6, -1.f)}, FinishReason::kNone, {}}))[0]);
+  Json b = Json::parse(
+      Events(enc.Delta({0, "", std::string("hmm"), {Token(6, -1.f)}, FinishReason::kNone, {}}))[0]);
   EXPECT_EQ(b["choices"][0]["delta"].dump(), R"({"reasoning_content":"hmm"})");
   EXPECT_EQ(b["usage"]["completion_tokens"], 2);
+}
+
+// vLLM sends continuous usage stats only with include_usage (issue 6 item
+// 11(b): they went on every chunk without it).
+TEST(Stream, ContinuousUsageStatsNeedIncludeUsage) {
+  for (StreamEncoder::Kind kind : {StreamEncoder::Kind::kChat, StreamEncoder::Kind::kCompletion}) {
+    StreamSettings s;
+    s.options.continuous_usage_stats = true;
+    s.prompt_tokens = 6;
+    StreamEncoder enc(kind, kind == StreamEncoder::Kind::kChat ? kChatMeta : kMeta, s);
+    std::string sse = enc.Start();
+    sse += enc.Delta({0, "a", std::nullopt, {Token(1, 0)}, FinishReason::kNone, {}});
+    sse += enc.Delta({0, "b", std::nullopt, {Token(2, 0)}, FinishReason::kStop, {}});
+    sse += enc.Finish(Usage{6, 2, std::nullopt});
+    std::vector<std::string> ev = Events(sse);
+    ASSERT_EQ(ev.size(), kind == StreamEncoder::Kind::kChat ? 4u : 3u);
+    for (const std::string& e : ev) {
+      if (e == "[DONE]") continue;
+      EXPECT_FALSE(Json::parse(e).contains("usage")) << e;
+    }
+  }
+}
+
+TEST(Stream, ReturnTokenIds) {
+  StreamSettings s;
+  s.num_choices = 2;
+  s.return_token_ids = true;
+  s.prompt_token_ids = {{1, 2}, {3}};
+  StreamEncoder chat(StreamEncoder::Kind::kChat, kChatMeta, s);
+  std::vector<std::string> ev = Events(chat.Start());
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(Json::parse(ev[0])["prompt_token_ids"].dump(), "[1,2]") << "chat: on the first chunk";
+  EXPECT_FALSE(Json::parse(ev[1]).contains("prompt_token_ids"));
+  // A token that produced no text yet still sends its id.
+  Json held = Json::parse(
+      Events(chat.Delta({0, "", std::nullopt, {Token(7, 0)}, FinishReason::kNone, {}}))[0]);
+  EXPECT_EQ(held["choices"][0]["token_ids"].dump(), "[7]");
+  EXPECT_FALSE(held.contains("prompt_token_ids"));
+
+  StreamEncoder comp(StreamEncoder::Kind::kCompletion, kMeta, s);
+  Json a0 = Json::parse(
+      Events(comp.Delta({0, "x", std::nullopt, {Token(7, 0)}, FinishReason::kNone, {}}))[0]);
+  Json b0 = Json::parse(Events(
+      comp.Delta({1, "y", std::nullopt, {Token(8, 0), Token(9, 0)}, FinishReason::kNone, {}}))[0]);
+  Json a1 = Json::parse(
+      Events(comp.Delta({0, "z", std::nullopt, {Token(5, 0)}, FinishReason::kStop, {}}))[0]);
+  EXPECT_EQ(a0["choices"][0]["prompt_token_ids"].dump(), "[1,2]")
+      << "completions: each choice's first chunk";
+  EXPECT_EQ(b0["choices"][0]["prompt_token_ids"].dump(), "[3]");
+  EXPECT_EQ(b0["choices"][0]["token_ids"].dump(), "[8,9]");
+  EXPECT_FALSE(a1["choices"][0].contains("prompt_token_ids"));
+  EXPECT_EQ(a1["choices"][0]["token_ids"].dump(), "[5]");
+
+  StreamEncoder plain(StreamEncoder::Kind::kCompletion, kMeta, StreamSettings{});
+  EXPECT_FALSE(Json::parse(Events(
+      plain.Delta({0, "x", std::nullopt, {Token(7, 0)}, FinishReason::kNone, {}}))[0])["choices"][0]
+                   .contains("token_ids"));
 }
 
 TEST(CompletionStream, GoldenEventsWithOffsetsAcrossChunks) {
@@ -286,17 +417,27 @@ TEST(CompletionStream, GoldenEventsWithOffsetsAcrossChunks) {
   s.logprobs = IdsLogprobs(0);
   StreamEncoder enc(StreamEncoder::Kind::kCompletion, kMeta, s);
   EXPECT_EQ(enc.Start(), "");
-  std::string sse = enc.Delta({0, "Pré" "A", std::nullopt, {Token(1, -1.f)}, FinishReason::kNone, {}});
-  sse += enc.Delta({0, "B", std::nullopt, {Token(2, -2.f)}, FinishReason::kStop, std::string("\n")});
+  std::string sse = enc.Delta({0,
+                               "Pré"
+                               "A",
+                               std::nullopt,
+                               {Token(1, -1.f)},
+                               FinishReason::kNone,
+                               {}});
+  sse +=
+      enc.Delta({0, "B", std::nullopt, {Token(2, -2.f)}, FinishReason::kStop, std::string("\n")});
   sse += enc.Finish(Usage{});
   std::vector<std::string> ev = Events(sse);
   ASSERT_EQ(ev.size(), 3u);
-  EXPECT_EQ(ev[0], R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m","choices":[)"
-                   R"({"index":0,"text":"PréA","logprobs":{"text_offset":[0],"token_logprobs":[-1.0],)"
-                   R"("tokens":["token_id:1"],"top_logprobs":[{"token_id:1":-1.0}]},"finish_reason":null,)"
-                   R"("stop_reason":null}]})");
+  EXPECT_EQ(
+      ev[0],
+      R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,"model":"m","choices":[)"
+      R"({"index":0,"text":"PréA","logprobs":{"text_offset":[0],"token_logprobs":[-1.0],)"
+      R"("tokens":["token_id:1"],"top_logprobs":[{"token_id:1":-1.0}]},"finish_reason":null,)"
+      R"("stop_reason":null}]})");
   Json second = Json::parse(ev[1]);
-  EXPECT_EQ(second["choices"][0]["logprobs"]["text_offset"].dump(), "[4]") << "4 code points sent before";
+  EXPECT_EQ(second["choices"][0]["logprobs"]["text_offset"].dump(), "[4]")
+      << "4 code points sent before";
   EXPECT_EQ(second["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(second["choices"][0]["stop_reason"], "\n");
   EXPECT_EQ(ev[2], "[DONE]");
@@ -304,7 +445,9 @@ TEST(CompletionStream, GoldenEventsWithOffsetsAcrossChunks) {
 
 TEST(Stream, MidStreamError) {
   EXPECT_EQ(StreamEncoder::Error(ApiErrorFromStatus(Internal("boom"))),
-            "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
+            "data: "
+            "{\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":"
+            "null}}\n\n");
 }
 
 // The pieces fit together: decoded pieces through a StopMatcher into a

@@ -41,6 +41,7 @@ struct Choice {
   Clock::time_point last_token;
   bool started_seen = false;
   std::string echo_text;  // completions with echo: the prompt's text
+  std::vector<int32_t> prompt_ids, output_ids;  // kept for return_token_ids
 };
 
 }  // namespace
@@ -111,6 +112,7 @@ struct OpenAiServer::Impl::Exchange {
   std::string role = "assistant";
   Clock::time_point arrival;
   bool echo = false;
+  bool return_token_ids = false;
   int n = 1;  // choices per prompt
 };
 
@@ -332,6 +334,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
   ex->n = n;
   ex->stream = fields.stream;
   ex->meta = NewResponseMeta(chat ? "chatcmpl-" : "cmpl-", options.served_model_name);
+  if (fields.request_id) ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + *fields.request_id;
+  ex->return_token_ids = fields.return_token_ids;
 
   // Submit every choice; if any is refused, cancel the rest and refuse all.
   // Engine output may arrive while this runs: hold the exchange's lock so
@@ -368,6 +372,7 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
       c.detok = std::make_unique<IncrementalDecoder>(model.tokenizer, fields.skip_special_tokens);
       c.stop = std::make_unique<StopMatcher>(fields.stop, fields.include_stop_str_in_output);
       if (ex->echo) c.echo_text = prompt_texts[p];
+      if (ex->return_token_ids) c.prompt_ids = er.prompt;
       SubmitResult sr = engine.Submit(std::move(er));
       if (!sr.handle) {
         if (sr.status.code() == StatusCode::kUnavailable) {
@@ -391,6 +396,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
     ss.options = fields.stream_options;
     ss.logprobs = ex->logprobs;
     ss.prompt_tokens = ex->choices.empty() ? 0 : ex->choices[0].prompt_tokens;
+    ss.return_token_ids = ex->return_token_ids;
+    for (const Choice& c : ex->choices) ss.prompt_token_ids.push_back(c.prompt_ids);
     ex->encoder = std::make_unique<StreamEncoder>(chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion,
                                                   ex->meta, ss);
   }
@@ -465,6 +472,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       }
       c.last_token = now;
       c.completion_tokens++;
+      if (ex.return_token_ids) c.output_ids.push_back(t.id);
       const bool is_stop_token = std::find(c.stop_token_ids.begin(), c.stop_token_ids.end(), t.id) != c.stop_token_ids.end();
       StopMatcher::Result r = c.stop->Add(c.detok->Add(t.id));
       delta.text += r.text;
@@ -562,6 +570,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       o.finish_reason = c.reason;
       o.stop_reason = c.stop_reason;
       o.echo_offset = ex.echo ? CodePointCount(c.echo_text) : 0;
+      if (ex.return_token_ids) o.prompt_token_ids = c.prompt_ids, o.token_ids = std::move(c.output_ids);
       outs.push_back(std::move(o));
     }
     ojson body = ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)

@@ -3,16 +3,16 @@
 // thousand deterministic mutations of it (byte edits and JSON-aware field
 // replacements). A failed check in the entry point aborts the process, which
 // fails this test and prints the check; the input is written to stderr first.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -43,16 +43,60 @@ void RunOne(const std::string& input) {
 // Values of every JSON type and the edges of the documented ranges.
 const std::vector<Json>& InterestingValues() {
   static const std::vector<Json> values = [] {
-    std::vector<Json> v = {nullptr, true, false, 0, 1, -1, 2, -2, 20, 21, 128, 129, 2147483647, 2147483648LL,
-                           -9223372036854775807LL - 1, 18446744073709551615ULL, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, -0.5,
-                           1e-6, 1e300, "", "x", "\n", "停止", "text", "auto", "none", "required", "user", "assistant",
-                           "tool", "system", "developer", "image_url", Json::array(), Json::object()};
+    std::vector<Json> v = {nullptr,
+                           true,
+                           false,
+                           0,
+                           1,
+                           -1,
+                           2,
+                           -2,
+                           20,
+                           21,
+                           128,
+                           129,
+                           2147483647,
+                           2147483648LL,
+                           -9223372036854775807LL - 1,
+                           18446744073709551615ULL,
+                           0.0,
+                           0.5,
+                           1.0,
+                           1.5,
+                           2.0,
+                           2.5,
+                           -0.5,
+                           1e-6,
+                           1e300,
+                           "",
+                           "x",
+                           "\n",
+                           "停止",
+                           "text",
+                           "auto",
+                           "none",
+                           "required",
+                           "user",
+                           "assistant",
+                           "tool",
+                           "system",
+                           "developer",
+                           "image_url",
+                           "low",
+                           "default",
+                           "flex",
+                           "a b",
+                           Json::array(),
+                           Json::object()};
     v.push_back(Json::array({1, 2, 3}));
     v.push_back(Json::array({"a", ""}));
     v.push_back(Json::array({Json::array({1}), Json::array()}));
     v.push_back(Json{{"type", "text"}, {"text", "t"}});
     v.push_back(Json{{"type", "json_object"}});
     v.push_back(Json{{"include_usage", true}});
+    v.push_back(Json{{"continuous_usage_stats", true}});
+    v.push_back(Json::array({"text", "audio"}));
+    v.push_back(Json{{"k", "v"}});
     v.push_back(Json::array({Json{{"role", "user"}, {"content", "hi"}}}));
     v.push_back(Json::array({Json{{"type", "function"}, {"function", Json{{"name", "f"}}}}}));
     v.push_back(Json::array({Json{{"function", Json{{"name", "f"}, {"arguments", "{\"a\":"}}}}}));
@@ -62,13 +106,61 @@ const std::vector<Json>& InterestingValues() {
 }
 
 const std::vector<std::string>& FieldNames() {
-  static const std::vector<std::string> names = {
-      "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "echo", "logprobs",
-      "top_logprobs", "stream", "stream_options", "stop", "stop_token_ids", "seed", "temperature", "top_p",
-      "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos",
-      "return_tokens_as_token_ids", "skip_special_tokens", "tools", "tool_choice", "response_format",
-      "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "best_of", "logit_bias",
-      "suffix", "min_tokens", "user", "include_stop_str_in_output", "unknown_field"};
+  static const std::vector<std::string> names = {"model",
+                                                 "prompt",
+                                                 "messages",
+                                                 "max_tokens",
+                                                 "max_completion_tokens",
+                                                 "n",
+                                                 "echo",
+                                                 "logprobs",
+                                                 "top_logprobs",
+                                                 "stream",
+                                                 "stream_options",
+                                                 "stop",
+                                                 "stop_token_ids",
+                                                 "seed",
+                                                 "temperature",
+                                                 "top_p",
+                                                 "top_k",
+                                                 "min_p",
+                                                 "frequency_penalty",
+                                                 "presence_penalty",
+                                                 "repetition_penalty",
+                                                 "ignore_eos",
+                                                 "return_tokens_as_token_ids",
+                                                 "skip_special_tokens",
+                                                 "tools",
+                                                 "tool_choice",
+                                                 "response_format",
+                                                 "chat_template_kwargs",
+                                                 "add_generation_prompt",
+                                                 "continue_final_message",
+                                                 "best_of",
+                                                 "logit_bias",
+                                                 "suffix",
+                                                 "min_tokens",
+                                                 "user",
+                                                 "include_stop_str_in_output",
+                                                 "functions",
+                                                 "function_call",
+                                                 "priority",
+                                                 "return_token_ids",
+                                                 "request_id",
+                                                 "modalities",
+                                                 "metadata",
+                                                 "store",
+                                                 "service_tier",
+                                                 "cache_salt",
+                                                 "length_penalty",
+                                                 "parallel_tool_calls",
+                                                 "reasoning_effort",
+                                                 "include_reasoning",
+                                                 "spaces_between_special_tokens",
+                                                 "bad_words",
+                                                 "allowed_token_ids",
+                                                 "prompt_logprobs",
+                                                 "unknown_field"};
   return names;
 }
 
@@ -99,8 +191,9 @@ void MutateJson(Json& j, std::mt19937_64& rng) {
 }
 
 std::string MutateBytes(std::string s, std::mt19937_64& rng) {
-  static const std::vector<std::string> tokens = {"\"", "{", "}", "[", "]", ",", ":", "null", "-1", "1e309",
-                                                  "\\u0000", "\\ud800", "\xff", "\xc3", "0.", "\"stop\":"};
+  static const std::vector<std::string> tokens = {
+      "\"", "{",     "}",       "[",       "]",    ",",    ":",  "null",
+      "-1", "1e309", "\\u0000", "\\ud800", "\xff", "\xc3", "0.", "\"stop\":"};
   int edits = 1 + rng() % 4;
   for (int e = 0; e < edits; ++e) {
     size_t pos = s.empty() ? 0 : rng() % (s.size() + 1);

@@ -11,19 +11,33 @@ namespace strata::jinja {
 
 void Fail(std::string message) { throw RenderError{std::move(message), false}; }
 
+size_t Dict::Position(std::string_view key) const {
+  if (indexed_ > 0) {
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+  }
+  for (size_t i = indexed_; i < items.size(); ++i)
+    if (items[i].first == key) return i;
+  return items.size();
+}
+
 const Value* Dict::Find(std::string_view key) const {
-  for (const auto& [k, v] : items)
-    if (k == key) return &v;
-  return nullptr;
+  size_t i = Position(key);
+  return i < items.size() ? &items[i].second : nullptr;
 }
 
 void Dict::Set(const std::string& key, Value v) {
-  for (auto& [k, old] : items)
-    if (k == key) {
-      old = std::move(v);
-      return;
-    }
+  if (size_t i = Position(key); i < items.size()) {
+    items[i].second = std::move(v);
+    return;
+  }
   items.emplace_back(key, std::move(v));
+  if (items.size() >= kIndexFrom) Index();
+}
+
+void Dict::Index() {
+  if (items.size() < kIndexFrom) return;
+  for (; indexed_ < items.size(); ++indexed_) index_.emplace(items[indexed_].first, indexed_);
 }
 
 Value Value::MakeNamespace(Dict d) {
@@ -63,6 +77,7 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
       d.items.reserve(j.size());
       for (auto it = j.begin(); it != j.end(); ++it)
         d.items.emplace_back(it.key(), FromJson(it.value()));
+      d.Index();
       return Value(std::move(d));
     }
     default:

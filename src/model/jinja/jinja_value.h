@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -29,10 +30,26 @@ class Interpreter;
 using List = std::vector<Value>;
 
 // Insertion-ordered string-keyed map (Python dict with str keys).
+// Lookups stay O(1) however large the dict (a request's JSON can hold
+// 100,000s of keys): past a few keys, a hash index covers items[0, indexed_).
+// Appending to `items` directly is allowed (Find scans what the index does
+// not cover; call Index() when done); any other edit goes through Set.
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
   const Value* Find(std::string_view key) const;
   void Set(const std::string& key, Value v);
+  // Extends the index over items appended directly (the first of equal keys wins).
+  void Index();
+
+ private:
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  static constexpr size_t kIndexFrom = 16;      // smaller dicts are searched linearly
+  size_t Position(std::string_view key) const;  // items.size() when absent
+  std::unordered_map<std::string, size_t, KeyHash, std::equal_to<>> index_;
+  size_t indexed_ = 0;
 };
 
 // A builtin function, bound method or macro. `fn` may throw RenderError.

@@ -612,6 +612,16 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
   return impl_->Decode(ids.data(), ids.size(), skip_special_tokens);
 }
 
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  const TokenizerImpl& impl = *impl_;
+  if (id < 0 || id >= impl.vocab_size_ || impl.TokenString(id) == nullptr) return "";
+  if (impl.decoder_traits_.byte_level_only) return impl.byte_level_raw_[id];
+  if (impl.decoder_traits_.byte_fallback && impl.byte_token_[id]) {
+    return std::string(1, static_cast<char>(tok::ByteFallbackValue(*impl.TokenString(id))));
+  }
+  return impl.Decode(&id, 1, /*skip_special=*/false);
+}
+
 int64_t Tokenizer::vocab_size() const { return impl_->vocab_size_; }
 
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {

@@ -49,6 +49,12 @@ class Tokenizer {
   // Like HF `decode(ids, skip_special_tokens=...)`. Unknown ids are skipped.
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
+  // The raw bytes token `id` stands for, which may be part of a UTF-8
+  // character (OpenAI's logprobs "bytes": a text's tokens' bytes concatenate
+  // to the text). Byte-level BPE (GPT-2, Llama 3, Qwen): the bytes its
+  // characters map to; a <0xNN> byte-fallback token: that byte; otherwise
+  // Decode({id}). Special tokens are their text. "" for unknown ids.
+  std::string TokenBytes(int32_t id) const;
   // Vocabulary size including added tokens (max id + 1).
   int64_t vocab_size() const;
   std::optional<int32_t> TokenToId(std::string_view token) const;

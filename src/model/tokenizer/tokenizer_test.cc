@@ -293,6 +293,34 @@ TEST(TokenizerTest, InvalidUtf8InputIsRepairedLikeLossyDecoding) {
   EXPECT_FALSE(tok->Encode("\xE4\xBD").empty());
 }
 
+// TokenBytes: a token's own bytes, even where it ends inside a character
+// (OpenAI logprobs' "bytes"; Decode({id}) gives U+FFFD there).
+TEST(TokenizerTest, TokenBytesConcatenateToTheText) {
+  auto tok =
+      Tokenizer::FromDir(Src("tests/fixtures/models/qwen2"));  // byte-level BPE, tiny vocabulary
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::string text = "naïve café 😀 中文";
+  std::string joined;
+  bool split = false;
+  for (int32_t id : (*tok)->Encode(text, false)) {
+    joined += (*tok)->TokenBytes(id);
+    split |= (*tok)->Decode({id}).find("\xEF\xBF\xBD") != std::string::npos;
+  }
+  EXPECT_TRUE(split) << "some character must be split over tokens for this to test anything";
+  EXPECT_EQ(joined, text);
+  const int32_t im_end = *(*tok)->TokenToId("<|im_end|>");
+  EXPECT_EQ((*tok)->TokenBytes(im_end), "<|im_end|>") << "special tokens are their text";
+  EXPECT_EQ((*tok)->TokenBytes(-1), "");
+  EXPECT_EQ((*tok)->TokenBytes(static_cast<int32_t>((*tok)->vocab_size())), "");
+
+  auto spm = Load("spm_legacy");  // SentencePiece with byte fallback
+  ASSERT_NE(spm, nullptr);
+  std::optional<int32_t> e4 = spm->TokenToId("<0xE4>");
+  ASSERT_TRUE(e4);
+  EXPECT_EQ(spm->TokenBytes(*e4), "\xE4");
+  EXPECT_EQ(spm->Decode({*e4}), "\xEF\xBF\xBD");
+}
+
 TEST(TokenizerTest, Utf8LossyMatchesRust) {
   // Rust: String::from_utf8_lossy replaces each maximal invalid subpart.
   EXPECT_EQ(tok::Utf8Lossy("\xE4\xBD"), "\xEF\xBF\xBD");

@@ -25,13 +25,13 @@
 namespace strata {
 namespace {
 
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
+#define FUZZ_CHECK(cond)                                                                    \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
       std::fprintf(stderr, "request_fuzz: check failed at %s:%d: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                               \
-      std::abort();                                                                      \
-    }                                                                                    \
+                   #cond);                                                                  \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 using Json = nlohmann::ordered_json;
@@ -48,9 +48,14 @@ void CheckCommon(const GenerationFields& r, const ProtocolLimits& limits) {
   FUZZ_CHECK(r.sampling.Validate().ok());
   FUZZ_CHECK(r.n >= 1 && r.n <= limits.max_n);
   FUZZ_CHECK(r.stop.size() <= limits.max_stop_strings);
-  for (const std::string& s : r.stop) FUZZ_CHECK(!s.empty() && s.size() <= limits.max_stop_string_bytes);
+  for (const std::string& s : r.stop)
+    FUZZ_CHECK(!s.empty() && s.size() <= limits.max_stop_string_bytes);
   FUZZ_CHECK(r.stream || !r.stream_options.include_usage);
   FUZZ_CHECK(!r.max_tokens || (*r.max_tokens >= 0 && *r.max_tokens <= INT32_MAX));
+  if (r.request_id) {
+    FUZZ_CHECK(!r.request_id->empty() && r.request_id->size() <= 256);
+    for (char c : *r.request_id) FUZZ_CHECK(c > ' ' && c <= '~');
+  }
   for (int64_t prompt : {int64_t{1}, int64_t{100}, int64_t{5000}}) {
     ApiOr<int> m = ResolveMaxTokens(r, prompt, 4096);
     if (m.ok()) {
@@ -70,7 +75,8 @@ void CheckStops(const std::vector<std::string>& stops, const std::string& text) 
   for (size_t end = 1; end <= text.size(); ++end) {
     size_t best = std::string::npos;
     for (const std::string& s : stops) {
-      if (s.size() <= end && text.compare(end - s.size(), s.size(), s) == 0) best = std::min(best, end - s.size());
+      if (s.size() <= end && text.compare(end - s.size(), s.size(), s) == 0)
+        best = std::min(best, end - s.size());
     }
     if (best != std::string::npos) {
       expected = text.substr(0, best);
@@ -83,7 +89,8 @@ void CheckStops(const std::vector<std::string>& stops, const std::string& text) 
     size_t i = 0;
     while (i < text.size() && !m.stopped()) {
       size_t len = std::min(step, text.size() - i);
-      while (i + len < text.size() && (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80) ++len;
+      while (i + len < text.size() && (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80)
+        ++len;
       got += m.Add(std::string_view(text).substr(i, len)).text;
       i += len;
     }
@@ -99,11 +106,14 @@ void CheckStream(StreamEncoder::Kind kind, const GenerationFields& r, const std:
   s.logprobs.enabled = r.sampling.logprobs >= 0;
   s.logprobs.top = r.sampling.logprobs;
   s.logprobs.tokens_as_ids = true;
+  s.return_token_ids = r.return_token_ids;
+  s.prompt_token_ids = {{1, 2}};  // fewer than the choices: the rest send []
   StreamEncoder enc(kind, ResponseMeta{"id", 1, r.model}, s);
   std::string sse = enc.Start();
   GeneratedToken t{7, -1.5f, {{7, -1.5f}, {8, -2.f}}};
   sse += enc.Delta({0, text, std::nullopt, {t}, FinishReason::kNone, {}});
-  sse += enc.Delta({0, "", std::nullopt, {t}, FinishReason::kStop, r.stop.empty() ? StopReason{} : r.stop[0]});
+  sse += enc.Delta(
+      {0, "", std::nullopt, {t}, FinishReason::kStop, r.stop.empty() ? StopReason{} : r.stop[0]});
   sse += enc.Finish(Usage{3, 2, std::nullopt});
   // Every event is "data: <json>\n\n" and the last is [DONE].
   size_t pos = 0;
@@ -132,14 +142,18 @@ void FuzzOne(std::string_view body) {
     CheckCommon(r, limits);
     FUZZ_CHECK(!r.prompts.empty() && r.prompts.size() <= limits.max_prompts);
     FUZZ_CHECK(!r.echo_only || r.echo);
-    for (const PromptInput& p : r.prompts) FUZZ_CHECK(p.is_tokens ? !p.token_ids.empty() : !p.text.empty());
+    for (const PromptInput& p : r.prompts)
+      FUZZ_CHECK(p.is_tokens ? !p.token_ids.empty() : !p.text.empty());
     if (!r.prompts[0].is_tokens) CheckStops(r.stop, r.prompts[0].text);
     CheckStream(StreamEncoder::Kind::kCompletion, r, r.prompts[0].text);
     ChoiceOutput c;
     c.text = r.prompts[0].text;
     c.tokens = {GeneratedToken{1, -0.5f, {{2, -0.25f}}}};
+    if (r.return_token_ids)
+      c.prompt_token_ids = std::vector<int32_t>{3}, c.token_ids = std::vector<int32_t>{1};
     LogprobOptions lp = LogprobOptionsFor(r, nullptr);
-    FUZZ_CHECK(Json::accept(DumpJson(CompletionResponseJson(ResponseMeta{"cmpl-x", 1, r.model}, {c}, Usage{}, lp))));
+    FUZZ_CHECK(Json::accept(
+        DumpJson(CompletionResponseJson(ResponseMeta{"cmpl-x", 1, r.model}, {c}, Usage{}, lp))));
   }
 
   ApiOr<ChatCompletionRequest> chat = ParseChatCompletionRequest(body, limits);

@@ -7,8 +7,12 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND TARGET strata_server)
   set(_fuzz_dir ${PROJECT_SOURCE_DIR}/src/server)
   add_executable(request_fuzz
     ${_fuzz_dir}/fuzz/request_fuzz.cc
+    ${_fuzz_dir}/api_error.cc
+    ${_fuzz_dir}/json_body.cc
     ${_fuzz_dir}/openai_fields.cc
     ${_fuzz_dir}/openai_protocol.cc
+    ${_fuzz_dir}/chat_messages.cc
+    ${_fuzz_dir}/chat_prompt.cc
     ${_fuzz_dir}/openai_response.cc
     ${_fuzz_dir}/stop_matcher.cc)
   target_link_libraries(request_fuzz PRIVATE strata_engine)
