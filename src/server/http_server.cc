@@ -60,7 +60,8 @@ Route HttpServer::Core::FindRoute(const std::string& method, const std::string& 
       r.handler = &fallback.handler;
       r.needs_key = fallback.auth == HttpAuth::kApiKey;
     } else {
-      r.error_status = 404;  // needs the key: unknown paths tell nothing unauthenticated
+      r.error_status = 404;
+      r.needs_key = false;  // answered at the head either way: no body is read
     }
     return r;
   }

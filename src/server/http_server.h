@@ -18,7 +18,8 @@
 //     over max_header_bytes, however the bytes arrive), 408 (request not
 //     received within read_timeout);
 //   - in this order: 401 (api_key set, the route needs it and the request
-//     lacks `Authorization: Bearer <key>`), 404 (no route for the path) and
+//     lacks `Authorization: Bearer <key>`), 404 (no route for the path: no
+//     key needed, no body read) and
 //     405 (path known, method not; with an Allow header), 413 (Content-Length
 //     over max_body_bytes; chunked bodies when they grow past it), 503 (the
 //     body would take the bodies held by all connections past
@@ -133,8 +134,8 @@ struct HttpServerOptions {
   // transport stops reading it (an error answer, the connection closing).
   // 0: no cap. REQUIRES: 0 or >= max_body_bytes.
   size_t max_total_body_bytes = size_t{256} << 20;
-  // Non-empty: routes registered with HttpAuth::kApiKey (the default), the
-  // fallback and unknown paths need `Authorization: Bearer <api_key>`
+  // Non-empty: routes registered with HttpAuth::kApiKey (the default) and
+  // the fallback need `Authorization: Bearer <api_key>`
   // (scheme case-insensitive; the key compared in constant time).
   std::string api_key;
   size_t max_header_bytes = 64 << 10;  // request line + headers; larger: 431
@@ -166,8 +167,8 @@ class HttpServer {
   // REQUIRES: before Start().
   void Handle(std::string method, std::string path, HttpHandler handler,
               HttpAuth auth = HttpAuth::kApiKey);
-  // Gets every request with no route for its path (instead of 404). Without
-  // a fallback, unknown paths need the key too (401 before 404).
+  // Gets every request with no route for its path (instead of 404, which
+  // needs no key: it is answered at the head, reading no body).
   // REQUIRES: before Start().
   void SetFallback(HttpHandler handler, HttpAuth auth = HttpAuth::kApiKey);
 

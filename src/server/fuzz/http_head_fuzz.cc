@@ -1,9 +1,9 @@
 // Fuzz entry point for the HTTP request reader (http_request_reader.h) and the
 // API-key check (http_auth.h): any bytes are read as a stream of up to four
-// pipelined requests, three times: in one piece, in pieces of 2..12 bytes
-// (varying with the input) and in 1-byte pieces. Checks, besides "no crash,
-// no sanitizer report":
-//   - the three readings agree exactly (every head, body and error status):
+// pipelined requests, twice: in one piece and in pieces of 1..13 bytes (the
+// size varies with the input). Checks, besides "no crash, no sanitizer
+// report":
+//   - the two readings agree exactly (every head, body and error status):
 //     how the bytes arrive never changes the answer;
 //   - before the head is complete nothing is consumed; a head is never
 //     longer than the header limit, a body never longer than the body limit
@@ -156,14 +156,15 @@ int FuzzHttpRequestHead(const uint8_t* data, size_t size) {
   if (size > 2048) return 0;  // the limits are small; longer inputs find nothing new
   std::string_view input(reinterpret_cast<const char*>(data), size);
   const std::string whole = Read(input, input.size() + 1);
-  const size_t piece = 2 + size % 11;  // a split that varies with the input
+  // One split per input, varying with it (1..13 bytes): cheaper than several
+  // fixed ones, and over many inputs it tries them all.
+  const size_t piece = 1 + size % 13;
   const std::string pieces = Read(input, piece);
-  const std::string ones = Read(input, 1);
-  if (whole != pieces || whole != ones) {
+  if (whole != pieces) {
     std::fprintf(stderr,
                  "http_head_fuzz: the reading depends on how the bytes arrive\n"
-                 "--- one piece:\n%s--- %zu-byte pieces:\n%s--- 1-byte pieces:\n%s",
-                 whole.c_str(), piece, pieces.c_str(), ones.c_str());
+                 "--- one piece:\n%s--- %zu-byte pieces:\n%s",
+                 whole.c_str(), piece, pieces.c_str());
     std::fprintf(stderr, "--- input (hex):\n");
     for (unsigned char c : input) std::fprintf(stderr, "%02x", c);
     std::fprintf(stderr, "\n");
