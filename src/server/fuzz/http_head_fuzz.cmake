@@ -1,7 +1,8 @@
 # libFuzzer binary for the HTTP request reader and the API-key check (clang
 # only; under any compiler http_head_fuzz_test runs the same entry point over
 # the seed corpus). Only those two sources are instrumented.
-# Run: build-fuzz/http_head_fuzz -runs=10000000 <scratch-dir> tests/fuzz/http
+# Run: build-fuzz/http_head_fuzz -max_len=512 -runs=10000000 <scratch-dir> tests/fuzz/http
+# (the recorded runs and their counts: docs/architecture/testing.md, Fuzzing).
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND TARGET strata_server)
   set(_fuzz_dir ${PROJECT_SOURCE_DIR}/src/server)
   add_executable(http_head_fuzz
