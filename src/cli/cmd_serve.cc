@@ -112,7 +112,8 @@ int ServeCommand(const Args& args) {
   std::string host = "127.0.0.1", served_name, api_key, kv_dtype = "f32";
   int64_t port = 8000, max_running = 64, max_total_tokens = 0, page_size = 16, context_length = 0;
   int64_t max_queued_requests = 256, max_queued_tokens = 0, max_queue_time_ms = 0;
-  int64_t max_body_bytes = 32 << 20, io_threads = 1, drain_timeout_s = 30;
+  int64_t max_body_bytes = 32 << 20, io_threads = 1, max_total_body_bytes = int64_t{256} << 20;
+  int64_t drain_timeout_s = 30;
   bool disable_radix = false;
   FlagSet f(cmd,
             std::string("Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
@@ -137,6 +138,9 @@ int ServeCommand(const Args& args) {
         "admission: refuse requests whose estimated queue wait exceeds this; fail queued ones that wait longer (0: no limit)",
         0, int64_t{1} << 40);
   f.Int("max-request-body-bytes", &max_body_bytes, "larger request bodies get 413", 1024, int64_t{1} << 32);
+  f.Int("max-total-request-body-bytes", &max_total_body_bytes,
+        "most bytes all request bodies being received may hold together; past it 503 + Retry-After "
+        "(0: no cap; else >= --max-request-body-bytes)", 0, int64_t{1} << 40);
   f.Int("io-threads", &io_threads, "HTTP I/O threads", 1, 64);
   f.Int("drain-timeout-s", &drain_timeout_s,
         "on SIGTERM, how long in-flight requests may take to finish before the rest are aborted", 0, 24 * 3600);
@@ -156,6 +160,11 @@ int ServeCommand(const Args& args) {
     return ConfigError("--matmul-precision: '" + mf.matmul_precision + "' is not one of fp32, bf16");
   if (mf.isa != "auto" && mf.isa != "avx512" && mf.isa != "avx2" && mf.isa != "scalar")
     return ConfigError("--cpu-isa: '" + mf.isa + "' is not one of auto, avx512, avx2, scalar");
+  if (max_total_body_bytes != 0 && max_total_body_bytes < max_body_bytes)
+    return ConfigError("--max-total-request-body-bytes " + std::to_string(max_total_body_bytes) +
+                       " is smaller than --max-request-body-bytes " + std::to_string(max_body_bytes) +
+                       " (allowed 0 for no cap, or " + std::to_string(max_body_bytes) + ".." +
+                       std::to_string(int64_t{1} << 40) + ")");
   if (max_total_tokens > 0 && max_total_tokens < page_size)
     return ConfigError("--max-total-tokens " + std::to_string(max_total_tokens) +
                        " is smaller than one page (--page-size " + std::to_string(page_size) + ")");
@@ -203,6 +212,8 @@ int ServeCommand(const Args& args) {
   http.port = static_cast<int>(port);
   http.io_threads = static_cast<int>(io_threads);
   http.max_body_bytes = static_cast<size_t>(max_body_bytes);
+  http.max_total_body_bytes = static_cast<size_t>(max_total_body_bytes);
+  http.api_key = api_key;
   auto listener = HttpServer::Create(http);
   if (!listener.ok()) return ConfigError("--host/--port: " + listener.status().message());
   if (api_key.empty() && !IsLoopback(host))

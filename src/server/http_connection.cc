@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "server/http_auth.h"
 #include "util/logging.h"
 
 namespace strata::http_internal {
@@ -40,8 +41,6 @@ bool Allowed(const std::pair<std::string, std::string>& h) {
          !IEquals(h.first, "connection");
 }
 
-std::string_view SV(boost::core::string_view s) { return {s.data(), s.size()}; }
-
 bool HasHeader(const HttpHeaders& headers, std::string_view name) {
   return std::any_of(headers.begin(), headers.end(),
                      [&](const auto& h) { return IEquals(h.first, name); });
@@ -53,7 +52,10 @@ bool NoBody(int status) { return status < 200 || status == 204 || status == 304;
 }  // namespace
 
 HttpConnection::HttpConnection(std::shared_ptr<HttpServer::Core> core, tcp::socket socket)
-    : core_(std::move(core)), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+    : core_(std::move(core)),
+      socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
+      reader_({core_->options.max_header_bytes, core_->options.max_body_bytes}) {
   boost::system::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   if (!ec) {
@@ -65,6 +67,7 @@ HttpConnection::HttpConnection(std::shared_ptr<HttpServer::Core> core, tcp::sock
 }
 
 HttpConnection::~HttpConnection() {
+  if (charged_ > 0) core_->ReleaseBody(charged_);
   if (state_ != State::kClosed) {  // never closed: the server stopped with work queued
     core_->Unregister(this);
     core_->active.fetch_sub(1);
@@ -209,118 +212,139 @@ void HttpConnection::OnData(const char* data, size_t n) {
 
 void HttpConnection::ParsePending() {
   while (state_ == State::kReading && !pending_.empty()) {
-    if (!parser_) {
-      parser_.emplace();
-      parser_->header_limit(
-          static_cast<uint32_t>(std::min<size_t>(core_->options.max_header_bytes, UINT32_MAX)));
-      parser_->body_limit(core_->options.max_body_bytes);
-      parser_->eager(true);
-      header_checked_ = false;
+    // A chunked body is counted before it is read: the bytes fed are an upper
+    // bound on what the body grows by; the rest is given back below.
+    size_t precharge = 0;
+    if (reader_.head_done() && reader_.head().chunked) {
+      precharge = pending_.size();
+      if (!ChargeBody(precharge)) return;
     }
-    boost::system::error_code ec;
-    size_t used = parser_->put(net::buffer(pending_.data(), pending_.size()), ec);
+    const size_t before = reader_.body_size();
+    size_t used = 0;
+    RequestReader::Step step = reader_.Put(pending_, &used);
     pending_.erase(0, used);
-    if (ec && ec != http::error::need_more) {
-      if (ec == http::error::body_limit) {
-        RespondError(413,
-                     "request body is larger than the " +
-                         std::to_string(core_->options.max_body_bytes) + "-byte limit",
-                     "invalid_request_error", true);
-      } else if (ec == http::error::header_limit) {
-        RespondError(431,
-                     "request headers are larger than the " +
-                         std::to_string(core_->options.max_header_bytes) + "-byte limit",
-                     "invalid_request_error", true);
-      } else {
-        RespondError(400, "malformed HTTP request: " + ec.message(), "invalid_request_error", true);
+    if (precharge > 0) {
+      const size_t grown = reader_.body_size() - before;
+      core_->ReleaseBody(precharge - grown);
+      charged_ -= precharge - grown;
+    }
+    switch (step) {
+      case RequestReader::Step::kNeedMore:
+        return;
+      case RequestReader::Step::kError: {
+        const std::string message = reader_.error_message();  // RespondError resets the reader
+        RespondError(reader_.error_status(), message, "invalid_request_error", true);
+        return;
       }
-      return;
+      case RequestReader::Step::kHead:
+        if (!OnHead()) return;
+        if (reader_.done()) {
+          Dispatch();
+          return;
+        }
+        break;  // read the body
+      case RequestReader::Step::kDone:
+        Dispatch();
+        return;
     }
-    if (!header_checked_ && parser_->is_header_done()) {
-      header_checked_ = true;
-      if (!OnHeaderDone()) return;
-    }
-    if (parser_->is_done()) {
-      Dispatch();
-      return;
-    }
-    if (ec == http::error::need_more || used == 0) return;
   }
 }
 
-// The header is in: answer routing errors before reading the body, and send
-// 100 Continue when the client waits for it.
-bool HttpConnection::OnHeaderDone() {
-  const auto& msg = parser_->get();
-  if (parser_->is_done()) return true;  // no body: Dispatch() handles routing
-  std::string method(SV(msg.method_string()));
-  std::string target(SV(msg.target()));
-  std::string path = target.substr(0, target.find('?'));
-  Route route = core_->FindRoute(method, path);
-  if (!route.handler) {
-    // Answer now and close rather than read a body nobody wants.
-    http10_ = msg.version() < 11;
-    head_only_ = msg.method() == http::verb::head;
+// The head is in: everything that can refuse the request does so now, before
+// a body byte is read (or buffered), and 100 Continue goes out when the
+// client waits for it.
+bool HttpConnection::OnHead() {
+  const RequestHead& head = reader_.head();
+  http10_ = head.version < 11;
+  head_only_ = head.head_method;
+  keep_alive_ = head.keep_alive && !core_->draining.load();
+  // A refused request whose body is not all here yet closes the connection:
+  // that body is never read. One already received is skipped and the
+  // connection serves on.
+  const bool close = head.chunked || head.content_length.value_or(0) > pending_.size();
+  auto skip_body = [&] {
+    if (!close) pending_.erase(0, static_cast<size_t>(head.content_length.value_or(0)));
+  };
+  route_ = core_->FindRoute(head.method, head.path);
+  const std::string& key = core_->options.api_key;
+  if (route_.needs_key && !key.empty()) {
+    BearerCheck auth = CheckBearer(reader_.Header("authorization"), key);
+    if (auth != BearerCheck::kOk) {
+      skip_body();
+      RespondError(401,
+                   auth == BearerCheck::kMissing
+                       ? "missing API key: send the header 'Authorization: Bearer <key>'"
+                       : "invalid API key",
+                   "authentication_error", close, {{"WWW-Authenticate", "Bearer"}},
+                   "invalid_api_key");
+      return false;
+    }
+  }
+  if (!route_.handler) {
     HttpHeaders extra;
-    if (!route.allow.empty()) extra.emplace_back("Allow", route.allow);
-    RespondError(route.error_status,
-                 route.error_status == 404 ? "Invalid URL (" + method + " " + target + ")"
-                                           : "method " + method + " is not allowed on " + path,
-                 "invalid_request_error", true, std::move(extra));
+    if (!route_.allow.empty()) extra.emplace_back("Allow", route_.allow);
+    skip_body();
+    RespondError(route_.error_status,
+                 route_.error_status == 404
+                     ? "Invalid URL (" + head.method + " " + head.target + ")"
+                     : "method " + head.method + " is not allowed on " + head.path,
+                 "invalid_request_error", close, std::move(extra));
     return false;
   }
-  if (msg.version() >= 11 && IEquals(SV(msg[http::field::expect]), "100-continue")) {
+  const size_t max_body = core_->options.max_body_bytes;
+  if (head.content_length && *head.content_length > max_body) {
+    RespondError(413, "request body is larger than the " + std::to_string(max_body) + "-byte limit",
+                 "invalid_request_error", true);
+    return false;
+  }
+  if (head.content_length && *head.content_length > 0) {
+    if (!ChargeBody(static_cast<size_t>(*head.content_length))) return false;
+    reader_.ReserveBody(static_cast<size_t>(*head.content_length));
+  }
+  if (head.expect_continue && head.has_body()) {
     Queue("HTTP/1.1 100 Continue\r\n\r\n");
     Flush();
   }
   return true;
 }
 
-void HttpConnection::Dispatch() {
-  auto msg = parser_->release();
-  parser_.reset();
-  HttpRequest req;
-  req.method = std::string(SV(msg.method_string()));
-  req.target = std::string(SV(msg.target()));
-  size_t q = req.target.find('?');
-  req.path = req.target.substr(0, q);
-  if (q != std::string::npos) req.query = req.target.substr(q + 1);
-  req.headers.reserve(std::distance(msg.begin(), msg.end()));
-  for (const auto& f : msg) {
-    req.headers.emplace_back(std::string(SV(f.name_string())), std::string(SV(f.value())));
+bool HttpConnection::ChargeBody(size_t n) {
+  if (core_->ReserveBody(n)) {
+    charged_ += n;
+    return true;
   }
-  req.body = std::move(msg.body());
+  const size_t cap = core_->options.max_total_body_bytes;
+  RespondError(503,
+               "the server is receiving too many request bodies at once (more than " +
+                   std::to_string(cap) + " bytes in all); retry shortly",
+               "overloaded", true, {{"Retry-After", "1"}}, "max_total_request_body_bytes");
+  return false;
+}
+
+void HttpConnection::ReleaseBody() {
+  core_->ReleaseBody(charged_);
+  charged_ = 0;
+}
+
+void HttpConnection::Dispatch() {
+  HttpRequest req = reader_.TakeRequest();
   req.remote = remote_;
-  req.version = static_cast<int>(msg.version());
+  // The body belongs to the handler now: it no longer counts against the cap.
+  ReleaseBody();
 
   state_ = State::kHandling;
   SetDeadline(&read_deadline_, Clock::time_point::max());
   ++seq_;
   started_ = streaming_ = done_ = false;
-  http10_ = req.version < 11;
-  head_only_ = msg.method() == http::verb::head;
-  keep_alive_ = msg.keep_alive() && !core_->draining.load();
+  keep_alive_ = keep_alive_ && !core_->draining.load();
 
-  Route route = core_->FindRoute(req.method, req.path);
-  if (!route.handler) {
-    HttpHeaders extra;
-    if (!route.allow.empty()) extra.emplace_back("Allow", route.allow);
-    if (route.error_status == 404) {
-      RespondError(404, "Invalid URL (" + req.method + " " + req.target + ")",
-                   "invalid_request_error", false);
-    } else {
-      RespondError(405, "method " + req.method + " is not allowed on " + req.path,
-                   "invalid_request_error", false, std::move(extra));
-    }
-    return;
-  }
   counted_ = true;
   core_->in_flight.fetch_add(1);
   auto responder = std::make_shared<ConnectionResponder>(shared_from_this(), seq_);
   responder_ = responder;
   std::string what = req.method + " " + req.path;
   try {
-    (*route.handler)(std::move(req), std::move(responder));
+    (*route_.handler)(std::move(req), std::move(responder));
   } catch (const std::exception& e) {
     STRATA_LOG(ERROR) << "http: handler for " << what << " threw: " << e.what();
     if (!started_)
@@ -335,6 +359,7 @@ void HttpConnection::Dispatch() {
 void HttpConnection::StartRequest() {
   state_ = State::kReading;
   http10_ = head_only_ = false;
+  reader_.Reset();
   // Idle connections keep no buffer a large request left behind.
   if (pending_.empty() && pending_.capacity() > 4096) std::string().swap(pending_);
   request_started_ = !pending_.empty();
@@ -427,19 +452,20 @@ void HttpConnection::DoEnd() {
 }
 
 void HttpConnection::RespondError(int status, std::string_view message, std::string_view type,
-                                  bool close, HttpHeaders extra) {
+                                  bool close, HttpHeaders extra, std::string_view code) {
+  ReleaseBody();  // nothing more of this request's body is kept
   if (close) {
     keep_alive_ = false;
     discard_input_ = true;
     pending_.clear();
-    parser_.reset();
+    reader_.Reset();
   }
   state_ = State::kHandling;
   SetDeadline(&read_deadline_, Clock::time_point::max());
   if (!counted_) ++seq_;  // no responder for this response: stale ones stay stale
   started_ = streaming_ = done_ = false;
   extra.emplace_back("Content-Type", "application/json");
-  DoSend(status, extra, HttpErrorJson(message, type));
+  DoSend(status, extra, HttpErrorJson(message, type, code));
 }
 
 void HttpConnection::Queue(std::string bytes) {
@@ -555,7 +581,8 @@ void HttpConnection::Close() {
   timer_.cancel();
   outbox_.clear();
   pending_.clear();
-  parser_.reset();
+  reader_.Reset();
+  ReleaseBody();
   if (was == State::kHandling && counted_) {
     counted_ = false;
     core_->in_flight.fetch_sub(1);

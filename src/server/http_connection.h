@@ -3,7 +3,7 @@
 //
 // A connection is a small state machine run on its own strand:
 //
-//   kReading --request parsed--> kHandling --response written--> kReading
+//   kReading --request read----> kHandling --response written--> kReading
 //      |                            |      \--(close after)-->  kLingering
 //      |--bad request: error response (kHandling, discard input)--^   |
 //      v                            v                                 v
@@ -14,6 +14,10 @@
 // peer's unread data after shutdown(send), so the close does not turn into a
 // reset that eats our last response). Reads wait for readiness and then read
 // into a per-thread buffer, so an idle connection owns no read buffer.
+//
+// Input goes through a RequestReader (http_request_reader.h): the head is
+// checked (limits, conformance, route, API key, body caps) before any body
+// byte is read.
 //
 // Ownership: async operations and HttpResponders hold shared_ptrs to the
 // connection; the connection holds only a weak_ptr to its responder (a
@@ -34,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "server/http_request_reader.h"
 #include "server/http_server.h"
 
 namespace strata {
@@ -49,8 +54,14 @@ class HttpConnection;
 // Where a request goes: a handler, or an error status the transport answers.
 struct Route {
   const HttpHandler* handler = nullptr;
-  int error_status = 0;  // 404 or 405 when handler is null
-  std::string allow;     // for 405: "GET, POST"
+  int error_status = 0;   // 404 or 405 when handler is null
+  std::string allow;      // for 405: "GET, POST"
+  bool needs_key = true;  // the API key is checked (when one is set)
+};
+
+struct RouteEntry {
+  HttpHandler handler;
+  HttpAuth auth = HttpAuth::kApiKey;
 };
 
 }  // namespace http_internal
@@ -62,6 +73,10 @@ struct HttpServer::Core {
   void Register(const std::shared_ptr<http_internal::HttpConnection>& conn);
   void Unregister(http_internal::HttpConnection* conn);
   std::vector<std::shared_ptr<http_internal::HttpConnection>> Connections();
+  // Counts `n` more body bytes against max_total_body_bytes; false (and
+  // nothing counted) when they would pass it.
+  bool ReserveBody(size_t n);
+  void ReleaseBody(size_t n);
 
   const HttpServerOptions options;
   boost::asio::io_context ioc;
@@ -74,14 +89,15 @@ struct HttpServer::Core {
   bool started = false;
 
   // path -> (method -> handler); fixed once Start() runs.
-  std::map<std::string, std::map<std::string, HttpHandler>> routes;
-  HttpHandler fallback;
+  std::map<std::string, std::map<std::string, http_internal::RouteEntry>> routes;
+  http_internal::RouteEntry fallback;
 
   std::atomic<bool> draining{false};  // StopAccepting() was called
   std::atomic<bool> stopping{false};  // Stop() is closing connections
   std::atomic<bool> stopped{false};   // Stop() is done: nothing more is posted
   std::atomic<int64_t> active{0};
   std::atomic<int64_t> in_flight{0};
+  std::atomic<size_t> body_bytes{0};  // see ReserveBody()
 
   std::mutex mu;  // guards conns
   std::unordered_map<http_internal::HttpConnection*, std::weak_ptr<http_internal::HttpConnection>>
@@ -119,7 +135,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void OnReadable(boost::system::error_code ec);
   void OnData(const char* data, size_t n);
   void ParsePending();
-  bool OnHeaderDone();  // false: answered with an error already
+  bool OnHead();              // false: answered with an error already
+  bool ChargeBody(size_t n);  // false: answered 503 (the total body cap)
+  void ReleaseBody();
   void Dispatch();
   void StartRequest();  // back to kReading for the next request
 
@@ -130,7 +148,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void DoWrite(std::string_view chunk);
   void DoEnd();
   void RespondError(int status, std::string_view message, std::string_view type, bool close,
-                    HttpHeaders extra = {});
+                    HttpHeaders extra = {}, std::string_view code = {});
   void Queue(std::string bytes);
   void Flush();
   void OnWritten(boost::system::error_code ec);
@@ -153,11 +171,12 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // Input.
   bool reading_ = false;          // a readiness wait is outstanding
   bool request_started_ = false;  // bytes of the current request have arrived
-  bool header_checked_ = false;
-  bool discard_input_ = false;  // answering an error; ignore what the peer sends
+  bool discard_input_ = false;    // answering an error; ignore what the peer sends
   size_t discarded_ = 0;
-  std::string pending_;  // received, not yet parsed
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string pending_;  // received, not yet used by the reader
+  RequestReader reader_;
+  Route route_;         // of the current request, once its head is in
+  size_t charged_ = 0;  // its body bytes counted in Core::body_bytes
 
   // The response being produced.
   uint64_t seq_ = 0;  // of the current request

@@ -36,9 +36,10 @@ void HttpResponder::SendJson(int status, std::string json_body) {
   Send(status, {{"Content-Type", "application/json"}}, std::move(json_body));
 }
 
-std::string HttpErrorJson(std::string_view message, std::string_view type) {
+std::string HttpErrorJson(std::string_view message, std::string_view type, std::string_view code) {
   nlohmann::ordered_json j;
   j["error"] = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!code.empty()) j["error"]["code"] = code;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -55,24 +56,42 @@ Route HttpServer::Core::FindRoute(const std::string& method, const std::string& 
   Route r;
   auto it = routes.find(path);
   if (it == routes.end()) {
-    if (fallback) {
-      r.handler = &fallback;
+    if (fallback.handler) {
+      r.handler = &fallback.handler;
+      r.needs_key = fallback.auth == HttpAuth::kApiKey;
     } else {
       r.error_status = 404;
+      r.needs_key = false;  // answered at the head either way: no body is read
     }
     return r;
   }
   auto m = it->second.find(method);
   if (m != it->second.end()) {
-    r.handler = &m->second;
+    r.handler = &m->second.handler;
+    r.needs_key = m->second.auth == HttpAuth::kApiKey;
     return r;
   }
   r.error_status = 405;
-  for (const auto& [name, h] : it->second) {
+  r.needs_key = false;
+  for (const auto& [name, entry] : it->second) {
     if (!r.allow.empty()) r.allow += ", ";
     r.allow += name;
+    r.needs_key = r.needs_key || entry.auth == HttpAuth::kApiKey;
   }
   return r;
+}
+
+bool HttpServer::Core::ReserveBody(size_t n) {
+  const size_t cap = options.max_total_body_bytes;
+  size_t cur = body_bytes.load(std::memory_order_relaxed);
+  do {
+    if (cap > 0 && (n > cap || cur > cap - n)) return false;
+  } while (!body_bytes.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed));
+  return true;
+}
+
+void HttpServer::Core::ReleaseBody(size_t n) {
+  if (n > 0) body_bytes.fetch_sub(n, std::memory_order_relaxed);
 }
 
 void HttpServer::Core::Register(const std::shared_ptr<HttpConnection>& conn) {
@@ -156,6 +175,12 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions optio
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgument("cannot listen on " + where + ": port must be 0..65535");
   }
+  if (options.max_total_body_bytes != 0 && options.max_total_body_bytes < options.max_body_bytes) {
+    return InvalidArgument(
+        "http server max_total_body_bytes (" + std::to_string(options.max_total_body_bytes) +
+        ") is smaller than max_body_bytes (" + std::to_string(options.max_body_bytes) +
+        "): no request with a body at the limit could be read; raise it or use 0 (no cap)");
+  }
   if (options.io_threads < 1) {
     return InvalidArgument("http server io_threads must be >= 1 (got " +
                            std::to_string(options.io_threads) + ")");
@@ -191,14 +216,14 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions optio
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(core)));
 }
 
-void HttpServer::Handle(std::string method, std::string path, HttpHandler handler) {
+void HttpServer::Handle(std::string method, std::string path, HttpHandler handler, HttpAuth auth) {
   STRATA_CHECK(!core_->started) << "HttpServer::Handle after Start()";
-  core_->routes[std::move(path)][std::move(method)] = std::move(handler);
+  core_->routes[std::move(path)][std::move(method)] = {std::move(handler), auth};
 }
 
-void HttpServer::SetFallback(HttpHandler handler) {
+void HttpServer::SetFallback(HttpHandler handler, HttpAuth auth) {
   STRATA_CHECK(!core_->started) << "HttpServer::SetFallback after Start()";
-  core_->fallback = std::move(handler);
+  core_->fallback = {std::move(handler), auth};
 }
 
 Status HttpServer::Start() {
@@ -275,5 +300,9 @@ void HttpServer::Stop() {
 int64_t HttpServer::active_connections() const { return core_->active.load(); }
 
 int64_t HttpServer::in_flight_requests() const { return core_->in_flight.load(); }
+
+int64_t HttpServer::buffered_body_bytes() const {
+  return static_cast<int64_t>(core_->body_bytes.load(std::memory_order_relaxed));
+}
 
 }  // namespace strata

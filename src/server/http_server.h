@@ -10,14 +10,24 @@
 // the work elsewhere); the response is given later through the
 // HttpResponder, from any thread.
 //
-// What the transport does by itself (handlers never see these requests):
-//   - 400 (malformed request), 413 (body over max_body_bytes), 431 (headers
-//     over max_header_bytes), 408 (request not received within read_timeout),
-//     then closes the connection;
-//   - 404 (no route for the path) and 405 (path known, method not; with an
-//     Allow header), keeping the connection alive when the body was read;
+// What the transport does by itself (handlers never see these requests).
+// Everything but 408 is decided when the head (request line + headers) is
+// in, before any body byte is read (http_request_reader.h has the head rules):
+//   - 400 (malformed request, HTTP/1.1 without Host, Transfer-Encoding not
+//     ending in chunked), 501 (a transfer coding besides chunked), 431 (head
+//     over max_header_bytes, however the bytes arrive), 408 (request not
+//     received within read_timeout);
+//   - in this order: 401 (api_key set, the route needs it and the request
+//     lacks `Authorization: Bearer <key>`), 404 (no route for the path: no
+//     key needed, no body read) and
+//     405 (path known, method not; with an Allow header), 413 (Content-Length
+//     over max_body_bytes; chunked bodies when they grow past it), 503 (the
+//     body would take the bodies held by all connections past
+//     max_total_body_bytes; Retry-After: 1);
+//   - after an error at head time the connection closes when a body follows
+//     (it is never read) and serves on otherwise;
 //   - `Expect: 100-continue`: answers 100 only when the request will be read
-//     (routed, body within the limit), otherwise the final error at once;
+//     (every check above passed), otherwise the final error at once;
 //   - keep-alive (HTTP/1.1 default, HTTP/1.0 on request), idle connections
 //     closed after read_timeout; stalled writes closed after write_timeout.
 // Error bodies are OpenAI-shaped JSON: {"error":{"message","type","param","code"}}.
@@ -106,11 +116,28 @@ class HttpResponder {
 // Called on an I/O thread; must return quickly (see above).
 using HttpHandler = std::function<void(HttpRequest&&, std::shared_ptr<HttpResponder>)>;
 
+// Whether a route needs HttpServerOptions::api_key (when one is set).
+enum class HttpAuth {
+  kApiKey,  // `Authorization: Bearer <key>` checked when the head arrives: 401 otherwise
+  kPublic,  // answered without a key (health checks, metrics scrapes)
+};
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // an IP address or a resolvable name
   int port = 8000;                 // 0: an ephemeral port (see HttpServer::port())
   int io_threads = 1;
-  size_t max_body_bytes = 32 << 20;    // larger bodies: 413
+  size_t max_body_bytes = 32 << 20;  // larger bodies: 413
+  // Bytes all request bodies being received may hold together; a request
+  // whose Content-Length would pass it gets 503 at once, a chunked body when
+  // its bytes would. A body counts from its head (Content-Length: all of it;
+  // chunked: as it arrives) until it is handed to its handler, or until the
+  // transport stops reading it (an error answer, the connection closing).
+  // 0: no cap. REQUIRES: 0 or >= max_body_bytes.
+  size_t max_total_body_bytes = size_t{256} << 20;
+  // Non-empty: routes registered with HttpAuth::kApiKey (the default) and
+  // the fallback need `Authorization: Bearer <api_key>`
+  // (scheme case-insensitive; the key compared in constant time).
+  std::string api_key;
   size_t max_header_bytes = 64 << 10;  // request line + headers; larger: 431
   // Time allowed to receive a whole request (from its first byte), and to
   // wait idle for the next request on a kept-alive connection.
@@ -121,9 +148,10 @@ struct HttpServerOptions {
   int backlog = 4096;
 };
 
-// {"error":{"message":message,"type":type,"param":null,"code":null}}.
-std::string HttpErrorJson(std::string_view message,
-                          std::string_view type = "invalid_request_error");
+// {"error":{"message":message,"type":type,"param":null,"code":code}}; code
+// is null when empty.
+std::string HttpErrorJson(std::string_view message, std::string_view type = "invalid_request_error",
+                          std::string_view code = {});
 
 class HttpServer {
  public:
@@ -135,11 +163,14 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Routes requests with exactly this method and path (no query string).
+  // A path answers 405 without the key only if every route on it is kPublic.
   // REQUIRES: before Start().
-  void Handle(std::string method, std::string path, HttpHandler handler);
-  // Gets every request with no route for its path (instead of 404).
+  void Handle(std::string method, std::string path, HttpHandler handler,
+              HttpAuth auth = HttpAuth::kApiKey);
+  // Gets every request with no route for its path (instead of 404, which
+  // needs no key: it is answered at the head, reading no body).
   // REQUIRES: before Start().
-  void SetFallback(HttpHandler handler);
+  void SetFallback(HttpHandler handler, HttpAuth auth = HttpAuth::kApiKey);
 
   // Raises the open-file limit to its hard maximum (logging the result) and
   // starts the I/O threads. REQUIRES: called once.
@@ -163,6 +194,8 @@ class HttpServer {
   // Requests handed to a handler whose response has not yet been fully
   // written (nor their connection closed).
   int64_t in_flight_requests() const;
+  // Bytes of request bodies counted against max_total_body_bytes now.
+  int64_t buffered_body_bytes() const;
 
   struct Core;  // internal (http_connection.h)
 

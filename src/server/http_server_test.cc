@@ -298,7 +298,7 @@ TEST_F(HttpServerTest, MalformedRequestsGet400AndTheServerServesOn) {
       "GET /hello HTTP/9.9\r\n\r\n",
       "GET /hello HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
       "GET  /hello  HTTP/1.1\r\n\r\n",
-      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n",
+      "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n",
       std::string("\x00\x01\x02\xff\xfe GET\r\n\r\n", 12),
       "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  // a TLS ClientHello
   };
@@ -515,6 +515,259 @@ TEST_F(HttpServerTest, StopLetsCompleteResponsesFinishWriting) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body.size(), big.size());
   EXPECT_TRUE(c.WaitClosed());
+}
+
+// ---- API key at header time ------------------------------------------------
+
+constexpr char kMissingKey[] =
+    R"({"error":{"message":"missing API key: send the header 'Authorization: Bearer <key>'",)"
+    R"("type":"authentication_error","param":null,"code":"invalid_api_key"}})";
+
+// The head of a 30 MB POST goes out alone: the 401 must come back before any
+// body byte is sent (the old check ran in the handler, after the whole body).
+TEST_F(HttpServerTest, ApiKeyIsCheckedWhenTheHeadArrivesBeforeAnyBodyByte) {
+  HttpServerOptions options;
+  options.api_key = "sk-test";
+  StartServer(options);
+  Client c(port(), true);
+  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 30000000\r\n\r\n"));
+  auto r = c.Read();
+  ASSERT_TRUE(r) << "no answer before the body was sent";
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->Header("www-authenticate"), "Bearer");
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(r->body, kMissingKey);
+  EXPECT_EQ(server_->buffered_body_bytes(), 0);
+  EXPECT_TRUE(c.WaitClosed());
+
+  // A client that sends its body anyway is cut off: the server reads at most
+  // the linger allowance (4 MiB) of a 30 MB body, holding none of it.
+  Client blast(port(), true);
+  std::atomic<size_t> sent{0};
+  std::thread sender([&] {
+    const std::string head =
+        "POST /echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer wrong\r\nContent-Length: "
+        "30000000\r\n\r\n";
+    if (!blast.Send(head)) return;
+    const std::string piece(64 << 10, 'x');
+    while (sent < 30000000u && blast.Send(piece)) sent += piece.size();
+  });
+  auto r2 = blast.Read();
+  sender.join();
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 401);
+  EXPECT_NE(r2->body.find("\"message\":\"invalid API key\""), std::string::npos) << r2->body;
+  EXPECT_LT(sent.load(), 30000000u);
+  EXPECT_EQ(server_->buffered_body_bytes(), 0);
+}
+
+TEST_F(HttpServerTest, ApiKeySchemeIsCaseInsensitiveAndPublicRoutesNeedNone) {
+  HttpServerOptions options;
+  options.api_key = "sk-test";
+  StartServer(options, [](HttpServer& s) {
+    s.Handle(
+        "GET", "/health",
+        [](HttpRequest&&, std::shared_ptr<HttpResponder> r) { r->SendJson(200, "{}"); },
+        HttpAuth::kPublic);
+  });
+  Client c(port(), true);
+  for (const char* auth : {"Bearer sk-test", "bearer sk-test", "BEARER  sk-test"}) {
+    ASSERT_TRUE(c.Send(Post("/echo", "hi", std::string("Authorization: ") + auth + "\r\n")));
+    auto r = c.Read();
+    ASSERT_TRUE(r) << auth;
+    EXPECT_EQ(r->status, 200) << auth;
+    EXPECT_EQ(r->body, "hi");
+  }
+  ASSERT_TRUE(c.Send(Get("/health")));
+  auto r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  // Without a body the connection serves on after a 401.
+  ASSERT_TRUE(c.Send(Get("/hello", "Authorization: Bearer sk-tesT\r\n")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_NE(r->body.find("\"message\":\"invalid API key\""), std::string::npos);
+  // Unknown paths are a 404 with or without the key, at the head: an
+  // announced body is never read.
+  ASSERT_TRUE(c.Send(Get("/v1/nope")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  {
+    Client big(port(), true);
+    ASSERT_TRUE(big.Send("POST /v1/nope HTTP/1.1\r\nHost: t\r\nContent-Length: 30000000\r\n\r\n"));
+    auto nope = big.Read();
+    ASSERT_TRUE(nope);
+    EXPECT_EQ(nope->status, 404);
+    EXPECT_TRUE(big.WaitClosed());
+  }
+  // A wrong method on a public path is a 405 without the key.
+  ASSERT_TRUE(c.Send(Post("/health", "")));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(hello_count_.load(), 0);
+}
+
+// ---- The cap on all request bodies together -------------------------------
+
+// Eight clients announce 1 MB bodies at a 4 MiB cap: four are read, the other
+// four get 503 + Retry-After at once (before sending a body byte); once the
+// four are dispatched the bytes are free again.
+TEST_F(HttpServerTest, TotalBodyCapRefusesBodiesPastItAtOnce) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1 << 20;
+  options.max_total_body_bytes = 4 << 20;
+  StartServer(options);
+  constexpr size_t kBody = 1000000;
+  const std::string head =
+      "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n";
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.push_back(std::make_unique<Client>(port(), true));
+    ASSERT_TRUE(
+        clients.back()->Send(head + std::string(100, 'a')));  // the head and a little of the body
+    if (i < 4) {
+      ASSERT_TRUE(Eventually([&] {
+        return server_->buffered_body_bytes() == int64_t(kBody) * (i + 1);
+      })) << "client "
+          << i << ": " << server_->buffered_body_bytes();
+    }
+  }
+  for (int i = 4; i < 8; ++i) {
+    auto r = clients[i]->Read();
+    ASSERT_TRUE(r) << "client " << i;
+    EXPECT_EQ(r->status, 503);
+    EXPECT_EQ(r->Header("retry-after"), "1");
+    EXPECT_EQ(r->Header("connection"), "close");
+    EXPECT_NE(
+        r->body.find(R"("type":"overloaded","param":null,"code":"max_total_request_body_bytes")"),
+        std::string::npos)
+        << r->body;
+  }
+  EXPECT_EQ(server_->buffered_body_bytes(), int64_t(kBody) * 4);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(clients[i]->Send(std::string(kBody - 100, 'b')));
+  for (int i = 0; i < 4; ++i) {
+    auto r = clients[i]->Read();
+    ASSERT_TRUE(r) << "client " << i;
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body.size(), kBody);
+  }
+  EXPECT_EQ(server_->buffered_body_bytes(), 0);
+
+  // Chunked bodies count as they arrive: with 3.8 MB held, a chunked body is
+  // refused once its bytes pass the cap.
+  for (int i = 0; i < 4; ++i) clients[i]->Close();
+  std::vector<std::unique_ptr<Client>> holders;
+  for (int i = 0; i < 4; ++i) {
+    holders.push_back(std::make_unique<Client>(port(), true));
+    ASSERT_TRUE(
+        holders.back()->Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 950000\r\n\r\n"));
+  }
+  ASSERT_TRUE(Eventually([&] { return server_->buffered_body_bytes() == 4 * 950000; }));
+  Client chunked(port(), true);
+  std::string req = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 8; ++i) req += "10000\r\n" + std::string(0x10000, 'c') + "\r\n";
+  chunked.Send(req);  // the server may close before all of it is sent
+  auto r = chunked.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(server_->buffered_body_bytes(), 4 * 950000);
+  holders.clear();
+  EXPECT_TRUE(Eventually([&] { return server_->buffered_body_bytes() == 0; }));
+}
+
+TEST(HttpServerCreate, TotalBodyCapBelowThePerRequestLimitIsAnError) {
+  HttpServerOptions options;
+  options.port = 0;
+  options.max_body_bytes = 1 << 20;
+  options.max_total_body_bytes = 1 << 19;
+  auto s = HttpServer::Create(options);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("max_total_body_bytes"), std::string::npos);
+  options.max_total_body_bytes = 0;  // no cap
+  EXPECT_TRUE(HttpServer::Create(options).ok());
+}
+
+// ---- HTTP conformance (RFC 9112) ------------------------------------------
+
+// The same heads, in one write and in 7-byte writes, get the same answers:
+// at the limit 200, one byte over 431 (the old parser let 112 KB through in
+// one write and refused 70 KB in 7-byte writes).
+TEST_F(HttpServerTest, HeaderLimitIsExactHoweverTheBytesArrive) {
+  StartServer();  // max_header_bytes: 64 KiB
+  auto head_of = [](size_t bytes) {
+    std::string pre = "GET /hello HTTP/1.1\r\nHost: t\r\nX-Pad: ";
+    return pre + std::string(bytes - pre.size() - 4, 'a') + "\r\n\r\n";
+  };
+  for (bool trickle : {false, true}) {
+    for (size_t bytes : {size_t{65536}, size_t{65537}, size_t{70000}, size_t{112000}}) {
+      SCOPED_TRACE((trickle ? "7-byte writes, " : "one write, ") + std::to_string(bytes) +
+                   " bytes");
+      Client c(port(), true);
+      std::string head = head_of(bytes);
+      if (trickle) {
+        for (size_t at = 0; at < head.size(); at += 7) {
+          if (!c.Send(std::string_view(head).substr(at, 7))) break;  // refused early: fine
+        }
+      } else {
+        c.Send(head);
+      }
+      auto r = c.Read();
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, bytes <= 65536 ? 200 : 431);
+    }
+  }
+}
+
+TEST_F(HttpServerTest, AbsoluteFormTargetsRouteByTheirPath) {
+  StartServer();
+  Client c(port(), true);
+  ASSERT_TRUE(
+      c.Send("POST http://127.0.0.1:8000/echo HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Length: "
+             "2\r\n\r\nok"));
+  auto r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok");
+  ASSERT_TRUE(
+      c.Send("GET http://127.0.0.1:8000/hello?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\r\n"));
+  r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "hello 1 /hello?x=1");
+}
+
+TEST_F(HttpServerTest, UnsupportedTransferCodingIs501AndMissingHostIs400) {
+  StartServer();
+  {
+    Client c(port(), true);
+    ASSERT_TRUE(
+        c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+               "4\r\nWiki\r\n0\r\n\r\n"));
+    auto r = c.Read();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 501);
+    EXPECT_NE(r->body.find("gzip, chunked"), std::string::npos) << r->body;
+    EXPECT_TRUE(c.WaitClosed());
+  }
+  {
+    Client c(port(), true);
+    ASSERT_TRUE(c.Send("GET /hello HTTP/1.1\r\n\r\n"));
+    auto r = c.Read();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(r->body.find("Host"), std::string::npos) << r->body;
+  }
+  {  // HTTP/1.0 needs no Host.
+    Client c(port(), true);
+    ASSERT_TRUE(c.Send("GET /hello HTTP/1.0\r\n\r\n"));
+    auto r = c.Read();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  EXPECT_EQ(server_->buffered_body_bytes(), 0);
 }
 
 TEST(HttpServerCreate, ReportsAddressInUseWithHostAndPort) {

@@ -84,7 +84,6 @@ struct OpenAiServer::Impl {
   void Route();
   void Enqueue(const std::shared_ptr<Exchange>& ex);
   void OutputLoop();
-  bool Authorized(const HttpRequest& req, HttpResponder& res);
   void SendError(HttpResponder& res, const ApiError& err, HttpHeaders extra = {});
   void CountRequest(const char* outcome) { requests_total->Get({outcome}).Inc(); }
 
@@ -161,8 +160,13 @@ Status OpenAiServer::Impl::Init() {
   ASSIGN_OR_RETURN(e2e, hist("strata_e2e_request_latency_seconds", "From request arrival to its last token."));
   ASSIGN_OR_RETURN(queue_time, hist("strata_queue_time_seconds", "From request arrival to the start of its prefill."));
 
+  // The transport checks the key when a request's headers arrive (routes
+  // are HttpAuth::kApiKey unless marked kPublic below). A transport bound
+  // by the caller was created with the same key (cli/cmd_serve.cc).
   if (!http) {
-    ASSIGN_OR_RETURN(http, HttpServer::Create(options.http));
+    HttpServerOptions http_options = options.http;
+    http_options.api_key = options.api_key;
+    ASSIGN_OR_RETURN(http, HttpServer::Create(http_options));
   }
   Route();
   for (int i = 0; i < std::max(1, options.output_threads); ++i) out_threads.emplace_back([this] { OutputLoop(); });
@@ -174,20 +178,6 @@ void OpenAiServer::Impl::SendError(HttpResponder& res, const ApiError& err, Http
   res.Send(err.http_status, std::move(extra), DumpJson(ErrorJson(err)));
 }
 
-bool OpenAiServer::Impl::Authorized(const HttpRequest& req, HttpResponder& res) {
-  if (options.api_key.empty()) return true;
-  if (req.Header("Authorization") == "Bearer " + options.api_key) return true;
-  ApiError e;
-  e.http_status = 401;
-  e.type = "authentication_error";
-  e.code = "invalid_api_key";
-  e.message = req.Header("Authorization").empty()
-                  ? "missing API key: send the header 'Authorization: Bearer <key>'"
-                  : "invalid API key";
-  SendError(res, e, {{"WWW-Authenticate", "Bearer"}});
-  return false;
-}
-
 void OpenAiServer::Impl::Route() {
   http->Handle("GET", "/health", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
     if (draining.load()) {
@@ -195,7 +185,7 @@ void OpenAiServer::Impl::Route() {
       return;
     }
     res->SendJson(200, R"({"status":"ok"})");
-  });
+  }, HttpAuth::kPublic);
   // Runs every cache and engine invariant check once the engine is idle:
   // 200 {"integrity":"ok"} or 500 with the first violation. For tests and
   // operators chasing a suspected leak.
@@ -209,7 +199,7 @@ void OpenAiServer::Impl::Route() {
   });
   http->Handle("GET", "/metrics", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
     res->Send(200, {{"Content-Type", std::string(metrics::kContentType)}}, registry.Render());
-  });
+  }, HttpAuth::kPublic);
   http->Handle("GET", "/v1/models", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
     HandleModels(std::move(r), std::move(res));
   });
@@ -228,7 +218,6 @@ void OpenAiServer::Impl::Route() {
 }
 
 void OpenAiServer::Impl::HandleModels(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
-  if (!Authorized(req, *res)) return;
   ojson m = {{"id", options.served_model_name},
              {"object", "model"},
              {"created", NewResponseMeta("", "").created},
@@ -240,7 +229,6 @@ void OpenAiServer::Impl::HandleModels(HttpRequest&& req, std::shared_ptr<HttpRes
 }
 
 void OpenAiServer::Impl::HandleTokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
-  if (!Authorized(req, *res)) return;
   auto body = ParseJsonBody(req.body, limits.max_json_depth);
   if (!body.ok()) return SendError(*res, body.error());
   const ojson& j = body.value();
@@ -270,7 +258,6 @@ void OpenAiServer::Impl::HandleTokenize(HttpRequest&& req, std::shared_ptr<HttpR
 }
 
 void OpenAiServer::Impl::HandleDetokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
-  if (!Authorized(req, *res)) return;
   auto body = ParseJsonBody(req.body, limits.max_json_depth);
   if (!body.ok()) return SendError(*res, body.error());
   const ojson& j = body.value();
@@ -288,7 +275,6 @@ void OpenAiServer::Impl::HandleDetokenize(HttpRequest&& req, std::shared_ptr<Htt
 
 void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<HttpResponder> res, bool chat) {
   const Clock::time_point arrival = Clock::now();
-  if (!Authorized(req, *res)) return;
   auto ex = std::make_shared<Exchange>();
   ex->chat = chat;
   ex->arrival = arrival;

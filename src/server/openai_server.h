@@ -44,7 +44,8 @@ class OpenAiServer {
  public:
   // `model`, `engine` and `registry` must outlive the server. `http`: an
   // already-bound transport (so that a bad address fails before the model
-  // loads); null: one is created from options.http.
+  // loads), created with options.http and api_key = options.api_key; null:
+  // one is created from those.
   static StatusOr<std::unique_ptr<OpenAiServer>> Create(const LoadedModel& model, AsyncEngine& engine,
                                                         metrics::Registry& registry,
                                                         const ServerOptions& options,
