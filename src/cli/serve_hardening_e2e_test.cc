@@ -121,9 +121,9 @@ std::string Outcome(const char* outcome) {
 TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   ASSERT_GT(s.port(), 0) << s.Log();
-  // ~5 MB of words to tokenize: seconds of CPU per request.
+  // ~10 MB of words to tokenize: seconds of CPU per request.
   std::string words;
-  while (words.size() < (5u << 20)) words += "lorem ipsum dolor sit amet, consectetur adipiscing elit ";
+  while (words.size() < (10u << 20)) words += "lorem ipsum dolor sit amet, consectetur adipiscing elit ";
   const std::string body = json{{"prompt", words}}.dump();
   words.clear();
 
@@ -169,14 +169,14 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   std::fprintf(stderr, "huge bodies: %.1f s; worst /health %.3f s over %d calls\n", elapsed, worst_health, health_ok);
   EXPECT_EQ(tokenized.load(), 2);
   EXPECT_GT(health_ok, 0);
-  // Blocked I/O means /health waits for whole tokenizations (seconds each);
+  // Blocked I/O means /health waits for whole tokenizations (~5 s each);
   // off the I/O thread it is milliseconds. The bound is generous for a busy
   // 2-core machine, and only meaningful when the tokenizing took longer.
-  EXPECT_LT(worst_health, 2.0) << "tokenizing took " << elapsed << " s";
-  EXPECT_GT(elapsed, 2.0) << "the huge bodies were too quick to prove anything";
+  EXPECT_LT(worst_health, 1.5) << "tokenizing took " << elapsed << " s";
+  EXPECT_GT(elapsed, 3.0) << "the huge bodies were too quick to prove anything";
   stream.join();
   EXPECT_TRUE(stream_done.load());
-  EXPECT_LT(max_gap, 2.0) << "the stream stalled while the huge bodies were processed";
+  EXPECT_LT(max_gap, 1.5) << "the stream stalled while the huge bodies were processed";
   std::fprintf(stderr, "stream: %d events, largest gap %.3f s\n", stream_events, max_gap);
 }
 
@@ -273,7 +273,7 @@ TEST(ServeHardeningTest, RequestThatCanNeverBeAdmittedIs400) {
 TEST(ServeHardeningTest, StreamsClosedRightAfterDoneCountAsOk) {
   Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   ASSERT_GT(s.port(), 0) << s.Log();
-  constexpr int kRounds = 10, kParallel = 6;
+  constexpr int kRounds = 25, kParallel = 8;
   std::atomic<int> done_seen{0};
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::thread> ts;
