@@ -33,8 +33,8 @@ std::string Fixture(const std::string& name) {
 class Server {
  public:
   explicit Server(std::vector<std::string> args) {
-    log_ = ::testing::TempDir() + "/serve_hard_" + std::to_string(getpid()) + "_" + std::to_string(counter_++) +
-           ".log";
+    log_ = ::testing::TempDir() + "/serve_hard_" + std::to_string(getpid()) + "_" +
+           std::to_string(counter_++) + ".log";
     pid_ = fork();
     if (pid_ == 0) {
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -87,7 +87,8 @@ class Server {
     return -1;
   }
 
-  Response Request(const std::string& raw, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  Response Request(const std::string& raw,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
     Client c(Connect(port_, timeout));
     EXPECT_TRUE(c.Send(raw));
     auto r = c.Read();
@@ -113,7 +114,8 @@ class Server {
 };
 
 std::string Outcome(const char* outcome) {
-  return std::string("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"") + outcome + "\"}";
+  return std::string("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"") + outcome +
+         "\"}";
 }
 
 // Item 1: parsing and tokenizing a huge body runs on a request thread, so
@@ -123,7 +125,8 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   ASSERT_GT(s.port(), 0) << s.Log();
   // ~10 MB of words to tokenize: seconds of CPU per request.
   std::string words;
-  while (words.size() < (10u << 20)) words += "lorem ipsum dolor sit amet, consectetur adipiscing elit ";
+  while (words.size() < (10u << 20))
+    words += "lorem ipsum dolor sit amet, consectetur adipiscing elit ";
   const std::string body = json{{"prompt", words}}.dump();
   words.clear();
 
@@ -133,12 +136,14 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   int stream_events = 0;
   std::thread stream([&] {
     Client c(Connect(s.port(), std::chrono::seconds(60)));
-    json req = {{"prompt", "keep streaming"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}};
+    json req = {
+        {"prompt", "keep streaming"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}};
     c.Send(Post("/v1/completions", req.dump(), "Content-Type: application/json\r\n"));
     Clock::time_point last = Clock::now();
     c.Read([&](const std::string&) {
       const Clock::time_point now = Clock::now();
-      if (stream_events++ > 0) max_gap = std::max(max_gap, std::chrono::duration<double>(now - last).count());
+      if (stream_events++ > 0)
+        max_gap = std::max(max_gap, std::chrono::duration<double>(now - last).count());
       last = now;
     });
     stream_done = true;
@@ -166,7 +171,8 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   }
   for (auto& t : huge) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::fprintf(stderr, "huge bodies: %.1f s; worst /health %.3f s over %d calls\n", elapsed, worst_health, health_ok);
+  std::fprintf(stderr, "huge bodies: %.1f s; worst /health %.3f s over %d calls\n", elapsed,
+               worst_health, health_ok);
   EXPECT_EQ(tokenized.load(), 2);
   EXPECT_GT(health_ok, 0);
   // Blocked I/O means /health waits for whole tokenizations (~5 s each);
@@ -184,7 +190,8 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
 // engine loop one at a time (no thread per call): under load each answer is
 // 200 or 503 + Retry-After, and the thread count stays flat.
 TEST(ServeHardeningTest, IntegrityChecksNeedTheKeyAndCostNoThreads) {
-  Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--api-key", "k"});
+  Server s(
+      {"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--api-key", "k"});
   ASSERT_GT(s.port(), 0) << s.Log();
   const std::string auth = "Authorization: Bearer k\r\n";
   Response noauth = s.Request(Get("/debug/integrity"));
@@ -195,12 +202,14 @@ TEST(ServeHardeningTest, IntegrityChecksNeedTheKeyAndCostNoThreads) {
   std::vector<std::thread> load;
   for (int i = 0; i < 3; ++i) {
     load.emplace_back([&, i] {
-      json req = {{"prompt", "load " + std::to_string(i)}, {"max_tokens", 1500}, {"ignore_eos", true}};
+      json req = {
+          {"prompt", "load " + std::to_string(i)}, {"max_tokens", 1500}, {"ignore_eos", true}};
       s.PostJson("/v1/completions", req.dump(), auth, std::chrono::minutes(3));
     });
   }
-  ASSERT_TRUE(Eventually([&] { return s.Metric("strata_running_requests{model=\"m\",role=\"colocated\"}") > 0; },
-                         std::chrono::seconds(20)));
+  ASSERT_TRUE(Eventually(
+      [&] { return s.Metric("strata_running_requests{model=\"m\",role=\"colocated\"}") > 0; },
+      std::chrono::seconds(20)));
   const int threads_before = s.Threads();
   ASSERT_GT(threads_before, 0);
   std::atomic<int> ok{0}, busy{0}, other{0};
@@ -241,7 +250,8 @@ TEST(ServeHardeningTest, RequestThatCanNeverBeAdmittedIs400) {
   Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   ASSERT_GT(s.port(), 0) << s.Log();
   // 3 prompts x n=128 = 384 choices > 64 running + 256 queued, on an idle server.
-  Response r = s.PostJson("/v1/completions", R"({"prompt": ["a","b","c"], "n": 128, "max_tokens": 1})");
+  Response r =
+      s.PostJson("/v1/completions", R"({"prompt": ["a","b","c"], "n": 128, "max_tokens": 1})");
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_TRUE(r.Header("retry-after").empty());
   json e = json::parse(r.body)["error"];
@@ -250,21 +260,26 @@ TEST(ServeHardeningTest, RequestThatCanNeverBeAdmittedIs400) {
   EXPECT_EQ(e["param"], "n");
   EXPECT_THAT(e["message"].get<std::string>(), HasSubstr("--max-queued-requests 256"));
   // Within the bound it runs.
-  Response fits = s.PostJson("/v1/completions", R"({"prompt": ["a","b"], "n": 128, "max_tokens": 1})",
-                             "", std::chrono::seconds(60));
+  Response fits =
+      s.PostJson("/v1/completions", R"({"prompt": ["a","b"], "n": 128, "max_tokens": 1})", "",
+                 std::chrono::seconds(60));
   EXPECT_EQ(fits.status, 200) << fits.body;
   EXPECT_EQ(json::parse(fits.body)["choices"].size(), 256u);
   EXPECT_EQ(s.Metric(Outcome("rejected")), 0);
 
-  Server t({"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--max-queued-tokens", "100"});
+  Server t({"--model-path", Fixture("llama_default"), "--served-model-name", "m",
+            "--max-queued-tokens", "100"});
   ASSERT_GT(t.port(), 0) << t.Log();
-  Response big = t.PostJson("/v1/completions", json{{"prompt", std::vector<int>(200, 5)}, {"max_tokens", 1}}.dump());
+  Response big = t.PostJson("/v1/completions",
+                            json{{"prompt", std::vector<int>(200, 5)}, {"max_tokens", 1}}.dump());
   EXPECT_EQ(big.status, 400) << big.body;
   json be = json::parse(big.body)["error"];
   EXPECT_EQ(be["code"], "max_queued_tokens");
   EXPECT_EQ(be["param"], "prompt");
   EXPECT_THAT(be["message"].get<std::string>(), HasSubstr("--max-queued-tokens 100"));
-  EXPECT_EQ(t.PostJson("/v1/completions", json{{"prompt", std::vector<int>(50, 5)}, {"max_tokens", 1}}.dump()).status,
+  EXPECT_EQ(t.PostJson("/v1/completions",
+                       json{{"prompt", std::vector<int>(50, 5)}, {"max_tokens", 1}}.dump())
+                .status,
             200);
 }
 
@@ -280,7 +295,9 @@ TEST(ServeHardeningTest, StreamsClosedRightAfterDoneCountAsOk) {
     for (int i = 0; i < kParallel; ++i) {
       ts.emplace_back([&, i] {
         int fd = Connect(s.port(), std::chrono::seconds(30));
-        json req = {{"prompt", "close after done " + std::to_string(i)}, {"max_tokens", 3}, {"stream", true}};
+        json req = {{"prompt", "close after done " + std::to_string(i)},
+                    {"max_tokens", 3},
+                    {"stream", true}};
         SendAll(fd, Post("/v1/completions", req.dump(), "Content-Type: application/json\r\n"));
         std::string got;
         char buf[4096];
@@ -300,14 +317,16 @@ TEST(ServeHardeningTest, StreamsClosedRightAfterDoneCountAsOk) {
   }
   const int n = kRounds * kParallel;
   EXPECT_EQ(done_seen.load(), n);
-  EXPECT_TRUE(Eventually([&] { return s.Metric(Outcome("ok")) + s.Metric(Outcome("aborted")) == n; }));
+  EXPECT_TRUE(
+      Eventually([&] { return s.Metric(Outcome("ok")) + s.Metric(Outcome("aborted")) == n; }));
   EXPECT_EQ(s.Metric(Outcome("ok")), n);
   EXPECT_EQ(s.Metric(Outcome("aborted")), 0);
 }
 
 // Item 11(e): GET /v1/models/{id}, as OpenAI and SGLang serve it.
 TEST(ServeHardeningTest, RetrieveModelById) {
-  Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "org/m", "--api-key", "k"});
+  Server s(
+      {"--model-path", Fixture("llama_default"), "--served-model-name", "org/m", "--api-key", "k"});
   ASSERT_GT(s.port(), 0) << s.Log();
   const std::string auth = "Authorization: Bearer k\r\n";
   Response list = s.Request(Get("/v1/models", auth));

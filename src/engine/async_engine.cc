@@ -100,7 +100,8 @@ SubmitResult AsyncEngine::SubmitAll(std::vector<EngineRequest> requests) {
   }
   const int64_t count = static_cast<int64_t>(requests.size());
   if (count == 0) return r;
-  const std::string what = count == 1 ? "this request" : "this request's " + std::to_string(count) + " choices";
+  const std::string what =
+      count == 1 ? "this request" : "this request's " + std::to_string(count) + " choices";
   // Limits the group exceeds on its own: waiting cannot help, so it is the
   // client's error (400), not a retryable 503. Running slots count because
   // an idle engine starts that many at once without queueing them.
@@ -109,7 +110,8 @@ SubmitResult AsyncEngine::SubmitAll(std::vector<EngineRequest> requests) {
     r.status = InvalidArgument(what + " can never be admitted: the server holds at most " +
                                std::to_string(max_running + admission_.max_queued_requests) +
                                " requests (--max-running-requests " + std::to_string(max_running) +
-                               " + --max-queued-requests " + std::to_string(admission_.max_queued_requests) +
+                               " + --max-queued-requests " +
+                               std::to_string(admission_.max_queued_requests) +
                                "); send fewer prompts or a smaller n");
     r.limit = "max_queued_requests";
     return r;
@@ -137,10 +139,12 @@ SubmitResult AsyncEngine::SubmitAll(std::vector<EngineRequest> requests) {
   // Requests that will find a free running slot do not wait in the queue:
   // a burst into an idle server fills the batch and then the queue.
   const int64_t free_slots = std::max<int64_t>(0, max_running - published_.running);
-  if (admission_.max_queued_requests > 0 && queued + count > admission_.max_queued_requests + free_slots)
+  if (admission_.max_queued_requests > 0 &&
+      queued + count > admission_.max_queued_requests + free_slots)
     return reject("max_queued_requests", "server overloaded: " + std::to_string(queued) +
-                                             " requests are already queued and " + what + " would add " +
-                                             std::to_string(count) + " (--max-queued-requests " +
+                                             " requests are already queued and " + what +
+                                             " would add " + std::to_string(count) +
+                                             " (--max-queued-requests " +
                                              std::to_string(admission_.max_queued_requests) + ")");
   if (admission_.max_queued_tokens > 0 && queued_tokens + tokens > admission_.max_queued_tokens)
     return reject("max_queued_tokens", "server overloaded: " + std::to_string(queued_tokens) +
@@ -157,8 +161,9 @@ SubmitResult AsyncEngine::SubmitAll(std::vector<EngineRequest> requests) {
   }
   for (EngineRequest& request : requests) {
     if (admission_.max_queue_time_ms > 0)
-      request.queue_deadline = std::min(request.queue_deadline,
-                                        request.arrival + std::chrono::milliseconds(admission_.max_queue_time_ms));
+      request.queue_deadline =
+          std::min(request.queue_deadline,
+                   request.arrival + std::chrono::milliseconds(admission_.max_queue_time_ms));
     auto handle = std::make_shared<RequestHandle>(std::move(request.notify));
     request.notify = nullptr;
     r.handles.push_back(handle);
@@ -189,7 +194,8 @@ void AsyncEngine::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void AsyncEngine::CheckIntegrity(std::chrono::milliseconds timeout, std::function<void(Status)> done) {
+void AsyncEngine::CheckIntegrity(std::chrono::milliseconds timeout,
+                                 std::function<void(Status)> done) {
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -235,7 +241,8 @@ void AsyncEngine::AnswerIntegrity(bool idle) {
     // Unavailable means "busy, retry" to callers; a violation is never that.
     if (st.code() == StatusCode::kUnavailable) st = Internal(st.message());
   } else {
-    st = Unavailable("the engine did not become idle within the integrity check's timeout; retry later");
+    st = Unavailable(
+        "the engine did not become idle within the integrity check's timeout; retry later");
   }
   done(std::move(st));
 }
@@ -310,7 +317,8 @@ void AsyncEngine::Loop() {
   std::function<void(Status)> integrity;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (Pending& p : inbox_) p.handle->Finish("abort", Unavailable("the server stopped before this request started"));
+    for (Pending& p : inbox_)
+      p.handle->Finish("abort", Unavailable("the server stopped before this request started"));
     inbox_.clear();
     inbox_tokens_ = 0;
     published_ = EngineSnapshot{};

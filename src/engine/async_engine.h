@@ -57,8 +57,8 @@ struct SubmitResult {
   // admission limit on its own and can never be admitted (limit set).
   // Unavailable: shed now, waiting could help (limit set; or "draining").
   Status status;
-  std::string limit;  // "max_queued_requests", "max_queued_tokens", "max_queue_time",
-                      // or "draining"
+  std::string limit;               // "max_queued_requests", "max_queued_tokens", "max_queue_time",
+                                   // or "draining"
   double retry_after_seconds = 0;  // for Unavailable
   size_t failed_request = 0;       // SubmitAll, InvalidArgument without limit: which request
 };

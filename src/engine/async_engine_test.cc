@@ -171,14 +171,17 @@ TEST(AsyncEngineTest, RequestThatCanNeverBeAdmittedIsInvalidNotUnavailable) {
   EXPECT_TRUE(r.handles.empty());
   EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument) << r.status.ToString();
   EXPECT_EQ(r.limit, "max_queued_requests");
-  EXPECT_NE(r.status.message().find("--max-queued-requests 4"), std::string::npos) << r.status.message();
-  EXPECT_NE(r.status.message().find("--max-running-requests 2"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("--max-queued-requests 4"), std::string::npos)
+      << r.status.message();
+  EXPECT_NE(r.status.message().find("--max-running-requests 2"), std::string::npos)
+      << r.status.message();
   // One 200-token prompt under --max-queued-tokens 100.
   SubmitResult t = s.engine->Submit(Req(200, 5));
   EXPECT_FALSE(t.handle);
   EXPECT_EQ(t.status.code(), StatusCode::kInvalidArgument) << t.status.ToString();
   EXPECT_EQ(t.limit, "max_queued_tokens");
-  EXPECT_NE(t.status.message().find("--max-queued-tokens 100"), std::string::npos) << t.status.message();
+  EXPECT_NE(t.status.message().find("--max-queued-tokens 100"), std::string::npos)
+      << t.status.message();
   EngineSnapshot snap = s.engine->snapshot();
   EXPECT_EQ(snap.queued_requests, 0);
   EXPECT_EQ(snap.queued_tokens, 0);
@@ -269,7 +272,8 @@ TEST(AsyncEngineTest, StopAnswersPendingIntegrityCheck) {
   ASSERT_TRUE(busy.handle);
   auto result = std::make_shared<std::promise<Status>>();
   auto f = result->get_future();
-  s.engine->CheckIntegrity(std::chrono::minutes(10), [result](Status st) { result->set_value(st); });
+  s.engine->CheckIntegrity(std::chrono::minutes(10),
+                           [result](Status st) { result->set_value(st); });
   const auto t0 = std::chrono::steady_clock::now();
   s.engine.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));

@@ -186,7 +186,8 @@ void OpenAiServer::Impl::Retire(Exchange& ex) {
 OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OpenAiServer::~OpenAiServer() { Stop(); }
 
-StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& model, AsyncEngine& engine,
+StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& model,
+                                                             AsyncEngine& engine,
                                                              metrics::Registry& registry,
                                                              const ServerOptions& options,
                                                              std::unique_ptr<HttpServer> http) {
@@ -225,7 +226,8 @@ Status OpenAiServer::Impl::Init() {
   }
   Route();
   for (int i = 0; i < std::max(1, options.output_threads); ++i) out_threads.emplace_back([this] { OutputLoop(); });
-  for (int i = 0; i < std::max(1, options.request_threads); ++i) req_threads.emplace_back([this] { RequestLoop(); });
+  for (int i = 0; i < std::max(1, options.request_threads); ++i)
+    req_threads.emplace_back([this] { RequestLoop(); });
   return OkStatus();
 }
 
@@ -233,19 +235,19 @@ void OpenAiServer::Impl::SendError(HttpResponder& res, const ApiError& err, Http
   SendApiError(res, err, std::move(extra));
 }
 
-void OpenAiServer::Impl::Defer(std::shared_ptr<HttpResponder> res, bool generation, std::function<void()> run) {
+void OpenAiServer::Impl::Defer(std::shared_ptr<HttpResponder> res, bool generation,
+                               std::function<void()> run) {
   {
     std::lock_guard<std::mutex> lock(req_mu);
     if (!req_stop) {
       req_queue.push_back(Job{std::move(run), std::move(res), generation});
-      res = nullptr;
+      req_cv.notify_one();
+      return;
     }
   }
-  if (res) {  // stopping: nobody will run it
-    SendError(*res, OverloadedError("the server is shutting down and accepts no new requests", "draining"));
-    return;
-  }
-  req_cv.notify_one();
+  // Stopping: nobody will run it.
+  SendError(*res,
+            OverloadedError("the server is shutting down and accepts no new requests", "draining"));
 }
 
 void OpenAiServer::Impl::RequestLoop() {
@@ -358,18 +360,21 @@ void OpenAiServer::Impl::Route() {
   // past kIntegrityTimeout. For tests and operators chasing a suspected
   // leak. The engine thread answers (no thread per call); the callback holds
   // only the responder, which outlives the server safely.
-  http->Handle("GET", "/debug/integrity", [this](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
-    if (!Authorized(req, *res)) return;
-    engine.CheckIntegrity(kIntegrityTimeout, [res](Status st) {
-      if (st.ok()) {
-        res->SendJson(200, R"({"integrity":"ok"})");
-      } else if (st.code() == StatusCode::kUnavailable) {
-        SendApiError(*res, OverloadedError(st.message(), "integrity_check_busy"), {{"Retry-After", "1"}});
-      } else {
-        res->SendJson(500, DumpJson(ojson{{"integrity", "failed"}, {"message", st.ToString()}}));
-      }
-    });
-  });
+  http->Handle("GET", "/debug/integrity",
+               [this](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+                 if (!Authorized(req, *res)) return;
+                 engine.CheckIntegrity(kIntegrityTimeout, [res](Status st) {
+                   if (st.ok()) {
+                     res->SendJson(200, R"({"integrity":"ok"})");
+                   } else if (st.code() == StatusCode::kUnavailable) {
+                     SendApiError(*res, OverloadedError(st.message(), "integrity_check_busy"),
+                                  {{"Retry-After", "1"}});
+                   } else {
+                     res->SendJson(
+                         500, DumpJson(ojson{{"integrity", "failed"}, {"message", st.ToString()}}));
+                   }
+                 });
+               });
   http->Handle("GET", "/metrics", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
     res->Send(200, {{"Content-Type", std::string(metrics::kContentType)}}, registry.Render());
   });
@@ -384,7 +389,9 @@ void OpenAiServer::Impl::Route() {
                    const Clock::time_point arrival = Clock::now();
                    if (!Authorized(r, *res)) return;
                    auto req = std::make_shared<HttpRequest>(std::move(r));
-                   Defer(res, true, [this, req, res, chat, arrival] { HandleCompletions(*req, res, chat, arrival); });
+                   Defer(res, true, [this, req, res, chat, arrival] {
+                     HandleCompletions(*req, res, chat, arrival);
+                   });
                  });
   }
   http->Handle("POST", "/tokenize", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
@@ -440,7 +447,8 @@ void OpenAiServer::Impl::HandleTokenize(HttpRequest& req, HttpResponder& res) {
   auto body = ParseJsonBody(req.body, limits.max_json_depth);
   if (!body.ok()) return SendError(res, body.error());
   const ojson& j = body.value();
-  if (!j.is_object()) return SendError(res, InvalidRequestError("", "the body must be a JSON object"));
+  if (!j.is_object())
+    return SendError(res, InvalidRequestError("", "the body must be a JSON object"));
   std::vector<int32_t> ids;
   if (j.contains("messages")) {
     if (!model.chat_template)
@@ -453,15 +461,19 @@ void OpenAiServer::Impl::HandleTokenize(HttpRequest& req, HttpResponder& res) {
     if (!text.ok()) return SendError(res, text.error());
     ids = model.tokenizer->Encode(text.value(), j.value("add_special_tokens", false));
   } else if (j.contains("prompt")) {
-    if (!j["prompt"].is_string()) return SendError(res, InvalidRequestError("prompt", "prompt must be a string"));
+    if (!j["prompt"].is_string())
+      return SendError(res, InvalidRequestError("prompt", "prompt must be a string"));
     const ojson& add = j.contains("add_special_tokens") ? j["add_special_tokens"] : ojson(true);
     if (!add.is_boolean())
-      return SendError(res, InvalidRequestError("add_special_tokens", "add_special_tokens must be a boolean"));
+      return SendError(
+          res, InvalidRequestError("add_special_tokens", "add_special_tokens must be a boolean"));
     ids = model.tokenizer->Encode(j["prompt"].get<std::string>(), add.get<bool>());
   } else {
-    return SendError(res, InvalidRequestError("prompt", "give either \"prompt\" (a string) or \"messages\""));
+    return SendError(
+        res, InvalidRequestError("prompt", "give either \"prompt\" (a string) or \"messages\""));
   }
-  ojson out = {{"count", ids.size()}, {"max_model_len", engine.facts().context_length}, {"tokens", ids}};
+  ojson out = {
+      {"count", ids.size()}, {"max_model_len", engine.facts().context_length}, {"tokens", ids}};
   res.SendJson(200, DumpJson(out));
 }
 
@@ -474,14 +486,16 @@ void OpenAiServer::Impl::HandleDetokenize(HttpRequest& req, HttpResponder& res) 
   std::vector<int32_t> ids;
   for (const ojson& t : j["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model.config.vocab_size)
-      return SendError(res, InvalidRequestError("tokens", "token ids must be integers in [0, " +
-                                                              std::to_string(model.config.vocab_size) + ")"));
+      return SendError(
+          res, InvalidRequestError("tokens", "token ids must be integers in [0, " +
+                                                 std::to_string(model.config.vocab_size) + ")"));
     ids.push_back(t.get<int32_t>());
   }
   res.SendJson(200, DumpJson(ojson{{"prompt", model.tokenizer->Decode(ids, false)}}));
 }
 
-void OpenAiServer::Impl::HandleCompletions(HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat,
+void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
+                                           const std::shared_ptr<HttpResponder>& res, bool chat,
                                            Clock::time_point arrival) {
   if (auto why = AbortReason()) return CountRequest("aborted"), SendError(*res, AbortedError(*why));
   auto ex = std::make_shared<Exchange>();
@@ -537,8 +551,10 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req, const std::shared_p
   std::vector<EngineRequest> requests;
   for (size_t p = 0; p < prompts.size(); ++p) {
     if (prompts[p].empty())
-      return CountRequest("error"), SendError(*res, InvalidRequestError(prompt_param, "the prompt is empty"));
-    auto max_tokens = ResolveMaxTokens(fields, static_cast<int64_t>(prompts[p].size()), engine.facts().context_length);
+      return CountRequest("error"),
+             SendError(*res, InvalidRequestError(prompt_param, "the prompt is empty"));
+    auto max_tokens = ResolveMaxTokens(fields, static_cast<int64_t>(prompts[p].size()),
+                                       engine.facts().context_length);
     if (!max_tokens.ok()) return CountRequest("error"), SendError(*res, max_tokens.error());
     for (int k = 0; k < n; ++k) {
       EngineRequest er;

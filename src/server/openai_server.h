@@ -19,12 +19,12 @@
 // 503 + Retry-After, nothing queued; a request that can never be admitted is
 // a 400 naming the limit). So a huge body costs a request thread, never the
 // I/O threads: /health, /metrics and every stream keep flowing. Engine
-// output is processed by a small pool of output threads (detokenize, stop strings, SSE), never by the engine
-// thread and never blocking an I/O thread. A streaming response sends its
-// headers with its first output, so a request that fails before producing
-// anything (e.g. its queue deadline passed) still gets a plain 503.
-// A client that disconnects cancels its requests; the engine frees their
-// pages at its next step.
+// output is processed by a small pool of output threads (detokenize, stop
+// strings, SSE), never by the engine thread and never blocking an I/O
+// thread. A streaming response sends its headers with its first output, so a
+// request that fails before producing anything (e.g. its queue deadline
+// passed) still gets a plain 503. A client that disconnects cancels its
+// requests; the engine frees their pages at its next step.
 //
 // Ownership: the server owns its request and output threads and joins them
 // in Stop(); it starts no other thread.
@@ -47,9 +47,9 @@ namespace strata {
 struct ServerOptions {
   std::string served_model_name;  // what /v1/models lists and requests may name
   std::string api_key;            // non-empty: /v1/*, /tokenize, /detokenize need "Bearer <key>"
-  HttpServerOptions http;  // used when Create() is given no HttpServer
-  int output_threads = 1;  // detokenize + encode engine output
-  int request_threads = 2;  // parse, render, tokenize, submit (off the I/O threads)
+  HttpServerOptions http;         // used when Create() is given no HttpServer
+  int output_threads = 1;         // detokenize + encode engine output
+  int request_threads = 2;        // parse, render, tokenize, submit (off the I/O threads)
 };
 
 class OpenAiServer {
@@ -57,7 +57,8 @@ class OpenAiServer {
   // `model`, `engine` and `registry` must outlive the server. `http`: an
   // already bound, not yet started transport (so the port can be bound
   // before the weights load); null: one is created from options.http.
-  static StatusOr<std::unique_ptr<OpenAiServer>> Create(const LoadedModel& model, AsyncEngine& engine,
+  static StatusOr<std::unique_ptr<OpenAiServer>> Create(const LoadedModel& model,
+                                                        AsyncEngine& engine,
                                                         metrics::Registry& registry,
                                                         const ServerOptions& options,
                                                         std::unique_ptr<HttpServer> http = nullptr);
@@ -72,10 +73,11 @@ class OpenAiServer {
   int64_t in_flight() const;
   // Ends every in-flight response now: streams get a final SSE error event
   // (OpenAI error shape, message `why`) and then end cleanly; responses not
-  // yet started get 503; every engine request is cancelled. Requests that
-  // arrive later get 503 too (call it when shutting down: a second signal,
-  // a drain deadline). A request being parsed or tokenized right now is
-  // answered 503 as soon as that step ends. Thread-safe; idempotent.
+  // yet started get 503; every engine request is cancelled. Generation
+  // requests that arrive later get 503 too (call it when shutting down: a
+  // second signal, a drain deadline). A request being parsed or tokenized
+  // right now is answered 503 as soon as that step ends. Thread-safe;
+  // idempotent; not concurrently with Stop().
   void AbortInFlight(std::string_view why);
   // Closes the listener and every connection; joins threads.
   void Stop();

@@ -32,8 +32,8 @@ Stack Make(std::unique_ptr<HttpServer> http = nullptr) {
   s.backend = std::move(*CreateCpuBackend(bo));
   LoadOptions lo;
   lo.model.max_batch_tokens = 128 + 4;
-  s.model = std::move(*LoadModelDir(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default",
-                                    *s.backend, lo));
+  s.model = std::move(*LoadModelDir(
+      std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default", *s.backend, lo));
   EngineOptions eo;
   eo.page_size = 4;
   eo.max_total_tokens = 8192;
@@ -55,17 +55,24 @@ Stack Make(std::unique_ptr<HttpServer> http = nullptr) {
 
 TEST(OpenAiServerTest, AbortInFlightEndsStreamsWithAnErrorEventAndOthersWith503) {
   Stack s = Make();
-  const std::string body_stream =
-      json{{"prompt", "abort me"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}}.dump();
-  const std::string body_plain = json{{"prompt", "abort me too"}, {"max_tokens", 1500}, {"ignore_eos", true}}.dump();
+  const std::string body_stream = json{
+      {"prompt", "abort me"},
+      {"max_tokens", 1500},
+      {"ignore_eos", true},
+      {"stream", true}}.dump();
+  const std::string body_plain =
+      json{{"prompt", "abort me too"}, {"max_tokens", 1500}, {"ignore_eos", true}}.dump();
   Client stream(Connect(s.server->port(), std::chrono::seconds(30)));
   Client plain(Connect(s.server->port(), std::chrono::seconds(30)));
-  ASSERT_TRUE(stream.Send(Post("/v1/completions", body_stream, "Content-Type: application/json\r\n")));
-  ASSERT_TRUE(plain.Send(Post("/v1/completions", body_plain, "Content-Type: application/json\r\n")));
+  ASSERT_TRUE(
+      stream.Send(Post("/v1/completions", body_stream, "Content-Type: application/json\r\n")));
+  ASSERT_TRUE(
+      plain.Send(Post("/v1/completions", body_plain, "Content-Type: application/json\r\n")));
   std::atomic<int> chunks{0};
   std::optional<Response> streamed;
   std::thread reader([&] { streamed = stream.Read([&](const std::string&) { chunks++; }); });
-  ASSERT_TRUE(Eventually([&] { return chunks.load() > 2 && s.server->in_flight() == 2; }, std::chrono::seconds(20)));
+  ASSERT_TRUE(Eventually([&] { return chunks.load() > 2 && s.server->in_flight() == 2; },
+                         std::chrono::seconds(20)));
 
   s.server->AbortInFlight("test says stop");
   reader.join();
@@ -91,13 +98,15 @@ TEST(OpenAiServerTest, AbortInFlightEndsStreamsWithAnErrorEventAndOthersWith503)
   EXPECT_TRUE(s.engine->WaitIdle(std::chrono::seconds(5)));
   EXPECT_EQ(s.engine->snapshot().pages_active, 0);
   Client late(Connect(s.server->port(), std::chrono::seconds(10)));
-  late.Send(Post("/v1/completions", R"({"prompt":"late","max_tokens":2})", "Content-Type: application/json\r\n"));
+  late.Send(Post("/v1/completions", R"({"prompt":"late","max_tokens":2})",
+                 "Content-Type: application/json\r\n"));
   auto l = late.Read();
   ASSERT_TRUE(l.has_value());
   EXPECT_EQ(l->status, 503);
   const std::string metrics = s.registry->Render();
-  EXPECT_NE(metrics.find("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"aborted\"} 3"),
-            std::string::npos)
+  EXPECT_NE(
+      metrics.find("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"aborted\"} 3"),
+      std::string::npos)
       << metrics;
   s.server->AbortInFlight("again");  // idempotent
   s.server->Stop();
