@@ -88,7 +88,8 @@ struct EngineSnapshot {
 class AsyncEngine {
  public:
   // Starts the engine thread. `registry` (optional) receives the engine's
-  // metrics (queue, KV pages, token counters, queue-time histogram).
+  // metrics (queue, KV pages, token counters, queue-time histogram) and
+  // must outlive the AsyncEngine (the engine thread writes into it).
   static StatusOr<std::unique_ptr<AsyncEngine>> Start(std::unique_ptr<Engine> engine,
                                                       const AdmissionOptions& admission,
                                                       metrics::Registry* registry);

@@ -12,11 +12,13 @@
 namespace strata {
 namespace {
 
+// Destroyed bottom-up: the engine (whose thread publishes into the
+// registry) goes before the registry, the model and the backend.
 struct Stack {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<LoadedModel> model;
-  std::unique_ptr<AsyncEngine> engine;
   std::unique_ptr<metrics::Registry> registry;
+  std::unique_ptr<AsyncEngine> engine;
 };
 
 Stack Make(AdmissionOptions admission, int32_t max_running = 2) {
