@@ -133,7 +133,7 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   // A stream running through it all.
   std::atomic<bool> stream_done{false};
   double max_gap = 0;
-  int stream_events = 0;
+  std::atomic<int> stream_events{0};
   std::thread stream([&] {
     Client c(Connect(s.port(), std::chrono::seconds(60)));
     json req = {
@@ -183,7 +183,7 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   stream.join();
   EXPECT_TRUE(stream_done.load());
   EXPECT_LT(max_gap, 1.5) << "the stream stalled while the huge bodies were processed";
-  std::fprintf(stderr, "stream: %d events, largest gap %.3f s\n", stream_events, max_gap);
+  std::fprintf(stderr, "stream: %d events, largest gap %.3f s\n", stream_events.load(), max_gap);
 }
 
 // Item 3: /debug/* needs the API key; integrity checks are served by the
