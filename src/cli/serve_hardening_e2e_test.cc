@@ -288,7 +288,7 @@ TEST(ServeHardeningTest, RequestThatCanNeverBeAdmittedIs400) {
 TEST(ServeHardeningTest, StreamsClosedRightAfterDoneCountAsOk) {
   Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   ASSERT_GT(s.port(), 0) << s.Log();
-  constexpr int kRounds = 25, kParallel = 8;
+  constexpr int kRounds = 60, kParallel = 8;
   std::atomic<int> done_seen{0};
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::thread> ts;
