@@ -243,25 +243,41 @@ int ThreadCount() {
 TEST(AsyncEngineTest, IntegrityChecksAreOneAtATimeWithoutThreads) {
   Stack s = Make({});
   EXPECT_TRUE(s.engine->CheckIntegrityWhenIdle(std::chrono::seconds(5)).ok());
-  SubmitResult busy = s.engine->Submit(Req(10, 1500));
-  ASSERT_TRUE(busy.handle);
+  // Busy until cancelled.
+  std::vector<std::shared_ptr<RequestHandle>> busy;
+  for (int i = 0; i < 4; ++i) {
+    SubmitResult r = s.engine->Submit(Req(10, 2000, i));
+    ASSERT_TRUE(r.handle);
+    busy.push_back(r.handle);
+  }
   const int threads_before = ThreadCount();
-  std::promise<Status> first;
-  s.engine->CheckIntegrity(std::chrono::milliseconds(300), [&](Status st) { first.set_value(st); });
+  auto first = std::make_shared<std::promise<Status>>();
+  auto first_result = first->get_future();
+  s.engine->CheckIntegrity(std::chrono::minutes(10), [first](Status st) { first->set_value(st); });
   std::atomic<int> refused{0};
   for (int i = 0; i < 300; ++i) {
-    s.engine->CheckIntegrity(std::chrono::milliseconds(300), [&](Status st) {
+    s.engine->CheckIntegrity(std::chrono::minutes(10), [&](Status st) {
       if (st.code() == StatusCode::kUnavailable) refused++;
     });
   }
   EXPECT_EQ(refused.load(), 300);  // answered at once: one check is pending
   EXPECT_LE(ThreadCount(), threads_before);
-  auto f = first.get_future();
-  ASSERT_EQ(f.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-  Status st = f.get();
-  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();  // still busy after 300 ms
+  // Idle again: the pending check runs.
+  for (auto& h : busy) h->Cancel();
+  ASSERT_EQ(first_result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(first_result.get().ok());
+
+  // A check whose timeout passes while the engine stays busy: Unavailable.
+  busy.clear();
+  for (int i = 0; i < 4; ++i) busy.push_back(s.engine->Submit(Req(10, 2000, i)).handle);
+  auto late = std::make_shared<std::promise<Status>>();
+  auto late_result = late->get_future();
+  s.engine->CheckIntegrity(std::chrono::milliseconds(10), [late](Status st) { late->set_value(st); });
+  ASSERT_EQ(late_result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  Status st = late_result.get();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("idle"), std::string::npos) << st.message();
-  busy.handle->Cancel();
+  for (auto& h : busy) h->Cancel();
   ASSERT_TRUE(s.engine->WaitIdle(std::chrono::seconds(10)));
   EXPECT_TRUE(s.engine->CheckIntegrityWhenIdle(std::chrono::seconds(5)).ok());
 }
