@@ -65,8 +65,10 @@ TEST(AsyncEngineTest, BurstAboveQueueLimitIsShedAndAdmittedOnesComplete) {
   Stack s = Make(adm, /*max_running=*/1);
   std::vector<std::shared_ptr<RequestHandle>> admitted;
   int rejected = 0;
+  // Long enough that none finishes during the burst (the tiny model makes
+  // 30 tokens in a few ms: a preempted test thread saw 8 admitted).
   for (int i = 0; i < 40; ++i) {
-    SubmitResult r = s.engine->Submit(Req(20, 30, i));
+    SubmitResult r = s.engine->Submit(Req(20, 400, i));
     if (r.handle) {
       admitted.push_back(r.handle);
     } else {
@@ -83,7 +85,7 @@ TEST(AsyncEngineTest, BurstAboveQueueLimitIsShedAndAdmittedOnesComplete) {
     ASSERT_TRUE(WaitFinished(*h));
     RequestOutput out = h->Take();
     EXPECT_EQ(out.finish_reason, "length");
-    EXPECT_EQ(out.completion_tokens, 30);
+    EXPECT_EQ(out.completion_tokens, 400);
   }
   ASSERT_TRUE(s.engine->WaitIdle(std::chrono::seconds(10)));
   EXPECT_TRUE(s.engine->CheckIntegrityWhenIdle(std::chrono::seconds(5)).ok());
