@@ -200,10 +200,10 @@ TEST(ServeHardeningTest, IntegrityChecksNeedTheKeyAndCostNoThreads) {
 
   // Load: a few long generations keep the engine busy.
   std::vector<std::thread> load;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 8; ++i) {
     load.emplace_back([&, i] {
       json req = {
-          {"prompt", "load " + std::to_string(i)}, {"max_tokens", 1500}, {"ignore_eos", true}};
+          {"prompt", "load " + std::to_string(i)}, {"max_tokens", 2000}, {"ignore_eos", true}};
       s.PostJson("/v1/completions", req.dump(), auth, std::chrono::minutes(3));
     });
   }
