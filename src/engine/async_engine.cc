@@ -2,13 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 
 #include "util/logging.h"
 
 namespace strata {
 
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, const AdmissionOptions& admission)
-    : engine_(std::move(engine)), admission_(admission) {}
+    : engine_(std::move(engine)), admission_(admission) {
+  facts_.context_length = engine_->context_length();
+  facts_.max_running_requests = engine_->options().max_running_requests;
+  facts_.page_size = engine_->options().page_size;
+  facts_.pages_total = engine_->load().pages_total;
+}
 
 StatusOr<std::unique_ptr<AsyncEngine>> AsyncEngine::Start(std::unique_ptr<Engine> engine,
                                                           const AdmissionOptions& admission,
@@ -68,6 +74,14 @@ EngineSnapshot AsyncEngine::snapshot() const {
 }
 
 SubmitResult AsyncEngine::Submit(EngineRequest request) {
+  std::vector<EngineRequest> one;
+  one.push_back(std::move(request));
+  SubmitResult r = SubmitAll(std::move(one));
+  if (!r.handles.empty()) r.handle = r.handles[0];
+  return r;
+}
+
+SubmitResult AsyncEngine::SubmitAll(std::vector<EngineRequest> requests) {
   SubmitResult r;
   if (draining_.load()) {
     r.status = Unavailable("the server is shutting down and accepts no new requests");
@@ -75,9 +89,41 @@ SubmitResult AsyncEngine::Submit(EngineRequest request) {
     r.retry_after_seconds = 5;
     return r;
   }
-  r.status = engine_->Validate(request);  // reads only immutable engine state
-  if (!r.status.ok()) return r;
-  const int64_t tokens = static_cast<int64_t>(request.prompt.size());
+  int64_t tokens = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    r.status = engine_->Validate(requests[i]);  // reads only immutable engine state
+    if (!r.status.ok()) {
+      r.failed_request = i;
+      return r;
+    }
+    tokens += static_cast<int64_t>(requests[i].prompt.size());
+  }
+  const int64_t count = static_cast<int64_t>(requests.size());
+  if (count == 0) return r;
+  const std::string what =
+      count == 1 ? "this request" : "this request's " + std::to_string(count) + " choices";
+  // Limits the group exceeds on its own: waiting cannot help, so it is the
+  // client's error (400), not a retryable 503. Running slots count because
+  // an idle engine starts that many at once without queueing them.
+  const int64_t max_running = facts_.max_running_requests;
+  if (admission_.max_queued_requests > 0 && count > admission_.max_queued_requests + max_running) {
+    r.status = InvalidArgument(what + " can never be admitted: the server holds at most " +
+                               std::to_string(max_running + admission_.max_queued_requests) +
+                               " requests (--max-running-requests " + std::to_string(max_running) +
+                               " + --max-queued-requests " +
+                               std::to_string(admission_.max_queued_requests) +
+                               "); send fewer prompts or a smaller n");
+    r.limit = "max_queued_requests";
+    return r;
+  }
+  if (admission_.max_queued_tokens > 0 && tokens > admission_.max_queued_tokens) {
+    r.status = InvalidArgument(what + " can never be admitted: " + std::to_string(tokens) +
+                               " prompt tokens exceed --max-queued-tokens " +
+                               std::to_string(admission_.max_queued_tokens) +
+                               "; send a shorter prompt, fewer prompts or a smaller n");
+    r.limit = "max_queued_tokens";
+    return r;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t queued = published_.queued_requests + static_cast<int64_t>(inbox_.size());
   const int64_t queued_tokens = published_.queued_tokens + inbox_tokens_;
@@ -92,33 +138,38 @@ SubmitResult AsyncEngine::Submit(EngineRequest request) {
   };
   // Requests that will find a free running slot do not wait in the queue:
   // a burst into an idle server fills the batch and then the queue.
-  const int64_t free_slots =
-      std::max<int64_t>(0, engine_->options().max_running_requests - published_.running);
-  if (admission_.max_queued_requests > 0 && queued + 1 > admission_.max_queued_requests + free_slots)
+  const int64_t free_slots = std::max<int64_t>(0, max_running - published_.running);
+  if (admission_.max_queued_requests > 0 &&
+      queued + count > admission_.max_queued_requests + free_slots)
     return reject("max_queued_requests", "server overloaded: " + std::to_string(queued) +
-                                             " requests are already queued (--max-queued-requests " +
+                                             " requests are already queued and " + what +
+                                             " would add " + std::to_string(count) +
+                                             " (--max-queued-requests " +
                                              std::to_string(admission_.max_queued_requests) + ")");
   if (admission_.max_queued_tokens > 0 && queued_tokens + tokens > admission_.max_queued_tokens)
     return reject("max_queued_tokens", "server overloaded: " + std::to_string(queued_tokens) +
-                                           " prompt tokens are queued and this request adds " +
+                                           " prompt tokens are queued and " + what + " adds " +
                                            std::to_string(tokens) + " (--max-queued-tokens " +
                                            std::to_string(admission_.max_queued_tokens) + ")");
-  if (admission_.max_queue_time_ms > 0) {
-    if (rate > 0) {
-      const double wait_ms = 1000.0 * queued_tokens / rate;
-      if (wait_ms > admission_.max_queue_time_ms)
-        return reject("max_queue_time", "server overloaded: the estimated queue wait is " +
-                                            std::to_string(static_cast<int64_t>(wait_ms)) +
-                                            " ms (--max-queue-time-ms " +
-                                            std::to_string(admission_.max_queue_time_ms) + ")");
-    }
-    request.queue_deadline = std::min(request.queue_deadline,
-                                      request.arrival + std::chrono::milliseconds(admission_.max_queue_time_ms));
+  if (admission_.max_queue_time_ms > 0 && rate > 0) {
+    const double wait_ms = 1000.0 * queued_tokens / rate;
+    if (wait_ms > admission_.max_queue_time_ms)
+      return reject("max_queue_time", "server overloaded: the estimated queue wait is " +
+                                          std::to_string(static_cast<int64_t>(wait_ms)) +
+                                          " ms (--max-queue-time-ms " +
+                                          std::to_string(admission_.max_queue_time_ms) + ")");
   }
-  r.handle = std::make_shared<RequestHandle>(std::move(request.notify));
-  request.notify = nullptr;
+  for (EngineRequest& request : requests) {
+    if (admission_.max_queue_time_ms > 0)
+      request.queue_deadline =
+          std::min(request.queue_deadline,
+                   request.arrival + std::chrono::milliseconds(admission_.max_queue_time_ms));
+    auto handle = std::make_shared<RequestHandle>(std::move(request.notify));
+    request.notify = nullptr;
+    r.handles.push_back(handle);
+    inbox_.push_back({std::move(request), std::move(handle)});
+  }
   inbox_tokens_ += tokens;
-  inbox_.push_back({std::move(request), r.handle});
   lock.unlock();
   cv_.notify_one();
   return r;
@@ -134,23 +185,66 @@ bool AsyncEngine::WaitIdle(std::chrono::milliseconds timeout) {
 }
 
 void AsyncEngine::Stop() {
+  std::lock_guard<std::mutex> join_lock(stop_mu_);  // two callers: one joins
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ && !thread_.joinable()) return;
     stop_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
-Status AsyncEngine::CheckIntegrityWhenIdle(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  integrity_requested_ = true;
-  integrity_done_ = false;
+void AsyncEngine::CheckIntegrity(std::chrono::milliseconds timeout,
+                                 std::function<void(Status)> done) {
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || stopped_) {
+      refused = Unavailable("the engine is shutting down; no integrity check was run");
+    } else if (integrity_done_) {
+      refused = Unavailable("an integrity check is already pending; retry when it has answered");
+    } else {
+      integrity_done_ = std::move(done);
+      integrity_deadline_ = std::chrono::steady_clock::now() + timeout;
+    }
+  }
+  if (!refused.ok()) {
+    done(refused);
+    return;
+  }
   cv_.notify_all();
-  if (!idle_cv_.wait_for(lock, timeout, [&] { return integrity_done_; }))
-    return Unavailable("engine did not become idle within the timeout");
-  return integrity_;
+}
+
+Status AsyncEngine::CheckIntegrityWhenIdle(std::chrono::milliseconds timeout) {
+  // The promise's shared state outlives whichever side finishes last.
+  auto result = std::make_shared<std::promise<Status>>();
+  std::future<Status> f = result->get_future();
+  CheckIntegrity(timeout, [result](Status st) { result->set_value(std::move(st)); });
+  return f.get();
+}
+
+// Engine thread. Idle: run the pending check. Busy: give up on it once its
+// deadline has passed. The callback runs outside mu_.
+void AsyncEngine::AnswerIntegrity(bool idle) {
+  std::function<void(Status)> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!integrity_done_) return;
+    idle = idle && inbox_.empty();  // requests on their way in: not idle yet
+    if (!idle && std::chrono::steady_clock::now() < integrity_deadline_) return;
+    done = std::move(integrity_done_);
+    integrity_done_ = nullptr;
+  }
+  Status st;
+  if (idle) {
+    st = engine_->CheckIntegrity();
+    // Unavailable means "busy, retry" to callers; a violation is never that.
+    if (st.code() == StatusCode::kUnavailable) st = Internal(st.message());
+  } else {
+    st = Unavailable(
+        "the engine did not become idle within the integrity check's timeout; retry later");
+  }
+  done(std::move(st));
 }
 
 void AsyncEngine::Publish() {
@@ -194,18 +288,14 @@ void AsyncEngine::Publish() {
 void AsyncEngine::Loop() {
   std::vector<Pending> batch;
   for (;;) {
+    if (!engine_->HasWork()) AnswerIntegrity(/*idle=*/true);
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Idle: wake for new requests, stop, or an integrity check. Busy:
       // take whatever arrived without waiting.
       if (!engine_->HasWork()) {
-        if (integrity_requested_) {
-          integrity_ = engine_->CheckIntegrity();
-          integrity_requested_ = false;
-          integrity_done_ = true;
-        }
         idle_cv_.notify_all();
-        cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || integrity_requested_; });
+        cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || integrity_done_; });
       }
       if (stop_) break;
       batch.swap(inbox_);
@@ -220,15 +310,24 @@ void AsyncEngine::Loop() {
       Status st = engine_->Step();
       if (!st.ok()) STRATA_LOG(ERROR) << "engine step failed: " << st.ToString();
       Publish();
+      AnswerIntegrity(/*idle=*/false);
     }
   }
   engine_->AbortAll(FinishReason::kAbort, Unavailable("the server stopped before this request finished"));
-  std::lock_guard<std::mutex> lock(mu_);
-  for (Pending& p : inbox_) p.handle->Finish(FinishReason::kAbort, Unavailable("the server stopped before this request started"));
-  inbox_.clear();
-  inbox_tokens_ = 0;
-  published_ = EngineSnapshot{};
+  std::function<void(Status)> integrity;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Pending& p : inbox_)
+      p.handle->Finish(FinishReason::kAbort, Unavailable("the server stopped before this request started"));
+    inbox_.clear();
+    inbox_tokens_ = 0;
+    published_ = EngineSnapshot{};
+    stopped_ = true;
+    integrity = std::move(integrity_done_);
+    integrity_done_ = nullptr;
+  }
   idle_cv_.notify_all();
+  if (integrity) integrity(Unavailable("the server is shutting down; no integrity check was run"));
 }
 
 }  // namespace strata

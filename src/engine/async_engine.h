@@ -12,12 +12,26 @@
 // names the limit and carries a Retry-After estimated from the drain rate.
 // Admitted requests that still end up waiting past the queue-time limit fail
 // with Unavailable before prefill starts, rather than being served late.
+// The choices of one HTTP request are admitted together (SubmitAll): all or
+// none, judged as a whole; a group that exceeds a limit on its own (more
+// requests than running slots + queue, more prompt tokens than the token
+// limit) can never be admitted and is refused as InvalidArgument, not as a
+// retryable Unavailable.
 //
-// Thread-safety: Submit, Drain, load and metrics accessors are thread-safe.
+// Integrity checks (CheckIntegrity) run on the engine thread when it is next
+// idle, one at a time; the caller gets a callback, never a blocked thread.
+//
+// Ownership: the engine thread is the only thread AsyncEngine starts; Stop()
+// (and the destructor) joins it, aborts every request, and answers a pending
+// integrity check with "shutting down". No other thread may be inside a
+// method of this object when it is destroyed.
+// Thread-safety: every public method is thread-safe.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,11 +50,27 @@ struct AdmissionOptions {
 };
 
 struct SubmitResult {
-  std::shared_ptr<RequestHandle> handle;  // set when admitted
-  Status status;       // InvalidArgument (bad request) or Unavailable (shed / draining)
-  std::string limit;   // for Unavailable: "max_queued_requests", "max_queued_tokens",
-                       // "max_queue_time", or "draining"
-  double retry_after_seconds = 0;
+  std::shared_ptr<RequestHandle> handle;  // Submit: set when admitted
+  // SubmitAll: one handle per request, in order, when admitted (all or none).
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  // InvalidArgument: a bad request (limit empty), or one that exceeds an
+  // admission limit on its own and can never be admitted (limit set).
+  // Unavailable: shed now, waiting could help (limit set; or "draining").
+  Status status;
+  std::string limit;               // "max_queued_requests", "max_queued_tokens", "max_queue_time",
+                                   // or "draining"
+  double retry_after_seconds = 0;  // for Unavailable
+  size_t failed_request = 0;       // SubmitAll, InvalidArgument without limit: which request
+};
+
+// What the server may know about the engine while it runs: fixed before the
+// engine thread starts, never changed (so readable from any thread without
+// touching engine-thread state).
+struct EngineFacts {
+  int64_t context_length = 0;  // longest prompt + output, in tokens
+  int32_t max_running_requests = 0;
+  int32_t page_size = 0;
+  int64_t pages_total = 0;
 };
 
 // A consistent-enough view for gauges, /health and admission (published by
@@ -58,13 +88,17 @@ struct EngineSnapshot {
 class AsyncEngine {
  public:
   // Starts the engine thread. `registry` (optional) receives the engine's
-  // metrics (queue, KV pages, token counters, queue-time histogram).
+  // metrics (queue, KV pages, token counters, queue-time histogram) and
+  // must outlive the AsyncEngine (the engine thread writes into it).
   static StatusOr<std::unique_ptr<AsyncEngine>> Start(std::unique_ptr<Engine> engine,
                                                       const AdmissionOptions& admission,
                                                       metrics::Registry* registry);
   ~AsyncEngine();  // Stop()
 
   SubmitResult Submit(EngineRequest request);
+  // Admits every request or none (e.g. the n choices of each prompt of one
+  // HTTP request): the admission limits judge the group as a whole.
+  SubmitResult SubmitAll(std::vector<EngineRequest> requests);
 
   // Stops admitting (Submit returns Unavailable "draining"); running and
   // queued requests continue.
@@ -76,21 +110,34 @@ class AsyncEngine {
   void Stop();
 
   EngineSnapshot snapshot() const;
-  const Engine& engine() const { return *engine_; }  // engine-thread state: read only when stopped
-  // Runs Engine::CheckIntegrity on the engine thread when it is next idle
-  // and returns the result (for tests and /health?debug).
+  const EngineFacts& facts() const { return facts_; }
+
+  // Runs Engine::CheckIntegrity on the engine thread when it is next idle,
+  // then calls `done` exactly once with the result:
+  //   OkStatus, or Internal naming the first violated invariant;
+  //   Unavailable at once (on the calling thread) if a check is already
+  //     pending — one at a time;
+  //   Unavailable if the engine was not idle within `timeout` (checked after
+  //     every step);
+  //   Unavailable "shutting down" if the engine stops first.
+  // Except for the first case `done` runs on the engine thread: it must be
+  // quick and must not call back into this object.
+  void CheckIntegrity(std::chrono::milliseconds timeout, std::function<void(Status)> done);
+  // Blocking form of CheckIntegrity (tests, tools).
   Status CheckIntegrityWhenIdle(std::chrono::milliseconds timeout);
 
  private:
   AsyncEngine(std::unique_ptr<Engine> engine, const AdmissionOptions& admission);
   void Loop();
   void Publish();
+  void AnswerIntegrity(bool idle);  // engine thread
   void RegisterMetrics(metrics::Registry& r);
 
   std::unique_ptr<Engine> engine_;
   AdmissionOptions admission_;
   std::thread thread_;
 
+  std::mutex stop_mu_;  // serialises Stop()
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the engine thread
   std::condition_variable idle_cv_;  // wakes WaitIdle
@@ -102,10 +149,12 @@ class AsyncEngine {
   int64_t inbox_tokens_ = 0;    // guarded by mu_
   EngineSnapshot published_;    // guarded by mu_
   bool stop_ = false;           // guarded by mu_
-  bool integrity_requested_ = false;  // guarded by mu_
-  bool integrity_done_ = false;       // guarded by mu_
-  Status integrity_;                  // guarded by mu_
+  bool stopped_ = false;        // guarded by mu_: the engine thread has finished
+  // The pending integrity check (at most one); guarded by mu_.
+  std::function<void(Status)> integrity_done_;
+  std::chrono::steady_clock::time_point integrity_deadline_;
   std::atomic<bool> draining_{false};
+  EngineFacts facts_;  // immutable after Start
 
   // Metrics (owned by the registry); null when none.
   metrics::Counter* prompt_tokens_ = nullptr;

@@ -1,13 +1,16 @@
 #include "server/openai_server.h"
 
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "server/chat_prompt.h"
+#include "server/http_auth.h"
 #include "server/json_body.h"
 #include "server/openai_response.h"
 #include "server/stop_matcher.h"
@@ -20,6 +23,40 @@ using Clock = std::chrono::steady_clock;
 using ojson = nlohmann::ordered_json;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// How long an integrity check waits for the engine to go idle before it
+// answers 503.
+constexpr std::chrono::seconds kIntegrityTimeout{5};
+
+void SendApiError(HttpResponder& res, const ApiError& err, HttpHeaders extra = {}) {
+  extra.emplace_back("Content-Type", "application/json");
+  res.Send(err.http_status, std::move(extra), DumpJson(ErrorJson(err)));
+}
+
+// What AbortInFlight answers: 503, OpenAI's error shape.
+ApiError AbortedError(const std::string& why) {
+  ApiError e;
+  e.http_status = 503;
+  e.type = "server_error";
+  e.code = "request_aborted";
+  e.message = "the server aborted this request: " + why;
+  return e;
+}
+
+// "%2F" -> "/" (model names such as "org/name" arrive percent-encoded).
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
 
 // One choice of one HTTP request: an engine request plus the streaming text
 // state (detokenizer, stop strings).
@@ -56,6 +93,19 @@ struct OpenAiServer::Impl {
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};
 
+  // Request threads: the I/O thread queues parse/render/tokenize/submit
+  // work here. A job keeps its responder so AbortInFlight can answer it.
+  struct Job {
+    std::function<void()> run;
+    std::shared_ptr<HttpResponder> res;
+    bool generation = false;  // counted in strata_requests_total
+  };
+  std::mutex req_mu;
+  std::condition_variable req_cv;
+  std::deque<Job> req_queue;
+  bool req_stop = false;
+  std::vector<std::thread> req_threads;
+
   // Metrics.
   metrics::Family<metrics::Counter>* requests_total = nullptr;
   metrics::Family<metrics::Counter>* rejected_total = nullptr;
@@ -75,22 +125,36 @@ struct OpenAiServer::Impl {
   // engine notifiers hold only weak references).
   std::mutex active_mu;
   std::vector<std::shared_ptr<Exchange>> active;
+  bool aborted = false;      // guarded by active_mu: AbortInFlight was called
+  std::string abort_reason;  // guarded by active_mu
   void Retire(Exchange& ex);
 
-  Impl(const LoadedModel& m, AsyncEngine& e, metrics::Registry& r, const ServerOptions& o)
-      : model(m), engine(e), registry(r), options(o) {}
+  Impl(const LoadedModel& m, AsyncEngine& e, metrics::Registry& r, const ServerOptions& o,
+       std::unique_ptr<HttpServer> h)
+      : model(m), engine(e), registry(r), options(o), http(std::move(h)) {}
 
   Status Init();
   void Route();
+  void Defer(std::shared_ptr<HttpResponder> res, bool generation, std::function<void()> run);
+  void RequestLoop();
+  void AbortInFlight(const std::string& why);
+  // The abort reason if AbortInFlight was called, else nullopt.
+  std::optional<std::string> AbortReason();
+  void Abort(Exchange& ex, const std::string& why);  // REQUIRES: ex.mu held
+  Usage UsageOf(const Exchange& ex) const;
   void Enqueue(const std::shared_ptr<Exchange>& ex);
   void OutputLoop();
+  bool Authorized(const HttpRequest& req, HttpResponder& res);
   void SendError(HttpResponder& res, const ApiError& err, HttpHeaders extra = {});
   void CountRequest(const char* outcome) { requests_total->Get({outcome}).Inc(); }
 
-  void HandleCompletions(HttpRequest&& req, std::shared_ptr<HttpResponder> res, bool chat);
-  void HandleTokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
-  void HandleDetokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void HandleCompletions(HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat,
+                         Clock::time_point arrival);
+  void HandleTokenize(HttpRequest& req, HttpResponder& res);
+  void HandleDetokenize(HttpRequest& req, HttpResponder& res);
   void HandleModels(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  ojson ModelJson() const;
   void Process(Exchange& ex);
 };
 
@@ -125,12 +189,12 @@ void OpenAiServer::Impl::Retire(Exchange& ex) {
 OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OpenAiServer::~OpenAiServer() { Stop(); }
 
-StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& model, AsyncEngine& engine,
+StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& model,
+                                                             AsyncEngine& engine,
                                                              metrics::Registry& registry,
                                                              const ServerOptions& options,
                                                              std::unique_ptr<HttpServer> http) {
-  auto impl = std::make_unique<Impl>(model, engine, registry, options);
-  impl->http = std::move(http);
+  auto impl = std::make_unique<Impl>(model, engine, registry, options, std::move(http));
   RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
 }
@@ -170,12 +234,126 @@ Status OpenAiServer::Impl::Init() {
   }
   Route();
   for (int i = 0; i < std::max(1, options.output_threads); ++i) out_threads.emplace_back([this] { OutputLoop(); });
+  for (int i = 0; i < std::max(1, options.request_threads); ++i)
+    req_threads.emplace_back([this] { RequestLoop(); });
   return OkStatus();
 }
 
 void OpenAiServer::Impl::SendError(HttpResponder& res, const ApiError& err, HttpHeaders extra) {
-  extra.emplace_back("Content-Type", "application/json");
-  res.Send(err.http_status, std::move(extra), DumpJson(ErrorJson(err)));
+  SendApiError(res, err, std::move(extra));
+}
+
+void OpenAiServer::Impl::Defer(std::shared_ptr<HttpResponder> res, bool generation,
+                               std::function<void()> run) {
+  {
+    std::lock_guard<std::mutex> lock(req_mu);
+    if (!req_stop) {
+      req_queue.push_back(Job{std::move(run), std::move(res), generation});
+      req_cv.notify_one();
+      return;
+    }
+  }
+  // Stopping: nobody will run it.
+  SendError(*res,
+            OverloadedError("the server is shutting down and accepts no new requests", "draining"));
+}
+
+void OpenAiServer::Impl::RequestLoop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(req_mu);
+      req_cv.wait(lock, [&] { return req_stop || !req_queue.empty(); });
+      if (req_stop) return;  // Stop(): the transport is gone; queued jobs are dropped
+      job = std::move(req_queue.front());
+      req_queue.pop_front();
+    }
+    try {
+      job.run();
+    } catch (const std::exception& e) {  // a bug: answer, keep serving the others
+      STRATA_LOG(ERROR) << "server: request handler threw: " << e.what();
+      ApiError err = ApiErrorFromStatus(Internal("internal error in the request handler"));
+      SendError(*job.res, err);
+    }
+  }
+}
+
+std::optional<std::string> OpenAiServer::Impl::AbortReason() {
+  std::lock_guard<std::mutex> lock(active_mu);
+  if (!aborted) return std::nullopt;
+  return abort_reason;
+}
+
+Usage OpenAiServer::Impl::UsageOf(const Exchange& ex) const {
+  Usage usage;
+  for (const Choice& c : ex.choices) usage.completion_tokens += c.completion_tokens;
+  // Prompt tokens: each prompt once, though its n choices each ran it.
+  int64_t cached = 0;
+  for (size_t i = 0; i < ex.choices.size(); i += static_cast<size_t>(ex.n)) {
+    usage.prompt_tokens += ex.choices[i].prompt_tokens;
+    cached += ex.choices[i].cached_tokens;
+  }
+  usage.cached_tokens = cached;
+  return usage;
+}
+
+void OpenAiServer::Impl::Abort(Exchange& ex, const std::string& why) {
+  if (ex.complete) return;
+  for (Choice& c : ex.choices) c.handle->Cancel();
+  const ApiError e = AbortedError(why);
+  HttpResponder& res = *ex.responder;
+  if (ex.stream && ex.headers_sent) {
+    // Mid-stream: a final error event, then the stream's normal end, so the
+    // client sees a clean, explained end rather than a cut connection.
+    res.Write(StreamEncoder::Error(e) + ex.encoder->Finish(UsageOf(ex)));
+    res.End();
+  } else {
+    SendError(res, e);
+    ex.headers_sent = true;
+  }
+  CountRequest("aborted");
+  Retire(ex);
+}
+
+void OpenAiServer::Impl::AbortInFlight(const std::string& why) {
+  std::vector<std::shared_ptr<Exchange>> exchanges;
+  {
+    std::lock_guard<std::mutex> lock(active_mu);
+    if (!aborted) {
+      aborted = true;
+      abort_reason = why;
+    }
+    exchanges = active;  // Retire() edits `active`: iterate a copy
+  }
+  std::deque<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(req_mu);
+    jobs.swap(req_queue);
+  }
+  for (Job& j : jobs) {
+    if (j.generation) CountRequest("aborted");
+    SendError(*j.res, AbortedError(why));
+  }
+  for (auto& ex : exchanges) {
+    std::lock_guard<std::mutex> lock(ex->mu);
+    Abort(*ex, why);
+  }
+}
+
+// For the one route the transport does not check (the public fallback):
+// the same answer the transport gives (http_auth.h, constant time).
+bool OpenAiServer::Impl::Authorized(const HttpRequest& req, HttpResponder& res) {
+  if (options.api_key.empty()) return true;
+  if (CheckBearer(req.Header("Authorization"), options.api_key) == BearerCheck::kOk) return true;
+  ApiError e;
+  e.http_status = 401;
+  e.type = "authentication_error";
+  e.code = "invalid_api_key";
+  e.message = req.Header("Authorization").empty()
+                  ? "missing API key: send the header 'Authorization: Bearer <key>'"
+                  : "invalid API key";
+  SendError(res, e, {{"WWW-Authenticate", "Bearer"}});
+  return false;
 }
 
 void OpenAiServer::Impl::Route() {
@@ -187,94 +365,146 @@ void OpenAiServer::Impl::Route() {
     res->SendJson(200, R"({"status":"ok"})");
   }, HttpAuth::kPublic);
   // Runs every cache and engine invariant check once the engine is idle:
-  // 200 {"integrity":"ok"} or 500 with the first violation. For tests and
-  // operators chasing a suspected leak.
-  http->Handle("GET", "/debug/integrity", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
-    // Waiting for idle must not block an I/O thread.
-    std::thread([this, res] {
-      Status st = engine.CheckIntegrityWhenIdle(std::chrono::seconds(10));
-      if (st.ok()) res->SendJson(200, R"({"integrity":"ok"})");
-      else res->SendJson(500, DumpJson(ojson{{"integrity", "failed"}, {"message", st.ToString()}}));
-    }).detach();
-  });
+  // 200 {"integrity":"ok"} or 500 with the first violation; 503 +
+  // Retry-After when a check is already pending or the engine stays busy
+  // past kIntegrityTimeout. For tests and operators chasing a suspected
+  // leak. The engine thread answers (no thread per call); the callback holds
+  // only the responder, which outlives the server safely.
+  http->Handle("GET", "/debug/integrity",
+               [this](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+                 engine.CheckIntegrity(kIntegrityTimeout, [res](Status st) {
+                   if (st.ok()) {
+                     res->SendJson(200, R"({"integrity":"ok"})");
+                   } else if (st.code() == StatusCode::kUnavailable) {
+                     SendApiError(*res, OverloadedError(st.message(), "integrity_check_busy"),
+                                  {{"Retry-After", "1"}});
+                   } else {
+                     res->SendJson(
+                         500, DumpJson(ojson{{"integrity", "failed"}, {"message", st.ToString()}}));
+                   }
+                 });
+               });
   http->Handle("GET", "/metrics", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
     res->Send(200, {{"Content-Type", std::string(metrics::kContentType)}}, registry.Render());
   }, HttpAuth::kPublic);
   http->Handle("GET", "/v1/models", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
     HandleModels(std::move(r), std::move(res));
   });
-  http->Handle("POST", "/v1/completions", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-    HandleCompletions(std::move(r), std::move(res), false);
-  });
-  http->Handle("POST", "/v1/chat/completions", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-    HandleCompletions(std::move(r), std::move(res), true);
-  });
+  // Parsing, templates and tokenization can take seconds for a huge body:
+  // the I/O thread only checks the key and queues the work.
+  for (bool chat : {false, true}) {
+    http->Handle("POST", chat ? "/v1/chat/completions" : "/v1/completions",
+                 [this, chat](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+                   const Clock::time_point arrival = Clock::now();
+                   auto req = std::make_shared<HttpRequest>(std::move(r));
+                   Defer(res, true, [this, req, res, chat, arrival] {
+                     HandleCompletions(*req, res, chat, arrival);
+                   });
+                 });
+  }
   http->Handle("POST", "/tokenize", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-    HandleTokenize(std::move(r), std::move(res));
+    auto req = std::make_shared<HttpRequest>(std::move(r));
+    Defer(res, false, [this, req, res] { HandleTokenize(*req, *res); });
   });
   http->Handle("POST", "/detokenize", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-    HandleDetokenize(std::move(r), std::move(res));
+    auto req = std::make_shared<HttpRequest>(std::move(r));
+    Defer(res, false, [this, req, res] { HandleDetokenize(*req, *res); });
   });
+  // Public so that an unknown path is a 404 with or without a key; the one
+  // thing it serves, GET /v1/models/{id}, checks the key itself.
+  http->SetFallback([this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+    HandleUnrouted(std::move(r), std::move(res));
+  }, HttpAuth::kPublic);
+}
+
+ojson OpenAiServer::Impl::ModelJson() const {
+  return ojson{{"id", options.served_model_name},
+               {"object", "model"},
+               {"created", NewResponseMeta("", "").created},
+               {"owned_by", "strata"},
+               {"root", model.dir},
+               {"max_model_len", engine.facts().context_length}};
 }
 
 void OpenAiServer::Impl::HandleModels(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
-  ojson m = {{"id", options.served_model_name},
-             {"object", "model"},
-             {"created", NewResponseMeta("", "").created},
-             {"owned_by", "strata"},
-             {"root", model.dir},
-             {"max_model_len", engine.engine().context_length()}};
-  ojson j = {{"object", "list"}, {"data", ojson::array({m})}};
+  ojson j = {{"object", "list"}, {"data", ojson::array({ModelJson()})}};
   res->SendJson(200, DumpJson(j));
 }
 
-void OpenAiServer::Impl::HandleTokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+// Paths with no exact route: GET /v1/models/{id} (OpenAI's retrieve-model;
+// ids may contain '/', sent raw or as %2F), else the transport's 404.
+void OpenAiServer::Impl::HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+  constexpr std::string_view kModels = "/v1/models/";
+  if (!req.path.starts_with(kModels) || req.path.size() == kModels.size()) {
+    res->SendJson(404, HttpErrorJson("Invalid URL (" + req.method + " " + req.target + ")"));
+    return;
+  }
+  if (req.method != "GET") {
+    res->Send(405, {{"Allow", "GET"}, {"Content-Type", "application/json"}},
+              HttpErrorJson("method " + req.method + " is not allowed on " + req.path));
+    return;
+  }
+  if (!Authorized(req, *res)) return;
+  const std::string id = PercentDecode(std::string_view(req.path).substr(kModels.size()));
+  if (id != options.served_model_name) return SendError(*res, ModelNotFoundError(id));
+  res->SendJson(200, DumpJson(ModelJson()));
+}
+
+void OpenAiServer::Impl::HandleTokenize(HttpRequest& req, HttpResponder& res) {
   auto body = ParseJsonBody(req.body, limits.max_json_depth);
-  if (!body.ok()) return SendError(*res, body.error());
+  if (!body.ok()) return SendError(res, body.error());
   const ojson& j = body.value();
-  if (!j.is_object()) return SendError(*res, InvalidRequestError("", "the body must be a JSON object"));
+  if (!j.is_object())
+    return SendError(res, InvalidRequestError("", "the body must be a JSON object"));
   std::vector<int32_t> ids;
   if (j.contains("messages")) {
     if (!model.chat_template)
-      return SendError(*res, InvalidRequestError("messages", "this model has no chat template"));
+      return SendError(res, InvalidRequestError("messages", "this model has no chat template"));
     ojson chat_body = j;
     chat_body["model"] = options.served_model_name;
     auto creq = ParseChatCompletionRequest(DumpJson(chat_body), limits);
-    if (!creq.ok()) return SendError(*res, creq.error());
+    if (!creq.ok()) return SendError(res, creq.error());
     auto text = RenderChatPrompt(*model.chat_template, creq.value(), *model.tokenizer);
-    if (!text.ok()) return SendError(*res, text.error());
+    if (!text.ok()) return SendError(res, text.error());
     ids = model.tokenizer->Encode(text.value(), j.value("add_special_tokens", false));
   } else if (j.contains("prompt")) {
-    if (!j["prompt"].is_string()) return SendError(*res, InvalidRequestError("prompt", "prompt must be a string"));
+    if (!j["prompt"].is_string())
+      return SendError(res, InvalidRequestError("prompt", "prompt must be a string"));
     const ojson& add = j.contains("add_special_tokens") ? j["add_special_tokens"] : ojson(true);
     if (!add.is_boolean())
-      return SendError(*res, InvalidRequestError("add_special_tokens", "add_special_tokens must be a boolean"));
+      return SendError(
+          res, InvalidRequestError("add_special_tokens", "add_special_tokens must be a boolean"));
     ids = model.tokenizer->Encode(j["prompt"].get<std::string>(), add.get<bool>());
   } else {
-    return SendError(*res, InvalidRequestError("prompt", "give either \"prompt\" (a string) or \"messages\""));
+    return SendError(
+        res, InvalidRequestError("prompt", "give either \"prompt\" (a string) or \"messages\""));
   }
-  ojson out = {{"count", ids.size()}, {"max_model_len", engine.engine().context_length()}, {"tokens", ids}};
-  res->SendJson(200, DumpJson(out));
+  ojson out = {
+      {"count", ids.size()}, {"max_model_len", engine.facts().context_length}, {"tokens", ids}};
+  res.SendJson(200, DumpJson(out));
 }
 
-void OpenAiServer::Impl::HandleDetokenize(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+void OpenAiServer::Impl::HandleDetokenize(HttpRequest& req, HttpResponder& res) {
   auto body = ParseJsonBody(req.body, limits.max_json_depth);
-  if (!body.ok()) return SendError(*res, body.error());
+  if (!body.ok()) return SendError(res, body.error());
   const ojson& j = body.value();
   if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
-    return SendError(*res, InvalidRequestError("tokens", "\"tokens\" must be a list of token ids"));
+    return SendError(res, InvalidRequestError("tokens", "\"tokens\" must be a list of token ids"));
   std::vector<int32_t> ids;
   for (const ojson& t : j["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model.config.vocab_size)
-      return SendError(*res, InvalidRequestError("tokens", "token ids must be integers in [0, " +
-                                                              std::to_string(model.config.vocab_size) + ")"));
+      return SendError(
+          res, InvalidRequestError("tokens", "token ids must be integers in [0, " +
+                                                 std::to_string(model.config.vocab_size) + ")"));
     ids.push_back(t.get<int32_t>());
   }
-  res->SendJson(200, DumpJson(ojson{{"prompt", model.tokenizer->Decode(ids, false)}}));
+  res.SendJson(200, DumpJson(ojson{{"prompt", model.tokenizer->Decode(ids, false)}}));
 }
 
-void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<HttpResponder> res, bool chat) {
-  const Clock::time_point arrival = Clock::now();
+void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
+                                           const std::shared_ptr<HttpResponder>& res, bool chat,
+                                           Clock::time_point arrival) {
+  if (auto why = AbortReason()) return CountRequest("aborted"), SendError(*res, AbortedError(*why));
   auto ex = std::make_shared<Exchange>();
   ex->chat = chat;
   ex->arrival = arrival;
@@ -314,6 +544,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
     ex->echo = creq.value().echo;
     fields = creq.value();
   }
+  req.body.clear();
+  req.body.shrink_to_fit();  // a large body is not held for the whole generation
   if (!fields.model.empty() && fields.model != options.served_model_name)
     return CountRequest("error"), SendError(*res, ModelNotFoundError(fields.model));
   n = fields.n;
@@ -322,22 +554,17 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
   ex->meta = NewResponseMeta(chat ? "chatcmpl-" : "cmpl-", options.served_model_name);
   if (fields.request_id) ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + *fields.request_id;
   ex->return_token_ids = fields.return_token_ids;
+  const std::string prompt_param = chat ? "messages" : "prompt";
 
-  // Submit every choice; if any is refused, cancel the rest and refuse all.
-  // Engine output may arrive while this runs: hold the exchange's lock so
-  // the output thread waits until the exchange is complete.
-  std::unique_lock<std::mutex> ex_lock(ex->mu);
-  auto fail = [&](const char* outcome, const ApiError& e, HttpHeaders headers = {}) {
-    for (Choice& c : ex->choices) c.handle->Cancel();
-    ex->complete = true;  // late notifications find nothing to do
-    CountRequest(outcome);
-    SendError(*res, e, std::move(headers));
-  };
+  // Every choice of every prompt, admitted together or not at all.
+  std::vector<EngineRequest> requests;
   for (size_t p = 0; p < prompts.size(); ++p) {
     if (prompts[p].empty())
-      return fail("error", InvalidRequestError(chat ? "messages" : "prompt", "the prompt is empty"));
-    auto max_tokens = ResolveMaxTokens(fields, static_cast<int64_t>(prompts[p].size()), engine.engine().context_length());
-    if (!max_tokens.ok()) return fail("error", max_tokens.error());
+      return CountRequest("error"),
+             SendError(*res, InvalidRequestError(prompt_param, "the prompt is empty"));
+    auto max_tokens = ResolveMaxTokens(fields, static_cast<int64_t>(prompts[p].size()),
+                                       engine.facts().context_length);
+    if (!max_tokens.ok()) return CountRequest("error"), SendError(*res, max_tokens.error());
     for (int k = 0; k < n; ++k) {
       EngineRequest er;
       er.id = ex->meta.id + "-" + std::to_string(ex->choices.size());
@@ -359,22 +586,32 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
       c.stop = std::make_unique<StopMatcher>(fields.stop, fields.include_stop_str_in_output);
       if (ex->echo) c.echo_text = prompt_texts[p];
       if (ex->return_token_ids) c.prompt_ids = er.prompt;
-      SubmitResult sr = engine.Submit(std::move(er));
-      if (!sr.handle) {
-        if (sr.status.code() == StatusCode::kUnavailable) {
-          rejected_total->Get({sr.limit}).Inc();
-          const int retry = static_cast<int>(std::ceil(sr.retry_after_seconds));
-          return fail("rejected", OverloadedError(sr.status.message(), sr.limit),
-                      {{"Retry-After", std::to_string(std::max(1, retry))}});
-        }
-        ApiError e = ApiErrorFromStatus(sr.status);
-        e.param = chat ? "messages" : "prompt";
-        return fail("error", e);
-      }
-      c.handle = sr.handle;
       ex->choices.push_back(std::move(c));
+      requests.push_back(std::move(er));
     }
   }
+  prompts.clear();
+
+  // Engine output may arrive as soon as the choices are submitted: hold the
+  // exchange's lock so the output thread waits until the exchange is whole.
+  std::unique_lock<std::mutex> ex_lock(ex->mu);
+  SubmitResult sr = engine.SubmitAll(std::move(requests));
+  if (sr.handles.empty()) {
+    ex->complete = true;  // nothing was queued
+    if (sr.status.code() == StatusCode::kUnavailable) {
+      CountRequest("rejected");
+      rejected_total->Get({sr.limit}).Inc();
+      const int retry = static_cast<int>(std::ceil(sr.retry_after_seconds));
+      return SendError(*res, OverloadedError(sr.status.message(), sr.limit),
+                       {{"Retry-After", std::to_string(std::max(1, retry))}});
+    }
+    ApiError e = ApiErrorFromStatus(sr.status);
+    // A limit the request exceeds on its own: name the field that makes it big.
+    e.param = !sr.limit.empty() && sr.limit == "max_queued_requests" && n > 1 ? "n" : prompt_param;
+    if (!sr.limit.empty()) e.code = sr.limit;
+    return CountRequest("error"), SendError(*res, e);
+  }
+  for (size_t i = 0; i < ex->choices.size(); ++i) ex->choices[i].handle = sr.handles[i];
   if (ex->stream) {
     StreamSettings ss;
     ss.num_choices = static_cast<int>(ex->choices.size());
@@ -388,10 +625,13 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest&& req, std::shared_ptr<Ht
                                                   ex->meta, ss);
   }
   in_flight++;
+  std::optional<std::string> why;
   {
     std::lock_guard<std::mutex> lock(active_mu);
     active.push_back(ex);
+    if (aborted) why = abort_reason;  // AbortInFlight ran while this was parsed
   }
+  if (why) return Abort(*ex, *why);
   // Client gone: cancel every choice; the engine frees pages at its next step.
   std::weak_ptr<Exchange> weak = ex;
   res->OnClose([weak] {
@@ -509,15 +749,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     all_done &= c.done;
     if (!c.error.ok() && !failed) failed = &c;
   }
-  Usage usage;
-  for (const Choice& c : ex.choices) usage.completion_tokens += c.completion_tokens;
-  // Prompt tokens: each prompt once, though its n choices each ran it.
-  int64_t cached = 0;
-  for (size_t i = 0; i < ex.choices.size(); i += static_cast<size_t>(ex.n)) {
-    usage.prompt_tokens += ex.choices[i].prompt_tokens;
-    cached += ex.choices[i].cached_tokens;
-  }
-  usage.cached_tokens = cached;
+  const Usage usage = UsageOf(ex);
 
   HttpResponder& res = *ex.responder;
   if (failed && !ex.headers_sent) {
@@ -565,9 +797,14 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     ex.headers_sent = true;
   }
   if (all_done) {
+    // Every choice finished and the last event (or the body) was handed to
+    // the transport: that is a served request, even if the client closes
+    // at once (openai-node closes right after reading `data: [DONE]`, racing
+    // the chunked terminator). A client that left earlier cancelled its
+    // choices, which then finished with kAbort.
     bool aborted = false;
     for (const Choice& c : ex.choices) aborted |= c.reason == FinishReason::kAbort;
-    CountRequest(failed ? "error" : aborted || res.closed() ? "aborted" : "ok");
+    CountRequest(failed ? "error" : aborted ? "aborted" : "ok");
     e2e->Observe(Seconds(Clock::now() - ex.arrival));
     Retire(ex);
   }
@@ -583,29 +820,22 @@ void OpenAiServer::BeginDrain() {
   impl_->engine.Drain();
 }
 
-void OpenAiServer::AbortInFlight(const std::string& why) {
-  std::vector<std::shared_ptr<Impl::Exchange>> all;
-  {
-    std::lock_guard<std::mutex> lock(impl_->active_mu);
-    all = impl_->active;
-  }
-  for (auto& ex : all) {
-    std::lock_guard<std::mutex> lock(ex->mu);
-    if (ex->complete) continue;
-    for (Choice& c : ex->choices) {
-      if (c.done) continue;
-      c.handle->Cancel();
-      c.done = true;
-      c.reason = FinishReason::kAbort;
-      c.error = Unavailable(why);
-    }
-    impl_->Process(*ex);
-  }
-}
+void OpenAiServer::AbortInFlight(std::string_view why) { impl_->AbortInFlight(std::string(why)); }
 
 void OpenAiServer::Stop() {
   if (!impl_) return;
   if (impl_->http) impl_->http->Stop();
+  // No handler runs any more: stop the request threads (queued jobs are
+  // dropped; their connections are closed), then the output threads.
+  {
+    std::lock_guard<std::mutex> lock(impl_->req_mu);
+    impl_->req_stop = true;
+    impl_->req_queue.clear();
+  }
+  impl_->req_cv.notify_all();
+  for (auto& t : impl_->req_threads)
+    if (t.joinable()) t.join();
+  impl_->req_threads.clear();
   {
     std::lock_guard<std::mutex> lock(impl_->out_mu);
     impl_->out_stop = true;
@@ -614,6 +844,11 @@ void OpenAiServer::Stop() {
   for (auto& t : impl_->out_threads)
     if (t.joinable()) t.join();
   impl_->out_threads.clear();
+  // Whatever is still in flight will never be read: free its engine work.
+  std::lock_guard<std::mutex> lock(impl_->active_mu);
+  for (auto& ex : impl_->active)
+    for (Choice& c : ex->choices)
+      if (c.handle) c.handle->Cancel();
 }
 
 }  // namespace strata

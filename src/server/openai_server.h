@@ -5,25 +5,36 @@
 //   GET  /health             200 when ready; 503 while draining
 //   GET  /metrics            Prometheus text
 //   GET  /v1/models
+//   GET  /v1/models/{id}     the model object, or 404 model_not_found
 //   POST /v1/completions, /v1/chat/completions  (stream or not)
 //   POST /tokenize, /detokenize                   (vLLM's shapes)
-//   GET  /debug/integrity    KV cache / prefix cache invariants, checked when idle
+//   GET  /debug/integrity    (API key) KV cache / prefix cache invariants, checked
+//                            by the engine thread when idle, one check at a time;
+//                            503 + Retry-After while one is pending or the engine stays busy
 //
-// Request path: an I/O thread parses and validates, tokenizes, and submits
-// every choice to the AsyncEngine (admission control may refuse at once:
-// 503 + Retry-After, nothing queued). Engine output is processed by a small
-// pool of output threads (detokenize, stop strings, SSE), never by the engine
-// thread and never blocking an I/O thread. A streaming response sends its
-// headers with its first output, so a request that fails before producing
-// anything (e.g. its queue deadline passed) still gets a plain 503.
-// A client that disconnects cancels its requests; the engine frees their
-// pages at its next step.
+// Request path: the I/O thread checks the API key and queues the request to
+// a small pool of request threads (ServerOptions::request_threads), which
+// parse and validate, render the chat template, tokenize, and submit all
+// choices at once to the AsyncEngine (admission control may refuse at once:
+// 503 + Retry-After, nothing queued; a request that can never be admitted is
+// a 400 naming the limit). So a huge body costs a request thread, never the
+// I/O threads: /health, /metrics and every stream keep flowing. Engine
+// output is processed by a small pool of output threads (detokenize, stop
+// strings, SSE), never by the engine thread and never blocking an I/O
+// thread. A streaming response sends its headers with its first output, so a
+// request that fails before producing anything (e.g. its queue deadline
+// passed) still gets a plain 503. A client that disconnects cancels its
+// requests; the engine frees their pages at its next step.
 //
-// Thread-safety: Start/BeginDrain/Stop from one controlling thread.
+// Ownership: the server owns its request and output threads and joins them
+// in Stop(); it starts no other thread.
+// Thread-safety: Start/BeginDrain/Stop from one controlling thread;
+// AbortInFlight, draining and in_flight from any thread.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "engine/async_engine.h"
 #include "metrics/metrics.h"
@@ -36,17 +47,19 @@ namespace strata {
 struct ServerOptions {
   std::string served_model_name;  // what /v1/models lists and requests may name
   std::string api_key;            // non-empty: /v1/*, /tokenize, /detokenize need "Bearer <key>"
-  HttpServerOptions http;
-  int output_threads = 1;
+  HttpServerOptions http;         // used when Create() is given no HttpServer
+  int output_threads = 1;         // detokenize + encode engine output
+  int request_threads = 2;        // parse, render, tokenize, submit (off the I/O threads)
 };
 
 class OpenAiServer {
  public:
   // `model`, `engine` and `registry` must outlive the server. `http`: an
-  // already-bound transport (so that a bad address fails before the model
-  // loads), created with options.http and api_key = options.api_key; null:
-  // one is created from those.
-  static StatusOr<std::unique_ptr<OpenAiServer>> Create(const LoadedModel& model, AsyncEngine& engine,
+  // already-bound, not yet started transport (so that a bad address fails
+  // before the model loads), created with options.http and api_key =
+  // options.api_key; null: one is created from those.
+  static StatusOr<std::unique_ptr<OpenAiServer>> Create(const LoadedModel& model,
+                                                        AsyncEngine& engine,
                                                         metrics::Registry& registry,
                                                         const ServerOptions& options,
                                                         std::unique_ptr<HttpServer> http = nullptr);
@@ -59,10 +72,14 @@ class OpenAiServer {
   bool draining() const;
   // Requests whose responses are still being produced.
   int64_t in_flight() const;
-  // Ends every in-flight response now: its engine requests are cancelled,
-  // streams end with an error event, others get 503 with `why`.
-  // Thread-safe.
-  void AbortInFlight(const std::string& why);
+  // Ends every in-flight response now: streams get a final SSE error event
+  // (OpenAI error shape, message `why`) and then end cleanly; responses not
+  // yet started get 503; every engine request is cancelled. Generation
+  // requests that arrive later get 503 too (call it when shutting down: a
+  // second signal, a drain deadline). A request being parsed or tokenized
+  // right now is answered 503 as soon as that step ends. Thread-safe;
+  // idempotent; not concurrently with Stop().
+  void AbortInFlight(std::string_view why);
   // Closes the listener and every connection; joins threads.
   void Stop();
 
