@@ -102,8 +102,8 @@ TEST_F(CliTest, GenerateMatchesTransformersGolden) {
   std::string ids;
   for (int id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   Result r = Run({"generate", "--model-path", Fixture("qwen3"), "--prompt-ids", ids, "--max-tokens",
-                  std::to_string(c["output_ids"].size()), "--ignore-eos", "--logprobs", "5", "--json",
-                  "--threads", "2"});
+                  std::to_string(c["output_ids"].size()), "--ignore-eos", "--logprobs", "5",
+                  "--json", "--threads", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["output_ids"], c["output_ids"]);
@@ -111,7 +111,8 @@ TEST_F(CliTest, GenerateMatchesTransformersGolden) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], c["prompt_ids"].size());
   ASSERT_EQ(j["logprobs"].size(), c["steps"].size());
   for (size_t i = 0; i < c["steps"].size(); ++i)
-    EXPECT_NEAR(j["logprobs"][i]["logprob"].get<double>(), c["steps"][i]["logprob"].get<double>(), 1e-3);
+    EXPECT_NEAR(j["logprobs"][i]["logprob"].get<double>(), c["steps"][i]["logprob"].get<double>(),
+                1e-3);
   EXPECT_THAT(r.err, HasSubstr("loaded"));
 }
 
@@ -157,18 +158,20 @@ TEST_F(CliTest, GenerateTextAndChatPrompts) {
 
 TEST_F(CliTest, DemoModelIsUsedWhenNoModelPathAndSaysSo) {
   const std::string env = "STRATA_HOME=" + Quote(tmp_ + "/home");
-  Result r = Run({"generate", "--prompt", "Once upon a time", "--max-tokens", "6", "--ignore-eos"}, env);
+  Result r =
+      Run({"generate", "--prompt", "Once upon a time", "--max-tokens", "6", "--ignore-eos"}, env);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("using the embedded demo model"));
-  Result again = Run({"generate", "--prompt", "Once upon a time", "--max-tokens", "6", "--ignore-eos"}, env);
+  Result again =
+      Run({"generate", "--prompt", "Once upon a time", "--max-tokens", "6", "--ignore-eos"}, env);
   EXPECT_EQ(r.out, again.out) << "greedy and deterministic";
 }
 
 TEST_F(CliTest, DemoModelCommandWritesAHuggingFaceDirectory) {
   Result r = Run({"demo-model", "--out", tmp_ + "/demo"});
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                        "generation_config.json"})
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json",
+                        "tokenizer_config.json", "generation_config.json"})
     EXPECT_TRUE(fs::exists(tmp_ + "/demo/" + f)) << f;
   r = Run({"generate", "--model-path", tmp_ + "/demo", "--prompt-ids", "1,2,3", "--max-tokens", "3",
            "--ignore-eos", "--json"});
@@ -186,6 +189,46 @@ TEST_F(CliTest, BadModelDirectoriesGiveClearErrorsAndExitCodes) {
   EXPECT_EQ(r.code, 65);
   EXPECT_THAT(r.err, HasSubstr("truncated"));
   EXPECT_THAT(r.err, HasSubstr("model.safetensors"));
+}
+
+// A checkpoint whose weights are NaN used to load and serve "!!!!" with
+// logprob -9999; now a sample of every tensor is checked at load.
+TEST_F(CliTest, NanWeightsAreRefusedUnlessTheCheckIsSkipped) {
+  fs::copy(Fixture("llama_default"), tmp_ + "/m", fs::copy_options::recursive);
+  const std::string file = tmp_ + "/m/model.safetensors";
+  const std::string tensor = "model.layers.1.mlp.up_proj.weight";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    uint8_t len[8];
+    f.read(reinterpret_cast<char*>(len), 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+    std::string header(n, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(n));
+    auto t = nlohmann::json::parse(header).at(tensor);
+    ASSERT_EQ(t["dtype"], "BF16");
+    const uint64_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+    std::string nans;
+    for (uint64_t i = begin; i < end; i += 2) nans += std::string("\xc0\x7f", 2);  // bf16 NaN
+    f.seekp(static_cast<std::streamoff>(8 + n + begin));
+    f.write(nans.data(), static_cast<std::streamsize>(nans.size()));
+    ASSERT_TRUE(f.good());
+  }
+  Result r = Run({"generate", "--model-path", tmp_ + "/m", "--prompt", "x", "--max-tokens", "2"});
+  EXPECT_EQ(r.code, 65) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(file + ": tensor '" + tensor + "' has non-finite values: "));
+  EXPECT_THAT(r.err, HasSubstr("sampled values are NaN"));
+  EXPECT_THAT(r.err, HasSubstr("--skip-weight-check"));
+
+  r = Run({"generate", "--model-path", tmp_ + "/m", "--prompt", "x", "--max-tokens", "2",
+           "--ignore-eos", "--skip-weight-check"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("loaded"));
+
+  for (const char* c : {"generate", "serve"}) {
+    r = Run({c, "--help"});
+    EXPECT_THAT(r.out + r.err, HasSubstr("--skip-weight-check")) << c;
+  }
 }
 
 }  // namespace

@@ -12,11 +12,14 @@ namespace strata::cli {
 int Fail(const std::string& cmd, const Status& st) {
   std::fprintf(stderr, "strata %s: error: %s\n", cmd.c_str(), st.message().c_str());
   switch (st.code()) {
-    case StatusCode::kNotFound: return kExitNoInput;
+    case StatusCode::kNotFound:
+      return kExitNoInput;
     case StatusCode::kDataLoss:
     case StatusCode::kUnimplemented:
-    case StatusCode::kInvalidArgument: return kExitData;
-    default: return kExitFailure;
+    case StatusCode::kInvalidArgument:
+      return kExitData;
+    default:
+      return kExitFailure;
   }
 }
 
@@ -35,7 +38,11 @@ void ModelFlags::Register(FlagSet& f) {
   f.String("cpu-isa", &isa, "highest CPU instruction set: auto, avx512, avx2, scalar");
   f.String("matmul-precision", &matmul_precision,
            "fp32 (exact, default) or bf16 (activations rounded to bf16; faster prefill)");
-  f.Int("chunked-prefill-size", &max_batch_tokens, "most tokens one forward step carries", 1, 1 << 20);
+  f.Int("chunked-prefill-size", &max_batch_tokens, "most tokens one forward step carries", 1,
+        1 << 20);
+  f.Bool("skip-weight-check", &skip_weight_check,
+         "load even if a tensor holds NaN/Inf (by default a sample of every tensor is checked "
+         "and such a model is refused with exit 65)");
 }
 
 namespace {
@@ -100,6 +107,7 @@ StatusOr<LoadedStack> LoadForCli(const std::string& cmd, const ModelFlags& flags
   ASSIGN_OR_RETURN(s.backend, CreateBackendForCli(flags));
   LoadOptions lo;
   lo.model.max_batch_tokens = static_cast<int32_t>(flags.max_batch_tokens);
+  lo.check_weights = !flags.skip_weight_check;
   if (isatty(STDERR_FILENO)) lo.progress = &ProgressBar;
   ASSIGN_OR_RETURN(s.model, LoadModelDir(dir, *s.backend, lo));
   const auto& m = *s.model;

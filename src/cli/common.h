@@ -27,6 +27,7 @@ struct ModelFlags {
   std::string isa = "auto";
   std::string matmul_precision = "fp32";
   int64_t max_batch_tokens = 512;
+  bool skip_weight_check = false;  // LoadOptions::check_weights off
   void Register(FlagSet& flags);
 };
 

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "util/json_snippet.h"
+
 namespace strata {
 
 namespace {
@@ -55,8 +57,7 @@ class Fields {
   const Json& at(const char* key) const { return j_.at(key); }
 
   Status Error(const char* key, const std::string& want) const {
-    std::string got = j_.contains(key) ? j_.at(key).dump() : "nothing";
-    if (got.size() > 80) got = got.substr(0, 77) + "...";
+    std::string got = j_.contains(key) ? JsonSnippet(j_.at(key)) : "nothing";
     return InvalidArgument(path_ + ": field '" + prefix_ + key + "' must be " + want + ", got " +
                            got);
   }
@@ -156,7 +157,7 @@ StatusOr<Json> ParseObject(const std::string& text, const std::string& path) {
   Json j;
   try {
     j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for 1e400
     return InvalidArgument(path + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) {

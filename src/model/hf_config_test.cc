@@ -203,6 +203,29 @@ Status ParseError(const std::string& text) {
   return c.ok() ? OkStatus() : c.status();
 }
 
+// Error messages quote the bad value; a 200,000-deep [[[...]]] used to be
+// dumped whole, recursing once per level until the stack overflowed.
+TEST(HfConfigTest, DeeplyNestedFieldInErrorIsNotDumpedWhole) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  std::string text = kQwen25;
+  text.replace(text.find("151936"), 6, deep);
+  Status s = ParseError(text);
+  EXPECT_THAT(s.message(),
+              HasSubstr("field 'vocab_size' must be an integer, got a deeply nested array"));
+}
+
+// 1e400 makes nlohmann throw out_of_range (not parse_error); it used to
+// escape ParseModelConfig as an exception.
+TEST(HfConfigTest, NumberTooLargeForADoubleIsInvalidArgument) {
+  std::string text = kQwen25;
+  text.replace(text.find("151936"), 6, "1e400");
+  Status s = ParseError(text);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("/models/x/config.json: not valid JSON"));
+  auto g = ParseGenerationConfig(R"({"temperature": -1e400})", "generation_config.json");
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(HfConfigTest, Llama32Published) {
   ModelConfig c = MustParse(kLlama32);
   EXPECT_EQ(c.architecture, "LlamaForCausalLM");

@@ -30,10 +30,10 @@ StatusOr<std::string> ReadFile(const std::string& path) {
 
 Status CheckDir(const std::string& dir) {
   std::error_code ec;
-  if (!fs::exists(dir, ec))
-    return NotFound("model directory " + dir + " does not exist");
+  if (!fs::exists(dir, ec)) return NotFound("model directory " + dir + " does not exist");
   if (!fs::is_directory(dir, ec))
-    return InvalidArgument("--model-path " + dir + " is not a directory (give the folder that holds config.json)");
+    return InvalidArgument("--model-path " + dir +
+                           " is not a directory (give the folder that holds config.json)");
   if (!Exists(dir + "/config.json"))
     return NotFound(dir + "/config.json is missing: not a Hugging Face model directory");
   return OkStatus();
@@ -82,15 +82,16 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModelDir(const std::string& dir, Back
                          "' is not supported (supported: " + list + ")");
   }
   if (!Exists(dir + "/tokenizer.json"))
-    return NotFound(dir + "/tokenizer.json is missing (Strata needs the fast-tokenizer file; "
-                          "convert a slow tokenizer with transformers' save_pretrained)");
+    return NotFound(dir +
+                    "/tokenizer.json is missing (Strata needs the fast-tokenizer file; "
+                    "convert a slow tokenizer with transformers' save_pretrained)");
   ASSIGN_OR_RETURN(m->tokenizer, Tokenizer::FromDir(dir));
   if (m->tokenizer->vocab_size() > m->config.vocab_size)
-    return InvalidArgument(dir + "/tokenizer.json: tokenizer has " +
-                           std::to_string(m->tokenizer->vocab_size()) + " tokens but config.json vocab_size is " +
-                           std::to_string(m->config.vocab_size) +
-                           ": token ids past the embedding table would be out of range "
-                           "(tokenizer and weights are from different models?)");
+    return InvalidArgument(
+        dir + "/tokenizer.json: tokenizer has " + std::to_string(m->tokenizer->vocab_size()) +
+        " tokens but config.json vocab_size is " + std::to_string(m->config.vocab_size) +
+        ": token ids past the embedding table would be out of range "
+        "(tokenizer and weights are from different models?)");
   ASSIGN_OR_RETURN(m->chat_template_source, FindChatTemplate(dir));
   if (!m->chat_template_source.empty()) {
     auto tmpl = ChatTemplate::Parse(m->chat_template_source);
@@ -101,13 +102,15 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModelDir(const std::string& dir, Back
     ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/generation_config.json"));
     ASSIGN_OR_RETURN(m->generation, ParseGenerationConfig(text, dir + "/generation_config.json"));
   }
-  for (int64_t id : m->generation.eos_token_ids) m->eos_token_ids.push_back(static_cast<int32_t>(id));
+  for (int64_t id : m->generation.eos_token_ids)
+    m->eos_token_ids.push_back(static_cast<int32_t>(id));
   for (int64_t id : m->config.eos_token_ids) {
     bool seen = false;
     for (int32_t e : m->eos_token_ids) seen |= e == id;
     if (!seen) m->eos_token_ids.push_back(static_cast<int32_t>(id));
   }
-  if (m->eos_token_ids.empty() && m->tokenizer->eos_id()) m->eos_token_ids.push_back(*m->tokenizer->eos_id());
+  if (m->eos_token_ids.empty() && m->tokenizer->eos_id())
+    m->eos_token_ids.push_back(*m->tokenizer->eos_id());
 
   ASSIGN_OR_RETURN(m->weights, WeightStore::Open(dir));
   m->weight_bytes = m->weights.total_bytes();
@@ -133,16 +136,23 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModelDir(const std::string& dir, Back
     // Keep the reads: the compiler may not drop loads whose result escapes.
     asm volatile("" : : "r"(sink) : "memory");
   }
+  // After the prefault, so the samples read resident pages and the check
+  // costs only its few thousand loads per tensor.
+  if (options.check_weights) RETURN_IF_ERROR(CheckWeightsFinite(m->weights));
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
 
 StatusOr<std::string> EnsureDemoModel() {
   std::string base;
-  if (const char* h = std::getenv("STRATA_HOME"); h && *h) base = h;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = std::string(x) + "/strata";
-  else if (const char* home = std::getenv("HOME"); home && *home) base = std::string(home) + "/.cache/strata";
-  else base = "/tmp/strata";
+  if (const char* h = std::getenv("STRATA_HOME"); h && *h)
+    base = h;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    base = std::string(x) + "/strata";
+  else if (const char* home = std::getenv("HOME"); home && *home)
+    base = std::string(home) + "/.cache/strata";
+  else
+    base = "/tmp/strata";
   const std::string dir = base + "/demo-model-v" STRATA_VERSION;
   if (Exists(dir + "/config.json")) return dir;
   std::error_code ec;

@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "model/jinja/chat_template.h"
 #include "model/hf_config.h"
+#include "model/jinja/chat_template.h"
 #include "model/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
@@ -43,6 +43,9 @@ struct LoadOptions {
   // Called with (bytes_done, bytes_total) while weights are paged in.
   std::function<void(size_t, size_t)> progress;
   bool prefault_weights = true;  // read every weight page now, not on the first request
+  // Sample every tensor for NaN/Inf (CheckWeightsFinite) and refuse the
+  // model if any has one; off with --skip-weight-check.
+  bool check_weights = true;
 };
 
 // Reads only config.json/tokenizer files: what `strata check` needs.

@@ -13,6 +13,8 @@
 #include <set>
 #include <utility>
 
+#include "util/json_snippet.h"
+
 namespace strata {
 
 namespace {
@@ -112,17 +114,16 @@ class MappedFile {
 
 namespace {
 
-// Parses and validates the header of a mapped safetensors file and appends
-// its tensors to *out. `name` is how the file is named in messages.
-Status ParseSafetensors(const MappedFile& file, const std::string& name,
+// Parses and validates the header of a safetensors file held in memory and
+// appends its tensors to *out. `name` is how the file is named in messages.
+Status ParseSafetensors(const uint8_t* file_data, uint64_t size, const std::string& name,
                         std::vector<WeightInfo>* out) {
-  const uint64_t size = file.size();
   if (size < 8) {
     return DataLoss(name + ": not a safetensors file: " + std::to_string(size) +
                     " bytes, shorter than the 8-byte header length (file is truncated or empty)");
   }
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file.data()[i];
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file_data[i];
   if (header_len > kMaxHeaderBytes) {
     return DataLoss(name + ": header length " + std::to_string(header_len) +
                     " bytes is absurd (limit " + std::to_string(kMaxHeaderBytes) +
@@ -133,11 +134,11 @@ Status ParseSafetensors(const MappedFile& file, const std::string& name,
                     " bytes runs past the end of the " + std::to_string(size) +
                     "-byte file (file is truncated)");
   }
-  const char* header_begin = reinterpret_cast<const char*>(file.data() + 8);
+  const char* header_begin = reinterpret_cast<const char*>(file_data + 8);
   Json header;
   try {
     header = Json::parse(header_begin, header_begin + header_len);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for 1e400
     return DataLoss(name + ": header is not valid JSON (" + e.what() +
                     "); the file is corrupt or not safetensors");
   }
@@ -148,7 +149,7 @@ Status ParseSafetensors(const MappedFile& file, const std::string& name,
 
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_len = size - data_start;
-  const uint8_t* data = file.data() + data_start;
+  const uint8_t* data = file_data + data_start;
 
   struct Range {
     uint64_t begin, end;
@@ -189,12 +190,12 @@ Status ParseSafetensors(const MappedFile& file, const std::string& name,
     uint64_t elems = 1;
     for (const auto& d : *shape_it) {
       if (!d.is_number_unsigned()) {
-        return DataLoss(where + ": shape " + shape_it->dump() +
+        return DataLoss(where + ": shape " + JsonSnippet(*shape_it) +
                         " must be a list of non-negative integers");
       }
       uint64_t v = d.get<uint64_t>();
       if (v > static_cast<uint64_t>(INT64_MAX) || MulOverflows(elems, v, &elems)) {
-        return DataLoss(where + ": shape " + shape_it->dump() + " is too large");
+        return DataLoss(where + ": shape " + JsonSnippet(*shape_it) + " is too large");
       }
       info.shape.push_back(static_cast<int64_t>(v));
     }
@@ -203,7 +204,7 @@ Status ParseSafetensors(const MappedFile& file, const std::string& name,
         !(*off_it)[0].is_number_unsigned() || !(*off_it)[1].is_number_unsigned()) {
       return DataLoss(
           where + ": \"data_offsets\" must be [begin, end] with non-negative integers" +
-          (off_it == t.end() ? std::string(", it is missing") : ", got " + off_it->dump()));
+          (off_it == t.end() ? std::string(", it is missing") : ", got " + JsonSnippet(*off_it)));
     }
     const uint64_t begin = (*off_it)[0].get<uint64_t>();
     const uint64_t end = (*off_it)[1].get<uint64_t>();
@@ -253,7 +254,7 @@ WeightStore::~WeightStore() = default;
 StatusOr<WeightStore> WeightStore::OpenFile(const std::string& path) {
   ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
   std::vector<WeightInfo> infos;
-  RETURN_IF_ERROR(ParseSafetensors(*file, path, &infos));
+  RETURN_IF_ERROR(ParseSafetensors(file->data(), file->size(), path, &infos));
   WeightStore store;
   for (auto& w : infos) {
     store.used_[w.name] = false;
@@ -261,6 +262,43 @@ StatusOr<WeightStore> WeightStore::OpenFile(const std::string& path) {
   }
   store.files_.push_back(std::move(file));
   return store;
+}
+
+StatusOr<std::map<std::string, std::vector<std::string>>> ParseShardIndex(
+    std::string_view text, const std::string& index_path) {
+  Json index;
+  try {
+    index = Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for 1e400
+    return DataLoss(index_path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return DataLoss(index_path +
+                    ": must be an object with a \"weight_map\" object "
+                    "{tensor name: shard file}");
+  }
+  std::map<std::string, std::vector<std::string>> shards;  // shard -> tensors
+  for (const auto& [tname, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) {
+      return DataLoss(index_path + ": weight_map entry for '" + tname +
+                      "' must be a shard file name, got " + JsonSnippet(shard));
+    }
+    const std::string s = shard.get<std::string>();
+    if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..") {
+      return DataLoss(index_path + ": weight_map entry for '" + tname + "' names shard '" + s +
+                      "'; shards must be plain file names in the model directory");
+    }
+    shards[s].push_back(tname);
+  }
+  if (shards.empty()) return DataLoss(index_path + ": weight_map is empty");
+  return shards;
+}
+
+StatusOr<std::vector<WeightInfo>> ParseSafetensorsBytes(const uint8_t* data, size_t size,
+                                                        const std::string& name) {
+  std::vector<WeightInfo> infos;
+  RETURN_IF_ERROR(ParseSafetensors(data, size, name, &infos));
+  return infos;
 }
 
 StatusOr<WeightStore> WeightStore::Open(const std::string& dir) {
@@ -275,34 +313,11 @@ StatusOr<WeightStore> WeightStore::Open(const std::string& dir) {
 
   // Sharded checkpoint: {"weight_map": {tensor: shard_file}}.
   ASSIGN_OR_RETURN(auto index_file, MappedFile::Open(index_path));
-  Json index;
-  try {
-    const char* p = reinterpret_cast<const char*>(index_file->data());
-    index = Json::parse(p, p + index_file->size());
-  } catch (const Json::parse_error& e) {
-    return DataLoss(index_path + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    return DataLoss(index_path +
-                    ": must be an object with a \"weight_map\" object "
-                    "{tensor name: shard file}");
-  }
-  std::map<std::string, std::string> wanted;               // tensor -> shard
-  std::map<std::string, std::vector<std::string>> shards;  // shard -> tensors
-  for (const auto& [tname, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) {
-      return DataLoss(index_path + ": weight_map entry for '" + tname +
-                      "' must be a shard file name, got " + shard.dump());
-    }
-    const std::string s = shard.get<std::string>();
-    if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..") {
-      return DataLoss(index_path + ": weight_map entry for '" + tname + "' names shard '" + s +
-                      "'; shards must be plain file names in the model directory");
-    }
-    wanted[tname] = s;
-    shards[s].push_back(tname);
-  }
-  if (wanted.empty()) return DataLoss(index_path + ": weight_map is empty");
+  ASSIGN_OR_RETURN(
+      auto shards,
+      ParseShardIndex(
+          std::string_view(reinterpret_cast<const char*>(index_file->data()), index_file->size()),
+          index_path));
 
   WeightStore store;
   for (const auto& [shard, names] : shards) {
@@ -315,7 +330,7 @@ StatusOr<WeightStore> WeightStore::Open(const std::string& dir) {
     }
     ASSIGN_OR_RETURN(auto file, MappedFile::Open(shard_path));
     std::vector<WeightInfo> infos;
-    RETURN_IF_ERROR(ParseSafetensors(*file, shard_path, &infos));
+    RETURN_IF_ERROR(ParseSafetensors(file->data(), file->size(), shard_path, &infos));
     for (auto& w : infos) {
       auto prev = store.tensors_.find(w.name);
       if (prev != store.tensors_.end()) {
@@ -387,6 +402,84 @@ size_t WeightStore::total_bytes() const {
   size_t n = 0;
   for (const auto& [name, w] : tensors_) n += w.nbytes;
   return n;
+}
+
+namespace {
+
+// NaN/Inf by bit pattern: all exponent bits set. Loads go through memcpy
+// because safetensors offsets need not be aligned.
+template <typename Bits, Bits kExpMask, Bits kMantMask>
+void ClassifyAt(const uint8_t* base, uint64_t i, FiniteSample* s) {
+  Bits b;
+  std::memcpy(&b, base + i * sizeof(Bits), sizeof(Bits));
+  ++s->sampled;
+  if ((b & kExpMask) != kExpMask) return;
+  if (b & kMantMask) {
+    ++s->nan;
+  } else {
+    ++s->inf;
+  }
+}
+
+template <typename Bits, Bits kExpMask, Bits kMantMask>
+FiniteSample SampleBits(const uint8_t* base, uint64_t n) {
+  FiniteSample s;
+  if (n == 0) return s;
+  if (n <= kFiniteSampleCount + 2) {
+    for (uint64_t i = 0; i < n; ++i) ClassifyAt<Bits, kExpMask, kMantMask>(base, i, &s);
+    return s;
+  }
+  // Element 0, then kFiniteSampleCount evenly spaced ones strictly inside,
+  // then the last: the ends are where a truncated or padded write shows.
+  ClassifyAt<Bits, kExpMask, kMantMask>(base, 0, &s);
+  const uint64_t stride = (n - 1) / (kFiniteSampleCount + 1);
+  for (uint64_t k = 1; k <= kFiniteSampleCount; ++k) {
+    ClassifyAt<Bits, kExpMask, kMantMask>(base, k * stride, &s);
+  }
+  ClassifyAt<Bits, kExpMask, kMantMask>(base, n - 1, &s);
+  return s;
+}
+
+}  // namespace
+
+FiniteSample SampleFinite(const WeightInfo& w) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  switch (w.dtype) {
+    case DType::kF32:
+      return SampleBits<uint32_t, 0x7f800000u, 0x007fffffu>(base, w.nbytes / 4);
+    case DType::kF16:
+      return SampleBits<uint16_t, 0x7c00, 0x03ff>(base, w.nbytes / 2);
+    case DType::kBF16:
+      return SampleBits<uint16_t, 0x7f80, 0x007f>(base, w.nbytes / 2);
+    default:
+      return {};
+  }
+}
+
+Status CheckWeightsFinite(const WeightStore& store) {
+  const WeightInfo* first = nullptr;
+  FiniteSample first_sample;
+  size_t others = 0;
+  for (const auto& [name, w] : store.tensors()) {
+    FiniteSample s = SampleFinite(w);
+    if (s.finite()) continue;
+    if (first == nullptr) {
+      first = &w;
+      first_sample = s;
+    } else {
+      ++others;
+    }
+  }
+  if (first == nullptr) return OkStatus();
+  return DataLoss(
+      first->file + ": tensor '" + first->name + "' has non-finite values: " +
+      std::to_string(first_sample.nan) + " of " + std::to_string(first_sample.sampled) +
+      " sampled values are NaN, " + std::to_string(first_sample.inf) + " are Inf" +
+      (others ? " (and " + std::to_string(others) + " more tensor" + (others > 1 ? "s" : "") +
+                    " of " + std::to_string(store.size()) + " have NaN/Inf)"
+              : std::string()) +
+      "; the checkpoint is corrupt or was saved after training diverged: re-download or "
+      "re-convert it (--skip-weight-check loads it anyway)");
 }
 
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,

@@ -9,6 +9,9 @@
 // truncated file or an index that disagrees with its shards, Unimplemented
 // for a dtype other than F32/F16/BF16/I32/I64 (e.g. F8_E4M3), NotFound for
 // missing files.
+//
+// Values are not read at Open(); CheckWeightsFinite() samples every float
+// tensor for NaN/Inf (LoadModelDir runs it unless --skip-weight-check).
 // Thread-safety: const methods are safe from many threads; Get() records use
 // and is not.
 #pragma once
@@ -17,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -65,6 +69,35 @@ class WeightStore {
   std::map<std::string, WeightInfo> tensors_;
   std::map<std::string, bool> used_;
 };
+
+// What Open() does with one file's bytes and with the index, on memory
+// (for the fuzzers and tools). The WeightInfos point into `data`, which must
+// outlive them; the index parse returns shard file -> its tensors and checks
+// only the index itself (shard names are plain file names), not the shards.
+StatusOr<std::vector<WeightInfo>> ParseSafetensorsBytes(const uint8_t* data, size_t size,
+                                                        const std::string& name);
+StatusOr<std::map<std::string, std::vector<std::string>>> ParseShardIndex(
+    std::string_view text, const std::string& index_path);
+
+// What a sample of one tensor's values holds (F32/F16/BF16 only).
+struct FiniteSample {
+  size_t sampled = 0;  // values read
+  size_t nan = 0;
+  size_t inf = 0;
+  bool finite() const { return nan == 0 && inf == 0; }
+};
+// Every value of a tensor with at most kFiniteSampleCount + 2 elements;
+// otherwise its first and last values and kFiniteSampleCount evenly spaced
+// ones. Reads at most that many values (a few pages), so checking a 100 GB
+// checkpoint costs milliseconds once its pages are resident. Integer tensors
+// give an empty sample.
+inline constexpr size_t kFiniteSampleCount = 4096;
+FiniteSample SampleFinite(const WeightInfo& w);
+// Samples every tensor; DataLoss naming the first (by name) with a NaN or
+// Inf, its file, the counts, and how many other tensors failed:
+//   "/m/model.safetensors: tensor 'model.norm.weight' has non-finite values:
+//    64 of 64 sampled values are NaN, 0 are Inf (and 20 more tensors ...)"
+Status CheckWeightsFinite(const WeightStore& store);
 
 // Writes tensors as one safetensors file (for the demo model and tests).
 struct TensorToWrite {

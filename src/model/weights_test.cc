@@ -213,6 +213,32 @@ TEST_F(WeightsTest, BadShapes) {
   }
 }
 
+// The message quotes the bad value; dumping a 200,000-deep [[[...]]] whole
+// used to recurse once per level and overflow the stack.
+TEST_F(WeightsTest, DeeplyNestedValuesInErrorsAreNotDumpedWhole) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  Status s =
+      OpenBad(R"({"w": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 4]}})", 4);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("shape a deeply nested array must be"));
+  s = OpenBad(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": )" + deep + "}}", 4);
+  EXPECT_THAT(s.message(), HasSubstr("got a deeply nested array"));
+  auto index = ParseShardIndex(R"({"weight_map": {"a": )" + deep + "}}", "i.json");
+  EXPECT_THAT(index.status().message(), HasSubstr("got a deeply nested array"));
+}
+
+// nlohmann reports a number too large for a double (1e400) as out_of_range,
+// not parse_error; it used to escape Open() as an exception.
+TEST_F(WeightsTest, NumberOverflowInHeaderOrIndexIsDataLoss) {
+  Status s = OpenBad(R"({"w": {"dtype": "F32", "shape": [1e400], "data_offsets": [0, 4]}})", 4);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("header is not valid JSON"));
+  auto index =
+      ParseShardIndex(R"({"metadata": {"total_size": 1e400}, "weight_map": {}})", "i.json");
+  EXPECT_EQ(index.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(index.status().message(), HasSubstr("i.json: not valid JSON"));
+}
+
 TEST_F(WeightsTest, BadDataOffsets) {
   for (const char* off : {"[0]", "[0, 4, 8]", "\"0-4\"", "[0, -4]", "[0.0, 4]"}) {
     Status s = OpenBad(
@@ -424,6 +450,117 @@ TEST_F(WeightsTest, MoveKeepsMappingAlive) {
   }
   ASSERT_NE(moved.Find("x"), nullptr);
   EXPECT_EQ(static_cast<const uint8_t*>(moved.Find("x")->data)[1], 8);
+}
+
+// --- CheckWeightsFinite ------------------------------------------------------
+
+struct FloatBits {
+  DType dtype;
+  uint32_t one, nan, inf, neg_inf;
+};
+constexpr FloatBits kFloatBits[] = {
+    {DType::kF32, 0x3f800000u, 0x7fc00000u, 0x7f800000u, 0xff800000u},
+    {DType::kF16, 0x3c00, 0x7e00, 0x7c00, 0xfc00},
+    {DType::kBF16, 0x3f80, 0x7fc0, 0x7f80, 0xff80},
+};
+
+// n values of 1.0 in the dtype, with `special` at the given indices.
+TensorToWrite Filled(const std::string& name, const FloatBits& f, int64_t n,
+                     const std::vector<std::pair<int64_t, uint32_t>>& special = {}) {
+  const size_t width = DTypeSize(f.dtype);
+  TensorToWrite t{name, f.dtype, {n}, std::vector<uint8_t>(n * width)};
+  auto put = [&](int64_t i, uint32_t bits) { std::memcpy(&t.bytes[i * width], &bits, width); };
+  for (int64_t i = 0; i < n; ++i) put(i, f.one);
+  for (auto [i, bits] : special) put(i, bits);
+  return t;
+}
+
+class WeightCheckTest : public WeightsTest, public ::testing::WithParamInterface<FloatBits> {
+ protected:
+  // Writes one tensor and samples it.
+  FiniteSample Sample(const TensorToWrite& t) {
+    EXPECT_TRUE(WriteSafetensors(Path("model.safetensors"), {t}).ok());
+    auto store = WeightStore::Open(dir_);
+    EXPECT_TRUE(store.ok());
+    return store.ok() ? SampleFinite(*store->Find(t.name)) : FiniteSample{};
+  }
+};
+
+TEST_P(WeightCheckTest, FiniteTensorPasses) {
+  FiniteSample s = Sample(Filled("w", GetParam(), 100'000));
+  EXPECT_TRUE(s.finite());
+  EXPECT_EQ(s.sampled, kFiniteSampleCount + 2);
+}
+
+TEST_P(WeightCheckTest, NanAndInfAtSampledPositionsAreCounted) {
+  const FloatBits f = GetParam();
+  const int64_t n = 100'000;
+  const int64_t stride = (n - 1) / (kFiniteSampleCount + 1);
+  // The first and last elements and two interior sample points.
+  FiniteSample s = Sample(
+      Filled("w", f, n, {{0, f.nan}, {n - 1, f.inf}, {stride, f.nan}, {1000 * stride, f.neg_inf}}));
+  EXPECT_EQ(s.nan, 2u);
+  EXPECT_EQ(s.inf, 2u);
+  EXPECT_FALSE(s.finite());
+}
+
+TEST_P(WeightCheckTest, SmallTensorsAreCheckedWhole) {
+  const FloatBits f = GetParam();
+  FiniteSample s = Sample(Filled("w", f, 4000, {{1, f.nan}, {3999, f.inf}}));
+  EXPECT_EQ(s.sampled, 4000u);
+  EXPECT_EQ(s.nan, 1u);
+  EXPECT_EQ(s.inf, 1u);
+}
+
+// The contract is a sample: a lone NaN between sample points is not seen.
+// (A diverged or corrupt checkpoint has NaNs everywhere, not in one value.)
+TEST_P(WeightCheckTest, ValuesBetweenSamplePointsAreNotRead) {
+  const FloatBits f = GetParam();
+  FiniteSample s = Sample(Filled("w", f, 100'000, {{1, f.nan}}));
+  EXPECT_TRUE(s.finite());
+}
+
+TEST_P(WeightCheckTest, AllNanCheckpointIsRefusedNamingTensorFileAndFlag) {
+  const FloatBits f = GetParam();
+  std::vector<std::pair<int64_t, uint32_t>> all_nan;
+  for (int64_t i = 0; i < 64; ++i) all_nan.push_back({i, f.nan});
+  ASSERT_TRUE(
+      WriteSafetensors(Path("model.safetensors"),
+                       {Filled("model.embed_tokens.weight", f, 64, all_nan),
+                        Filled("model.norm.weight", f, 64, all_nan),
+                        Filled("lm_head.weight", f, 64, all_nan), Filled("model.ok.weight", f, 64)})
+          .ok());
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  Status st = CheckWeightsFinite(*store);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(st.message(), HasSubstr(Path("model.safetensors") +
+                                      ": tensor 'lm_head.weight' has non-finite values: 64 of 64 "
+                                      "sampled values are NaN, 0 are Inf"));
+  EXPECT_THAT(st.message(), HasSubstr("and 2 more tensors of 4 have NaN/Inf"));
+  EXPECT_THAT(st.message(), HasSubstr("--skip-weight-check"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, WeightCheckTest, ::testing::ValuesIn(kFloatBits),
+                         [](const auto& info) { return std::string(DTypeName(info.param.dtype)); });
+
+TEST_F(WeightsTest, WeightCheckReadsUnalignedTensorsAndIgnoresIntegers) {
+  // "b" starts at byte 2 of the data area: an F32 not 4-byte aligned.
+  std::vector<uint8_t> ints(8, 0xff);  // I32 -1 has the bits of a float NaN
+  ASSERT_TRUE(WriteSafetensors(Path("model.safetensors"),
+                               {Filled("a", kFloatBits[1], 1),
+                                Filled("b", kFloatBits[0], 3, {{2, kFloatBits[0].inf}}),
+                                {"ids", DType::kI32, {2}, ints}})
+                  .ok());
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(SampleFinite(*store->Find("ids")).sampled, 0u);
+  FiniteSample b = SampleFinite(*store->Find("b"));
+  EXPECT_EQ(b.sampled, 3u);
+  EXPECT_EQ(b.inf, 1u);
+  Status st = CheckWeightsFinite(*store);
+  EXPECT_THAT(st.message(), HasSubstr("tensor 'b' has non-finite values: 0 of 3 sampled values are "
+                                      "NaN, 1 are Inf;"));
 }
 
 }  // namespace

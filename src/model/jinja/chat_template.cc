@@ -58,7 +58,7 @@ StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& in) const {
     localtime_r(&t, &now);
   }
   try {
-    jinja::Interpreter interp(*impl_->program, ctx, now);
+    jinja::Interpreter interp(*impl_->program, ctx, now, in.limits);
     return interp.Render();
   } catch (const jinja::RenderError& e) {
     if (e.raised_by_template) return InvalidArgument(e.message);

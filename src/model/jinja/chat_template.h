@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "model/jinja/jinja_limits.h"
 #include "util/status.h"
 
 namespace strata {
@@ -40,6 +41,8 @@ struct ChatTemplateInputs {
   std::string eos_token;  // likewise
   // Local time strftime_now() formats; unset = the system clock. Tests pin it.
   std::optional<std::tm> now;
+  // Output size and step budget; a render past them is InvalidArgument.
+  jinja::RenderLimits limits;
 };
 
 class ChatTemplate {

@@ -52,7 +52,19 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall, kFilter
   ExprPtr star_args;                                    // kCall: f(*xs)  (may be null)
   ExprPtr star_kwargs;                                  // kCall: f(**d)  (may be null)
+
+  Expr() = default;
+  Expr(const Expr&) = delete;
+  Expr& operator=(const Expr&) = delete;
+  // Iterative: `1+1+1+...` builds a left-deep tree as deep as the template
+  // is long, and the default destructor would recurse once per level.
+  ~Expr();
 };
+
+// How deep expressions and blocks may nest in a template. Rendering recurses
+// once per level, so the parser refuses deeper templates rather than
+// overflowing the stack; real chat templates nest under 20.
+inline constexpr int kMaxNestingDepth = 100;
 
 enum class StmtKind {
   kText,      // text

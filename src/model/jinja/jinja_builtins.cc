@@ -1,6 +1,7 @@
 #include "model/jinja/jinja_builtins.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -331,8 +332,11 @@ Value AttrPath(const Value& item, const std::string& path) {
     std::string part = path.substr(b, dot == std::string::npos ? std::string::npos : dot - b);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(),
                                                 [](char c) { return c >= '0' && c <= '9'; });
-    cur = numeric ? GetItem(cur, Value(static_cast<int64_t>(std::stoll(part))))
-                  : GetItem(cur, Value(part));
+    int64_t index = 0;
+    // Past int64 no list is that long: look the digits up as a key (undefined).
+    numeric =
+        numeric && std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc();
+    cur = numeric ? GetItem(cur, Value(index)) : GetItem(cur, Value(part));
     if (dot == std::string::npos) return cur;
     b = dot + 1;
   }

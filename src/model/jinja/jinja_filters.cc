@@ -136,15 +136,17 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
        [](const Value& v, CallArgs&, Interpreter&) {
          if (v.is_float()) return Value(std::fabs(v.as_float()));
          int64_t i = ToInt(v, "abs");
+         if (i == INT64_MIN) Fail("integer overflow in abs (results must fit in 64 bits)");
          return Value(i < 0 ? -i : i);
        }},
       {"tojson",
        // transformers: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
        // sort_keys=False)
-       [](const Value& v, CallArgs& a, Interpreter&) {
+       [](const Value& v, CallArgs& a, Interpreter& in) {
          return Value(JsonDumps(v, a.Get(0, "ensure_ascii", Value(false)).Truthy(),
                                 a.Get(1, "indent"), a.Get(2, "separators"),
-                                a.Get(3, "sort_keys", Value(false)).Truthy()));
+                                a.Get(3, "sort_keys", Value(false)).Truthy(),
+                                in.max_output_bytes()));
        }},
       {"join",
        [](const Value& v, CallArgs& a, Interpreter&) {
@@ -203,9 +205,9 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
              SortedItems(std::move(items), reverse, case_sensitive, by == "value" ? "1" : "0"));
        }},
       {"replace",
-       [](const Value& v, CallArgs& a, Interpreter&) {
+       [](const Value& v, CallArgs& a, Interpreter& in) {
          return Value(Replace(v.Str(), a.Get(0, "old").Str(), a.Get(1, "new").Str(),
-                              ToInt(a.Get(2, "count", Value(-1)), "count")));
+                              ToInt(a.Get(2, "count", Value(-1)), "count"), in.max_output_bytes()));
        }},
       {"selectattr", [](const Value& v, CallArgs& a,
                         Interpreter& i) { return Value(SelectOrReject(v, a, i, true, true)); }},
@@ -324,11 +326,16 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
        }},
       {"indent",
-       [](const Value& v, CallArgs& a, Interpreter&) {
+       [](const Value& v, CallArgs& a, Interpreter& in) {
          Value w = a.Get(0, "width", Value(4));
-         std::string pad = w.is_string()
-                               ? w.as_string()
-                               : std::string(static_cast<size_t>(ToInt(w, "indent")), ' ');
+         std::string pad;
+         if (w.is_string()) {
+           pad = w.as_string();
+         } else {  // like Python's ' ' * width: negative is empty
+           const int64_t width = std::max<int64_t>(0, ToInt(w, "indent"));
+           in.CheckSize(static_cast<uint64_t>(width));
+           pad.assign(static_cast<size_t>(width), ' ');
+         }
          bool first = a.Get(1, "first", Value(false)).Truthy();
          bool blank = a.Get(2, "blank", Value(false)).Truthy();
          std::string s = v.Str(), out;
@@ -341,6 +348,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
                is_first ? first : (blank || !line.empty());  // whitespace-only lines count as text
            if (add) out += pad;
            out += line;
+           in.CheckSize(out.size());
            if (nl == std::string::npos) break;
            out += '\n';
            b = nl + 1;

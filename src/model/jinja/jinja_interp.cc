@@ -23,10 +23,25 @@ int64_t FloorDiv(int64_t a, int64_t b) {
 
 int64_t AsIntLike(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
 
+// Python ints are unbounded; ours are int64, so a result outside it is an
+// error rather than (undefined) wraparound.
+[[noreturn]] void FailOverflow(const std::string& op) {
+  Fail("integer overflow in '" + op + "' (results must fit in 64 bits)");
+}
+int64_t CheckedInt(const std::string& op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  bool overflow = op == "+"   ? __builtin_add_overflow(a, b, &r)
+                  : op == "-" ? __builtin_sub_overflow(a, b, &r)
+                              : __builtin_mul_overflow(a, b, &r);
+  if (overflow) FailOverflow(op);
+  return r;
+}
+
 }  // namespace
 
-Interpreter::Interpreter(const Program& program, const Dict& context, const std::tm& now)
-    : program_(program), now_(now), root_(std::make_shared<Frame>()) {
+Interpreter::Interpreter(const Program& program, const Dict& context, const std::tm& now,
+                         const RenderLimits& limits)
+    : program_(program), now_(now), limits_(limits), root_(std::make_shared<Frame>()) {
   for (const auto& [k, v] : context.items) root_->vars[k] = v;
 }
 
@@ -36,7 +51,37 @@ std::string Interpreter::Render() {
   return out;
 }
 
+void Interpreter::CheckSize(size_t bytes) const {
+  if (bytes > limits_.max_output_bytes)
+    Fail("the template builds a string of " + std::to_string(bytes) + " bytes, over the " +
+         std::to_string(limits_.max_output_bytes) + "-byte limit");
+}
+
+void Interpreter::Step(int64_t n) {
+  steps_ += n;
+  if (steps_ > limits_.max_steps)
+    Fail("the template runs more than " + std::to_string(limits_.max_steps) +
+         " loop iterations and macro calls");
+}
+
+// Exec and Eval recurse once per nesting level: bounded by the parser's
+// kMaxNestingDepth within one macro, and by this across macro calls.
+class Interpreter::DepthGuard {
+ public:
+  explicit DepthGuard(int* depth) : depth_(depth) {
+    if (++*depth_ > kMaxRenderDepth) {
+      --*depth_;
+      Fail("the template recurses more than " + std::to_string(kMaxRenderDepth) + " levels deep");
+    }
+  }
+  ~DepthGuard() { --*depth_; }
+
+ private:
+  int* depth_;
+};
+
 Interpreter::Flow Interpreter::Exec(const Body& body, const FramePtr& frame, std::string& out) {
+  DepthGuard guard(&render_depth_);
   for (const StmtPtr& sp : body) {
     const Stmt& s = *sp;
     switch (s.kind) {
@@ -104,6 +149,7 @@ Interpreter::Flow Interpreter::Exec(const Body& body, const FramePtr& frame, std
         break;
       }
     }
+    CheckSize(out.size());
   }
   return Flow::kNormal;
 }
@@ -117,6 +163,7 @@ Interpreter::Flow Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std
   if (s.cond) {  // {% for x in xs if cond %}: filter first; loop.* counts what is left
     List kept;
     for (const Value& item : items) {
+      Step(1);
       auto probe = std::make_shared<Frame>();
       probe->parent = frame;
       Assign(s.targets, item, probe, s.line);
@@ -126,6 +173,7 @@ Interpreter::Flow Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std
   }
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    Step(1);
     auto iter = std::make_shared<Frame>();
     iter->parent = frame;
     Assign(s.targets, items[static_cast<size_t>(i)], iter, s.line);
@@ -181,6 +229,7 @@ Value Interpreter::DefineMacro(const Stmt& s, const FramePtr& frame) {
   FramePtr defining = frame;
   std::string name = s.kind == StmtKind::kMacro ? s.name : "caller";
   return Value(Callable{name, [this, def, defining, name](CallArgs& args, Interpreter&) -> Value {
+                          Step(1);
                           if (++call_depth_ > kMaxCallDepth)
                             Fail("macro recursion too deep in '" + name + "'");
                           auto f = std::make_shared<Frame>();
@@ -263,6 +312,7 @@ Value Interpreter::ApplyFilters(const std::vector<ExprPtr>& filters, Value v,
 }
 
 Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
+  DepthGuard guard(&render_depth_);
   try {
     switch (e.kind) {
       case ExprKind::kLiteral:
@@ -319,13 +369,17 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
           Fail("bad operand type for unary " + std::string(e.kind == ExprKind::kNeg ? "-" : "+") +
                ": '" + v.TypeName() + "'");
         if (e.kind == ExprKind::kPos) return v.is_bool() ? Value(AsIntLike(v)) : v;
-        return v.is_float() ? Value(-v.as_float()) : Value(-AsIntLike(v));
+        if (v.is_float()) return Value(-v.as_float());
+        return Value(CheckedInt("-", 0, AsIntLike(v)));
       }
       case ExprKind::kBinary:
         return Binary(e.name, Eval(*e.args[0], frame), Eval(*e.args[1], frame));
       case ExprKind::kConcat: {
         std::string s;
-        for (const auto& a : e.args) s += Eval(*a, frame).Str();
+        for (const auto& a : e.args) {
+          s += Eval(*a, frame).Str();
+          CheckSize(s.size());
+        }
         return Value(std::move(s));
       }
       case ExprKind::kCompare: {
@@ -389,10 +443,14 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
   const bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
   const bool nums = a.is_number() && b.is_number();
   if (op == "+") {
-    if (ints) return Value(AsIntLike(a) + AsIntLike(b));
+    if (ints) return Value(CheckedInt(op, AsIntLike(a), AsIntLike(b)));
     if (nums) return Value(a.ToDouble() + b.ToDouble());
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      CheckSize(a.as_string().size() + b.as_string().size());
+      return Value(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list()) {
+      Step(static_cast<int64_t>(b.as_list().size()));
       List l = a.as_list();
       l.insert(l.end(), b.as_list().begin(), b.as_list().end());
       return Value(std::move(l));
@@ -402,17 +460,26 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     return type_error();
   }
   if (op == "-") {
-    if (ints) return Value(AsIntLike(a) - AsIntLike(b));
+    if (ints) return Value(CheckedInt(op, AsIntLike(a), AsIntLike(b)));
     if (nums) return Value(a.ToDouble() - b.ToDouble());
     return type_error();
   }
   if (op == "*") {
-    if (ints) return Value(AsIntLike(a) * AsIntLike(b));
+    if (ints) return Value(CheckedInt(op, AsIntLike(a), AsIntLike(b)));
     if (nums) return Value(a.ToDouble() * b.ToDouble());
     const Value* seq = a.is_string() || a.is_list() ? &a : &b;
     const Value* cnt = seq == &a ? &b : &a;
     if ((seq->is_string() || seq->is_list()) && (cnt->is_int() || cnt->is_bool())) {
       int64_t n = AsIntLike(*cnt);
+      const size_t unit = seq->is_string() ? seq->as_string().size() : seq->as_list().size();
+      if (n > 0 && unit > 0) {  // the result's size, checked before it is built
+        if (static_cast<uint64_t>(n) > limits_.max_output_bytes / unit + 1)
+          CheckSize(limits_.max_output_bytes + 1);
+        if (seq->is_string())
+          CheckSize(static_cast<size_t>(n) * unit);
+        else
+          Step(n * static_cast<int64_t>(unit));
+      }
       if (seq->is_string()) {
         std::string s;
         for (int64_t i = 0; i < n; ++i) s += seq->as_string();
@@ -433,7 +500,10 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
   if (op == "//") {
     if (!nums) return type_error();
     if (b.ToDouble() == 0) Fail("integer division or modulo by zero");
-    if (ints) return Value(FloorDiv(AsIntLike(a), AsIntLike(b)));
+    if (ints) {
+      if (AsIntLike(a) == INT64_MIN && AsIntLike(b) == -1) FailOverflow(op);
+      return Value(FloorDiv(AsIntLike(a), AsIntLike(b)));
+    }
     return Value(std::floor(a.ToDouble() / b.ToDouble()));
   }
   if (op == "%") {
@@ -443,6 +513,7 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     if (b.ToDouble() == 0) Fail("integer division or modulo by zero");
     if (ints) {
       int64_t x = AsIntLike(a), y = AsIntLike(b);
+      if (y == -1) return Value(int64_t{0});  // INT64_MIN // -1 overflows; the rest is 0
       return Value(x - FloorDiv(x, y) * y);
     }
     double x = a.ToDouble(), y = b.ToDouble();
@@ -452,8 +523,14 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
   }
   if (op == "**") {
     if (ints && AsIntLike(b) >= 0) {
+      // Square-and-multiply: at most 63 steps, and any overflow is caught.
       int64_t r = 1, base = AsIntLike(a);
-      for (int64_t i = 0; i < AsIntLike(b); ++i) r *= base;
+      for (int64_t e = AsIntLike(b); e > 0; e >>= 1) {
+        if (e & 1) r = CheckedInt("**", r, base);
+        // Squared only when a higher bit needs it, so this overflows only
+        // when the result would.
+        if (e > 1) base = CheckedInt("**", base, base);
+      }
       return Value(r);
     }
     if (nums) return Value(std::pow(a.ToDouble(), b.ToDouble()));

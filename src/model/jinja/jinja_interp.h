@@ -14,6 +14,7 @@
 
 #include "model/jinja/jinja_ast.h"
 #include "model/jinja/jinja_builtins.h"
+#include "model/jinja/jinja_limits.h"
 #include "model/jinja/jinja_value.h"
 
 namespace strata::jinja {
@@ -22,7 +23,8 @@ class Interpreter {
  public:
   // `context`: the variables the template sees (messages, tools, ...).
   // `now`: the local time strftime_now() formats.
-  Interpreter(const Program& program, const Dict& context, const std::tm& now);
+  Interpreter(const Program& program, const Dict& context, const std::tm& now,
+              const RenderLimits& limits = RenderLimits());
 
   // Throws RenderError.
   std::string Render();
@@ -30,6 +32,13 @@ class Interpreter {
   // For builtins: calls a function value (macro, builtin, bound method).
   Value Call(const Value& callee, CallArgs& args);
   const std::tm& now() const { return now_; }
+  // Throws RenderError if a string of `bytes` would pass the output limit.
+  // Builtins that build a string whose size an argument picks (indent,
+  // tojson's indent, ...) call it before building it.
+  void CheckSize(size_t bytes) const;
+  size_t max_output_bytes() const { return limits_.max_output_bytes; }
+  // Charges n loop iterations (or list elements built) to the step budget.
+  void Step(int64_t n);
 
  private:
   struct Frame {
@@ -51,10 +60,18 @@ class Interpreter {
   Value Binary(const std::string& op, const Value& a, const Value& b);
   Value ApplyFilters(const std::vector<ExprPtr>& filters, Value v, const FramePtr& frame);
 
+  class DepthGuard;
+  // Exec/Eval frames across macro calls (kMaxNestingDepth bounds them
+  // within one body; macros may call macros up to kMaxCallDepth deep).
+  static constexpr int kMaxRenderDepth = 2000;
+
   const Program& program_;
   std::tm now_;
+  RenderLimits limits_;
   FramePtr root_;
   int call_depth_ = 0;
+  int render_depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace strata::jinja

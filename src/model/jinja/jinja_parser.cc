@@ -1,6 +1,10 @@
 #include "model/jinja/jinja_parser.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "model/jinja/jinja_builtins.h"
 #include "model/jinja/jinja_lexer.h"
@@ -11,6 +15,47 @@ namespace {
 
 struct ParseError {
   std::string message;
+};
+
+// Deepest expression tree under e (1 for a leaf), stopping once past
+// kMaxNestingDepth; iterative, since e may be arbitrarily deep.
+int ExprDepth(const Expr& root) {
+  int deepest = 0;
+  std::vector<std::pair<const Expr*, int>> stack = {{&root, 1}};
+  while (!stack.empty()) {
+    auto [e, d] = stack.back();
+    stack.pop_back();
+    deepest = std::max(deepest, d);
+    if (deepest > kMaxNestingDepth) break;
+    for (const ExprPtr& a : e->args)
+      if (a) stack.push_back({a.get(), d + 1});
+    for (const auto& kv : e->kwargs)
+      if (kv.second) stack.push_back({kv.second.get(), d + 1});
+    if (e->star_args) stack.push_back({e->star_args.get(), d + 1});
+    if (e->star_kwargs) stack.push_back({e->star_kwargs.get(), d + 1});
+  }
+  return deepest;
+}
+
+// Counts the parser's recursion (blocks inside blocks, brackets inside
+// brackets, `not not ...`, `- - ...`; one level of brackets passes three
+// guards) and fails past about kMaxNestingDepth levels.
+class DepthGuard {
+ public:
+  DepthGuard(int* depth, int line) : depth_(depth) {
+    if (++*depth_ > 3 * kMaxNestingDepth) {
+      --*depth_;
+      throw ParseError{"template line " + std::to_string(line) +
+                       ": blocks or expressions nest more than " +
+                       std::to_string(kMaxNestingDepth) + " levels deep"};
+    }
+  }
+  ~DepthGuard() { --*depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int* depth_;
 };
 
 class Parser {
@@ -86,6 +131,7 @@ class Parser {
   // Parses until a block tag whose name is in `ends`; leaves the cursor on
   // that name. With empty `ends`, parses to the end of the template.
   Body Subparse(const std::set<std::string>& ends) {
+    DepthGuard guard(&depth_, Cur().line);
     Body body;
     while (true) {
       const Token& tok = Cur();
@@ -344,6 +390,7 @@ class Parser {
   }
 
   ExprPtr ParseExpression() {
+    DepthGuard guard(&depth_, Cur().line);
     ExprPtr e = ParseOr();
     while (IsName("if")) {
       int line = Cur().line;
@@ -392,6 +439,7 @@ class Parser {
   }
 
   ExprPtr ParseNot() {
+    DepthGuard guard(&depth_, Cur().line);
     if (IsName("not")) {
       int line = Cur().line;
       Next();
@@ -483,6 +531,7 @@ class Parser {
 
   ExprPtr ParseUnary(bool with_filter) {
     int line = Cur().line;
+    DepthGuard guard(&depth_, line);
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
       bool neg = IsOp("-");
@@ -537,7 +586,8 @@ class Parser {
       }
       case TokenType::kFloat: {
         auto e = Make(ExprKind::kLiteral, line);
-        e->value = Value(std::stod(tok.value));
+        // Like Python's float(): 1e999 is inf (std::stod would throw).
+        e->value = Value(std::strtod(tok.value.c_str(), nullptr));
         Next();
         return e;
       }
@@ -595,7 +645,11 @@ class Parser {
         } else if (Cur().type == TokenType::kInt) {
           auto a = Make(ExprKind::kGetItem, line);
           auto idx = Make(ExprKind::kLiteral, line);
-          idx->value = Value(static_cast<int64_t>(std::stoll(Cur().value)));
+          try {
+            idx->value = Value(static_cast<int64_t>(std::stoll(Cur().value)));
+          } catch (...) {
+            Fail("integer literal out of range: " + Cur().value);
+          }
           a->args.push_back(std::move(e));
           a->args.push_back(std::move(idx));
           e = std::move(a);
@@ -723,14 +777,57 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;  // DepthGuard
 };
 
+// Refuses expression trees deeper than kMaxNestingDepth, which the loops
+// for left-associative operators and postfix chains (a.b.c..., x|f|f...)
+// build without recursing. Statement nesting is bounded by DepthGuard.
+void CheckDepth(const Body& body) {
+  auto check = [](const ExprPtr& e) {
+    if (e && ExprDepth(*e) > kMaxNestingDepth)
+      throw ParseError{"template line " + std::to_string(e->line) +
+                       ": an expression nests more than " + std::to_string(kMaxNestingDepth) +
+                       " levels deep"};
+  };
+  for (const StmtPtr& s : body) {
+    check(s->expr);
+    check(s->cond);
+    for (const ExprPtr& c : s->conds) check(c);
+    for (const ExprPtr& f : s->filters) check(f);
+    for (const MacroParam& p : s->params) check(p.default_value);
+    for (const Body& b : s->bodies) CheckDepth(b);
+    CheckDepth(s->body);
+    CheckDepth(s->else_body);
+  }
+}
+
 }  // namespace
+
+Expr::~Expr() {
+  std::vector<ExprPtr> pending;
+  auto adopt = [&pending](Expr& e) {
+    for (ExprPtr& a : e.args)
+      if (a) pending.push_back(std::move(a));
+    for (auto& kv : e.kwargs)
+      if (kv.second) pending.push_back(std::move(kv.second));
+    if (e.star_args) pending.push_back(std::move(e.star_args));
+    if (e.star_kwargs) pending.push_back(std::move(e.star_kwargs));
+  };
+  adopt(*this);
+  while (!pending.empty()) {
+    ExprPtr e = std::move(pending.back());
+    pending.pop_back();
+    adopt(*e);
+  }  // each e is destroyed here with no children left
+}
 
 StatusOr<std::shared_ptr<const Program>> ParseTemplate(const std::string& source) {
   ASSIGN_OR_RETURN(std::vector<Token> tokens, Lex(source));
   try {
-    return std::shared_ptr<const Program>(Parser(std::move(tokens)).Run());
+    std::shared_ptr<Program> program = Parser(std::move(tokens)).Run();
+    CheckDepth(program->body);
+    return std::shared_ptr<const Program>(std::move(program));
   } catch (const ParseError& e) {
     return InvalidArgument(e.message);
   }

@@ -123,8 +123,12 @@ std::string JinjaTitle(const std::string& s) {
 }
 
 std::string Replace(const std::string& s, const std::string& from, const std::string& to,
-                    int64_t count) {
+                    int64_t count, size_t max_bytes) {
   std::string out;
+  auto check = [&out, max_bytes] {
+    if (out.size() > max_bytes)
+      Fail("replace() builds a string over the " + std::to_string(max_bytes) + "-byte limit");
+  };
   if (from.empty()) {  // Python inserts `to` between every character
     std::vector<uint32_t> cps = DecodeUtf8(s);
     int64_t n = 0;
@@ -132,6 +136,7 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
       if (count < 0 || n < count) {
         out += to;
         ++n;
+        check();
       }
       if (i < cps.size()) AppendUtf8(out, cps[i]);
     }
@@ -146,6 +151,7 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
     out += to;
     pos = hit + from.size();
     ++n;
+    check();
   }
   out.append(s, pos);
   return out;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/jinja/jinja_builtins.h"
+#include "model/jinja/jinja_limits.h"
 #include "model/jinja/jinja_value.h"
 
 namespace strata::jinja {
@@ -20,8 +21,10 @@ std::string MapString(const std::string& s, int how);  // how: 0 lower(), 1 uppe
 std::string PyCapitalize(const std::string& s);        // str.capitalize()
 std::string JinjaTitle(const std::string& s);          // jinja2's title filter (not str.title)
 // str.replace(from, to, count); count < 0 replaces all.
+// Fails (RenderError) once the result passes max_bytes: replace("", x) on a
+// long string grows it by |x| per character.
 std::string Replace(const std::string& s, const std::string& from, const std::string& to,
-                    int64_t count);
+                    int64_t count, size_t max_bytes = RenderLimits().max_output_bytes);
 // str.split(sep, maxsplit) / rsplit; sep none = runs of whitespace.
 List Split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_right);
 

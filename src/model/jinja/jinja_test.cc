@@ -170,5 +170,118 @@ TEST(JinjaInterp, StrMethodsUseCodePoints) {
             "STRASSE|2|οδος");
 }
 
+// What a hostile template could do to the process before these bounds:
+// overflow the stack, allocate without limit, spin, or hit signed overflow.
+std::string RenderWith(const std::string& src, const RenderLimits& limits) {
+  auto prog = ParseTemplate(src);
+  if (!prog.ok()) return "<parse error: " + prog.status().message() + ">";
+  Dict ctx;
+  std::tm now{};
+  Interpreter interp(**prog, ctx, now, limits);
+  try {
+    return interp.Render();
+  } catch (const RenderError& e) {
+    return "<error: " + e.message + ">";
+  }
+}
+
+TEST(JinjaLimits, DeepNestingIsAParseErrorNotAStackOverflow) {
+  const int n = 100'000;
+  for (const std::string& src : {"{{ " + std::string(n, '(') + "1" + std::string(n, ')') + " }}",
+                                 "{{ " + std::string(n, '[') + std::string(n, ']') + " }}",
+                                 "{{ " + std::string(4 * n, '-') + "1 }}",
+                                 "{{ " +
+                                     [&] {
+                                       std::string s;
+                                       for (int i = 0; i < n; ++i) s += "not ";
+                                       return s;
+                                     }() +
+                                     "x }}",
+                                 [&] {
+                                   std::string s;
+                                   for (int i = 0; i < n; ++i) s += "{% if x %}";
+                                   return s;
+                                 }()}) {
+    auto prog = ParseTemplate(src);
+    ASSERT_FALSE(prog.ok());
+    EXPECT_NE(prog.status().message().find("levels deep"), std::string::npos)
+        << prog.status().message();
+  }
+  // Loops build left-deep trees without recursing: 1+1+1..., a.b.c..., x|f|f...
+  std::string sum = "{{ 1", attrs = "{{ a", filters = "{{ x";
+  for (int i = 0; i < n; ++i) {
+    sum += "+1";
+    attrs += ".b";
+    filters += "|string";
+  }
+  for (const std::string& src : {sum + " }}", attrs + " }}", filters + " }}"}) {
+    auto prog = ParseTemplate(src);
+    ASSERT_FALSE(prog.ok());
+    EXPECT_NE(prog.status().message().find("nests more than 100 levels"), std::string::npos)
+        << prog.status().message();
+  }
+  // Real templates stay far below the limit.
+  EXPECT_EQ(Render("{{ ((((1 + 2)))) * [[[3]]][0][0][0] }}"), "9");
+}
+
+// Found by model_fuzz_replay_test: std::stod/stoll threw out_of_range past
+// the RenderError/ParseError handlers, out of ChatTemplate::Parse/Render.
+TEST(JinjaLimits, NumberLiteralsOutOfRange) {
+  EXPECT_EQ(Render("{{ 1e999 }} {{ -1e999 }} {{ 1e-999 }}"), "inf -inf 0.0");
+  auto prog = ParseTemplate("{{ x.99999999999999999999 }}");
+  ASSERT_FALSE(prog.ok());
+  EXPECT_NE(prog.status().message().find("integer literal out of range"), std::string::npos);
+  EXPECT_EQ(Render("{{ xs | map(attribute='99999999999999999999') | list | length }}",
+                   {{"xs", nlohmann::ordered_json::array({nlohmann::ordered_json::array({1})})}}),
+            "1");
+}
+
+TEST(JinjaLimits, OutputSizeIsBounded) {
+  RenderLimits small;
+  small.max_output_bytes = 1000;
+  for (const char* src :
+       {"{{ 'a' * 1001 }}", "{{ 'ab' * 9223372036854775807 }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(20) %}"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% for i in range(2000) %}a{% endfor %}", "{{ 'a' | indent(5000) }}",
+        "{{ ('a' * 100) | replace('', 'bbbbbbbbbb') }}", "{{ [[[1]]] | tojson(indent=999) }}",
+        "{{ ('a\n' * 100) | indent(20, true) }}"}) {
+    std::string out = RenderWith(src, small);
+    EXPECT_NE(out.find("<error: "), std::string::npos) << src << " -> " << out.substr(0, 80);
+    EXPECT_NE(out.find("limit"), std::string::npos) << src << " -> " << out.substr(0, 200);
+  }
+  EXPECT_EQ(RenderWith("{{ 'ab' * 3 }}{{ 'a' | indent(-5) }}", small),
+            "ababab"
+            "a");
+}
+
+TEST(JinjaLimits, StepBudgetBoundsLoopsAndRepetition) {
+  RenderLimits small;
+  small.max_steps = 1000;
+  for (const char* src :
+       {"{% for i in range(100000) %}{% endfor %}",
+        "{% for i in range(40) %}{% for j in range(40) %}{% endfor %}{% endfor %}",
+        "{{ ([1] * 5000) | length }}", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"}) {
+    std::string out = RenderWith(src, small);
+    EXPECT_NE(out.find("<error: "), std::string::npos) << src << " -> " << out.substr(0, 80);
+  }
+  EXPECT_EQ(RenderWith("{% for i in range(30) %}{% for j in range(30) %}{% endfor %}{% endfor %}ok",
+                       small),
+            "ok");
+}
+
+TEST(JinjaLimits, IntegerOverflowIsAnErrorNotUndefinedBehaviour) {
+  for (const char* src :
+       {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+        "{{ 4611686018427387904 * 2 }}", "{{ 2 ** 63 }}", "{{ 3 ** 1000000000000000000 }}",
+        "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+        "{{ (-9223372036854775807 - 1) | abs }}"}) {
+    std::string out = Render(src);
+    EXPECT_NE(out.find("integer overflow"), std::string::npos) << src << " -> " << out;
+  }
+  EXPECT_EQ(Render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 1 ** 1000000000000000000 }} {{ 7 % -1 }}"),
+            "4611686018427387904 -9223372036854775808 1 0");
+}
+
 }  // namespace
 }  // namespace strata::jinja

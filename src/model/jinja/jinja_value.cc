@@ -533,10 +533,13 @@ struct JsonWriter {
   std::string item_sep;
   std::string key_sep;
   std::string out;
+  size_t max_bytes = SIZE_MAX;
 
   void Newline(int depth) {
     out += '\n';
     for (int i = 0; i < depth; ++i) out += indent_unit;
+    if (out.size() > max_bytes)
+      Fail("tojson builds text over the " + std::to_string(max_bytes) + "-byte limit");
   }
 
   void Write(const Value& v, int depth) {
@@ -610,17 +613,21 @@ struct JsonWriter {
 }  // namespace
 
 std::string JsonDumps(const Value& v, bool ensure_ascii, const Value& indent,
-                      const Value& separators, bool sort_keys) {
+                      const Value& separators, bool sort_keys, size_t max_bytes) {
   JsonWriter w;
+  w.max_bytes = max_bytes;
   w.ensure_ascii = ensure_ascii;
   w.sort_keys = sort_keys;
   w.pretty = !(indent.is_none() || indent.is_undefined());
   if (w.pretty) {
-    if (indent.is_int() || indent.is_bool())
-      w.indent_unit = std::string(static_cast<size_t>(std::max<int64_t>(
-                                      0, indent.is_bool() ? indent.as_bool() : indent.as_int())),
-                                  ' ');
-    else if (indent.is_string())
+    if (indent.is_int() || indent.is_bool()) {
+      const int64_t width =
+          std::max<int64_t>(0, indent.is_bool() ? indent.as_bool() : indent.as_int());
+      if (static_cast<uint64_t>(width) > max_bytes)
+        Fail("tojson: indent " + std::to_string(width) + " is over the " +
+             std::to_string(max_bytes) + "-byte limit");
+      w.indent_unit = std::string(static_cast<size_t>(width), ' ');
+    } else if (indent.is_string())
       w.indent_unit = indent.as_string();
     else
       Fail("tojson: indent must be an int or a string, not " + indent.TypeName());

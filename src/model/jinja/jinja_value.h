@@ -168,8 +168,10 @@ std::string PyFloatRepr(double d);
 
 // json.dumps(v, ensure_ascii, indent, separators, sort_keys). `indent` is
 // null (compact), an int or a string; `separators` null or a 2-item list.
+// Fails (RenderError) once the text passes max_bytes (indent=10**6 on a
+// nested value would otherwise build gigabytes).
 std::string JsonDumps(const Value& v, bool ensure_ascii, const Value& indent,
-                      const Value& separators, bool sort_keys);
+                      const Value& separators, bool sort_keys, size_t max_bytes = SIZE_MAX);
 
 // UTF-8 helpers with Python str semantics (indices count code points).
 std::vector<uint32_t> DecodeUtf8(std::string_view s);

@@ -293,6 +293,15 @@ Status TokenizerImpl::Load(const std::string& tokenizer_json, const std::string&
   int32_t max_id = model_->max_id();
   for (const AddedToken& t : added_) max_id = std::max(max_id, t.id);
   vocab_size_ = max_id + 1;
+  // Encode emits these ids verbatim: one outside the vocabulary would index
+  // past the embedding table.
+  for (const std::vector<int32_t>* ids : {&prefix_ids_, &suffix_ids_}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= vocab_size_ || TokenString(id) == nullptr)
+        return InvalidArgument(file + ": post_processor adds token id " + std::to_string(id) +
+                               ", which is not in the vocabulary (model.vocab or added_tokens)");
+    }
+  }
   special_.assign(vocab_size_, false);
   byte_token_.assign(vocab_size_, false);
   for (const AddedToken& t : added_) special_[t.id] = t.special;

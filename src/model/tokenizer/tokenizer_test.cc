@@ -433,6 +433,10 @@ TEST(TokenizerErrorTest, MalformedFieldsNameTheField) {
       {[](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<nope>"; },
        "<nope>"},
       {[](json& j) { j["decoder"]["decoders"][2]["type"] = "CTC"; }, "decoder.decoders[2]"},
+      // Found by model_fuzz_replay_test: Encode emitted this id verbatim, past
+      // the vocabulary (and the embedding table).
+      {[](json& j) { j["post_processor"]["special_tokens"]["<s>"]["ids"] = {100000}; },
+       "post_processor adds token id 100000, which is not in the vocabulary"},
   };
   for (const Case& c : cases) {
     json m = j;
