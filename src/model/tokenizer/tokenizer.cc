@@ -574,7 +574,7 @@ bool TokenizerImpl::UnstableEnd(const std::string& text, const int32_t* ids, siz
   // turns its end-of-word suffix into "" at the end but " " elsewhere, so a
   // vocabulary token "d</w>Y" reads "dY" last and "d Y" otherwise. Text is
   // final only if it survives being followed.
-  if (decoder_ && n > 0) {
+  if (decoder_traits_.last_token_differs && n > 0) {
     const std::string followed = Decode(ids, n, skip_special, /*followed=*/true);
     if (followed.compare(0, text.size(), text) != 0) return true;
   }
