@@ -189,7 +189,10 @@ class TokenizerImpl {
                             std::vector<int32_t>* suffix);
 
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
-  std::string Decode(const int32_t* ids, size_t n, bool skip_special) const;
+  // followed: decode ids[0..n) as the start of a longer sequence, so stages
+  // that treat the last token specially (BPEDecoder drops the end-of-word
+  // suffix there but turns it into a space elsewhere) see one more token.
+  std::string Decode(const int32_t* ids, size_t n, bool skip_special, bool followed = false) const;
   void RegisterAddedToken(AddedToken t);
   const std::string* TokenString(int32_t id) const;
   bool IsSpecial(int32_t id) const {
@@ -517,7 +520,8 @@ std::vector<int32_t> TokenizerImpl::Encode(std::string_view text, bool add_speci
   return out;
 }
 
-std::string TokenizerImpl::Decode(const int32_t* ids, size_t n, bool skip_special) const {
+std::string TokenizerImpl::Decode(const int32_t* ids, size_t n, bool skip_special,
+                                  bool followed) const {
   if (decoder_traits_.byte_level_only) {
     std::string bytes;
     for (size_t k = 0; k < n; ++k) {
@@ -536,6 +540,9 @@ std::string TokenizerImpl::Decode(const int32_t* ids, size_t n, bool skip_specia
   }
   std::string out;
   if (decoder_) {
+    // An empty token stands for "more follows": it contributes no text of
+    // its own, but the real last token is no longer last.
+    if (followed && !tokens.empty()) tokens.emplace_back();
     decoder_->DecodeChain(tokens);
     for (const std::string& t : tokens) out += t;
   } else {
@@ -563,6 +570,14 @@ bool TokenizerImpl::UnstableEnd(const std::string& text, const int32_t* ids, siz
   // Otherwise an unfinished sequence or an invalid byte run (ByteFallback)
   // shows as a trailing U+FFFD; either may still change.
   if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;
+  // The last token may decode differently once another follows: BPEDecoder
+  // turns its end-of-word suffix into "" at the end but " " elsewhere, so a
+  // vocabulary token "d</w>Y" reads "dY" last and "d Y" otherwise. Text is
+  // final only if it survives being followed.
+  if (decoder_traits_.last_token_differs && n > 0) {
+    const std::string followed = Decode(ids, n, skip_special, /*followed=*/true);
+    if (followed.compare(0, text.size(), text) != 0) return true;
+  }
   if (decoder_traits_.byte_fallback) {
     // A ByteFallback run is decoded as a whole: the next byte token can turn
     // already-valid bytes into U+FFFDs. Hold text while a run is open.
@@ -661,7 +676,8 @@ const std::string& Tokenizer::chat_template() const { return impl_->chat_templat
 // Decode(window + pending) minus Decode(window): decoding from the same start
 // makes start-of-text effects (Strip, Metaspace's first token) cancel, and
 // read_offset_ only ever sits where the text was stable (complete UTF-8, no
-// open byte-fallback run), so the difference equals what Decode(all) adds.
+// open byte-fallback run, the same text once another token follows), so the
+// difference equals what Decode(all) adds.
 
 IncrementalDecoder::IncrementalDecoder(std::shared_ptr<const Tokenizer> tokenizer,
                                        bool skip_special_tokens)

@@ -80,6 +80,9 @@ class Tokenizer {
 // equals Decode(all ids). With a ByteFallback decoder (Llama 2, Mistral) a
 // run of <0xNN> tokens is held until a non-byte token ends it, because HF
 // decodes the run as a whole (one invalid byte turns it all into U+FFFD).
+// Likewise the last token's text is held while it would read differently
+// with a token after it (BPEDecoder: "d</w>Y" is "dY" at the end, "d Y"
+// before more text).
 // Cost per Add() is one decode of the short window since the last emission.
 class IncrementalDecoder {
  public:

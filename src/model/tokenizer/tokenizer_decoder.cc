@@ -299,6 +299,7 @@ Status ParseInto(const json& j, const std::string& where, std::unique_ptr<Decode
   }
   if (type == "BPEDecoder") {
     auto d = std::make_unique<BpeSuffixDecoder>();
+    traits->last_token_differs = true;
     d->suffix = "</w>";
     if (auto s = j.find("suffix"); s != j.end() && s->is_string())
       d->suffix = s->get<std::string>();

@@ -26,6 +26,9 @@ class Decoder {
 struct DecoderTraits {
   bool byte_level_only = false;  // exactly one ByteLevel decoder: bytes concatenate
   bool byte_fallback = false;    // a ByteFallback decoder is in the chain
+  // A stage decodes the last token differently from the others (BPEDecoder:
+  // its suffix becomes "" there, " " elsewhere).
+  bool last_token_differs = false;
 };
 
 // `j` is the "decoder" value (not null).

@@ -381,6 +381,46 @@ TEST(TokenizerTest, NormalizedAddedTokensMatchNormalizedPattern) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), *mask), 2) << json(ids).dump();
 }
 
+// HF's BPEDecoder replaces the end-of-word suffix with "" in the last token
+// and " " in every other one, anywhere in the token. A vocabulary token with
+// the suffix inside it ("d</w>Y") therefore reads "dY" at the end of the text
+// and "d Y" before more: the streamer emitted "dY" as final, then (the
+// window's text no longer being a prefix) flushed the whole window again,
+// giving "worldYd Y!" for Decode's "world Y!". Found by tokenizer_fuzz
+// (tests/fuzz/tokenizer/regress_bpe_decoder_suffix_inside_token.json). The
+// model can sample any id, so such a token reaches the streamer however
+// Encode splits text.
+TEST(TokenizerTest, StreamingHoldsBpeDecoderSuffixInsideLastToken) {
+  const json j = {
+      {"model",
+       {{"type", "BPE"},
+        {"end_of_word_suffix", "</w>"},
+        {"vocab", {{"w", 0}, {"o", 1}, {"d</w>Y", 2}, {"!</w>", 3}, {"a</w></w>", 4}}},
+        {"merges", json::array()}}},
+      {"decoder", {{"type", "BPEDecoder"}, {"suffix", "</w>"}}},
+  };
+  auto t = Tokenizer::FromJson(j.dump(), "", "bpe_decoder_suffix");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const std::vector<std::vector<int32_t>> seqs = {{0, 1, 2, 3}, {2, 2},    {2},
+                                                  {2, 4, 0},    {4, 2, 3}, {0, 4}};
+  for (const auto& ids : seqs) {
+    IncrementalDecoder dec(*t, false);
+    std::string streamed;
+    for (int32_t id : ids) streamed += dec.Add(id);
+    streamed += dec.Flush();
+    EXPECT_EQ(streamed, (*t)->Decode(ids)) << json(ids).dump();
+  }
+  EXPECT_EQ((*t)->Decode({0, 1, 2, 3}), "wod Y!");
+  // Held only while it is last: the next token releases it.
+  IncrementalDecoder dec(*t, false);
+  EXPECT_EQ(dec.Add(2), "");
+  EXPECT_EQ(dec.Add(0), "d Yw");
+  // A suffix at the very end of the token is final as it stands ("a", then " ").
+  IncrementalDecoder tail(*t, false);
+  EXPECT_EQ(tail.Add(4), "a");
+  EXPECT_EQ(tail.Add(0), "  w");
+  EXPECT_EQ(tail.Flush(), "");
+}
 // --- error cases -----------------------------------------------------------
 
 std::string SmallJson() {
