@@ -125,7 +125,7 @@ int ServeCommand(const Args& args) {
   f.String("host", &host, "address to listen on (0.0.0.0: every interface; a warning is logged when that is done without --api-key)");
   f.Int("port", &port, "TCP port (0: any free port, printed at startup)", 0, 65535);
   f.String("served-model-name", &served_name, "model name in the API (default: the model directory's name)");
-  f.String("api-key", &api_key, "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
+  f.String("api-key", &api_key, "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize and /debug/* (checked before the body is read)");
   f.Int("max-running-requests", &max_running, "requests computed concurrently", 1, 4096);
   f.Int("max-total-tokens", &max_total_tokens, "KV cache size in tokens (0: automatic)", 0, int64_t{1} << 40);
   f.Int("page-size", &page_size, "tokens per KV page", 1, 1024);

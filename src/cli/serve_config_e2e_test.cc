@@ -79,6 +79,34 @@ TEST(ServeConfigTest, ListeningBeyondLoopbackWithoutAKeyIsWarned) {
   EXPECT_THAT(local.Log(), Not(HasSubstr("without --api-key")));
 }
 
+TEST(ServeConfigTest, TotalBodyCapBelowTheRequestLimitIsExit78) {
+  Server s({"--model-path", "/nonexistent", "--max-request-body-bytes", "4096",
+            "--max-total-request-body-bytes", "2048"});
+  EXPECT_EQ(s.WaitExit(kExit), 78);
+  EXPECT_THAT(s.Log(), HasSubstr("--max-total-request-body-bytes 2048"));
+}
+
+// The key is checked when the head arrives: a client announcing a 30 MB
+// body gets its 401 without sending a byte of it.
+TEST(ServeConfigTest, UnauthenticatedBodiesAreRefusedBeforeTheyAreRead) {
+  Server s({"--model-path", Fixture("llama_default"), "--api-key", "secret"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  Client c(s.port(), true);
+  ASSERT_TRUE(
+      c.Send("POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "Content-Length: 31457280\r\n\r\n"));
+  auto r = c.Read();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 401);
+  EXPECT_THAT(r->body, HasSubstr("invalid_api_key"));
+  // With the key (any case of the scheme) the same route works.
+  Response ok = s.PostJson("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})",
+                           "Authorization: bearer secret\r\n");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(s.Request(Get("/debug/integrity")).status, 401);
+  EXPECT_EQ(s.Request(Get("/health")).status, 200);
+}
+
 TEST(ServeConfigTest, HupAndUsrSignalsAreLoggedAndIgnored) {
   Server s({"--model-path", Fixture("llama_default")});
   ASSERT_GT(s.port(), 0) << s.Log();

@@ -16,6 +16,7 @@
 #include <regex>
 #include <thread>
 
+#include "cli/serve_test_process.h"
 #include "server/http_test_client.h"
 
 namespace {
@@ -24,94 +25,6 @@ using namespace strata::http_test;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::string Fixture(const std::string& name) {
-  return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-}
-
-// A `strata serve` child process on an ephemeral port (as in serve_e2e_test.cc).
-class Server {
- public:
-  explicit Server(std::vector<std::string> args) {
-    log_ = ::testing::TempDir() + "/serve_hard_" + std::to_string(getpid()) + "_" +
-           std::to_string(counter_++) + ".log";
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 2);
-      std::vector<std::string> all = {STRATA_BINARY, "serve", "--port", "0", "--threads", "1"};
-      all.insert(all.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(STRATA_BINARY, argv.data());
-      _exit(127);
-    }
-    Eventually(
-        [&] {
-          std::smatch m;
-          std::string l = Log();
-          static const std::regex re("on http://127\\.0\\.0\\.1:(\\d+)");
-          if (std::regex_search(l, m, re)) port_ = std::stoi(m[1]);
-          return port_ > 0 || Exited();
-        },
-        std::chrono::seconds(30));
-  }
-  ~Server() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int port() const { return port_; }
-  std::string Log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  bool Exited() {
-    if (exited_) return true;
-    int st = 0;
-    if (waitpid(pid_, &st, WNOHANG) == pid_) exited_ = true;
-    return exited_;
-  }
-  // The server's thread count, from /proc/PID/status.
-  int Threads() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
-    std::string key;
-    while (in >> key)
-      if (key == "Threads:") {
-        int n = 0;
-        in >> n;
-        return n;
-      }
-    return -1;
-  }
-
-  Response Request(const std::string& raw,
-                   std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-    Client c(Connect(port_, timeout));
-    EXPECT_TRUE(c.Send(raw));
-    auto r = c.Read();
-    return r ? *r : Response{};
-  }
-  Response PostJson(const std::string& path, const std::string& body, const std::string& extra = "",
-                    std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-    return Request(Post(path, body, "Content-Type: application/json\r\n" + extra), timeout);
-  }
-  double Metric(const std::string& series) {
-    Response r = Request(Get("/metrics"));
-    const size_t pos = r.body.find("\n" + series + " ");
-    if (pos == std::string::npos) return -1;
-    return std::stod(r.body.substr(pos + series.size() + 2, 32));
-  }
-
- private:
-  static inline int counter_ = 0;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  bool exited_ = false;
-  std::string log_;
-};
 
 std::string Outcome(const char* outcome) {
   return std::string("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"") + outcome +

@@ -27,7 +27,8 @@ inline std::string Fixture(const std::string& name) {
 class Server {
  public:
   explicit Server(std::vector<std::string> args) {
-    log_ = ::testing::TempDir() + "/serve_" + std::to_string(getpid()) + "_" + std::to_string(counter_++) + ".log";
+    log_ = ::testing::TempDir() + "/serve_" + std::to_string(getpid()) + "_" +
+           std::to_string(counter_++) + ".log";
     pid_ = fork();
     if (pid_ == 0) {
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -40,13 +41,15 @@ class Server {
       execv(STRATA_BINARY, argv.data());
       _exit(127);
     }
-    Eventually([&] {
-      std::smatch m;
-      std::string l = Log();
-      static const std::regex re("on http://[^ :]+:(\\d+)");
-      if (std::regex_search(l, m, re)) port_ = std::stoi(m[1]);
-      return port_ > 0 || Exited();
-    }, std::chrono::seconds(30));
+    Eventually(
+        [&] {
+          std::smatch m;
+          std::string l = Log();
+          static const std::regex re("on http://[^ :]+:(\\d+)");
+          if (std::regex_search(l, m, re)) port_ = std::stoi(m[1]);
+          return port_ > 0 || Exited();
+        },
+        std::chrono::seconds(30));
   }
   ~Server() {
     if (pid_ > 0 && !exited_) {
@@ -74,14 +77,28 @@ class Server {
   }
   void Signal(int sig) { kill(pid_, sig); }
 
-  Response Request(const std::string& raw) {
-    Client c(port_, true);
+  Response Request(const std::string& raw,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    Client c(Connect(port_, timeout));
     EXPECT_TRUE(c.Send(raw));
     auto r = c.Read();
     return r ? *r : Response{};
   }
-  Response PostJson(const std::string& path, const std::string& body, const std::string& extra = "") {
-    return Request(Post(path, body, "Content-Type: application/json\r\n" + extra));
+  Response PostJson(const std::string& path, const std::string& body, const std::string& extra = "",
+                    std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    return Request(Post(path, body, "Content-Type: application/json\r\n" + extra), timeout);
+  }
+  // The server's thread count, from /proc/PID/status (-1 if unknown).
+  int Threads() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string key;
+    while (in >> key)
+      if (key == "Threads:") {
+        int n = 0;
+        in >> n;
+        return n;
+      }
+    return -1;
   }
   double Metric(const std::string& series) {
     Response r = Request(Get("/metrics"));

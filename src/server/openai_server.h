@@ -46,7 +46,7 @@ namespace strata {
 
 struct ServerOptions {
   std::string served_model_name;  // what /v1/models lists and requests may name
-  std::string api_key;            // non-empty: /v1/*, /tokenize, /detokenize need "Bearer <key>"
+  std::string api_key;  // non-empty: /v1/*, /tokenize, /detokenize, /debug/* need "Bearer <key>"
   HttpServerOptions http;         // used when Create() is given no HttpServer
   int output_threads = 1;         // detokenize + encode engine output
   int request_threads = 2;        // parse, render, tokenize, submit (off the I/O threads)
