@@ -14,28 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "util/fuzz_corpus.h"
+
 namespace strata {
 
 int FuzzHttpRequestHead(const uint8_t* data, size_t size);
 
 namespace {
 
-std::vector<std::string> LoadCorpus() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(
-           std::filesystem::path(STRATA_SOURCE_DIR) / "tests/fuzz/http")) {
-    files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  std::vector<std::string> corpus;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    corpus.push_back(ss.str());
-  }
-  return corpus;
-}
+std::vector<std::string> LoadCorpus() { return LoadFuzzCorpus("http"); }
 
 void RunOne(const std::string& input) {
   FuzzHttpRequestHead(reinterpret_cast<const uint8_t*>(input.data()), input.size());

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "util/fuzz_corpus.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace strata {
@@ -21,20 +23,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::vector<std::string> LoadCorpus() {
-  std::vector<std::string> corpus;
-  std::filesystem::path dir = std::filesystem::path(STRATA_SOURCE_DIR) / "tests/fuzz/openai";
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    corpus.push_back(ss.str());
-  }
-  return corpus;
-}
+std::vector<std::string> LoadCorpus() { return LoadFuzzCorpus("openai"); }
 
 void RunOne(const std::string& input) {
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());

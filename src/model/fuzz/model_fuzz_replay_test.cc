@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/fuzz/model_fuzz.h"
+#include "util/fuzz_corpus.h"
 
 namespace strata::fuzz {
 namespace {
@@ -27,20 +28,7 @@ struct Target {
   int mutations;
 };
 
-std::vector<std::string> LoadCorpus(const std::string& name) {
-  std::filesystem::path dir = std::filesystem::path(STRATA_SOURCE_DIR) / "tests/fuzz" / name;
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  std::vector<std::string> corpus;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    corpus.push_back(ss.str());
-  }
-  return corpus;
-}
+std::vector<std::string> LoadCorpus(const std::string& name) { return LoadFuzzCorpus(name); }
 
 void RunOne(Entry entry, const std::string& input) {
   entry(reinterpret_cast<const uint8_t*>(input.data()), input.size());
