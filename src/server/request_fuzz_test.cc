@@ -10,10 +10,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "server/openai_protocol.h"
 #include "util/fuzz_corpus.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -94,62 +96,17 @@ const std::vector<Json>& InterestingValues() {
   return values;
 }
 
+// Every field either endpoint knows (one list: openai_protocol's), plus one
+// it does not.
 const std::vector<std::string>& FieldNames() {
-  static const std::vector<std::string> names = {"model",
-                                                 "prompt",
-                                                 "messages",
-                                                 "max_tokens",
-                                                 "max_completion_tokens",
-                                                 "n",
-                                                 "echo",
-                                                 "logprobs",
-                                                 "top_logprobs",
-                                                 "stream",
-                                                 "stream_options",
-                                                 "stop",
-                                                 "stop_token_ids",
-                                                 "seed",
-                                                 "temperature",
-                                                 "top_p",
-                                                 "top_k",
-                                                 "min_p",
-                                                 "frequency_penalty",
-                                                 "presence_penalty",
-                                                 "repetition_penalty",
-                                                 "ignore_eos",
-                                                 "return_tokens_as_token_ids",
-                                                 "skip_special_tokens",
-                                                 "tools",
-                                                 "tool_choice",
-                                                 "response_format",
-                                                 "chat_template_kwargs",
-                                                 "add_generation_prompt",
-                                                 "continue_final_message",
-                                                 "best_of",
-                                                 "logit_bias",
-                                                 "suffix",
-                                                 "min_tokens",
-                                                 "user",
-                                                 "include_stop_str_in_output",
-                                                 "functions",
-                                                 "function_call",
-                                                 "priority",
-                                                 "return_token_ids",
-                                                 "request_id",
-                                                 "modalities",
-                                                 "metadata",
-                                                 "store",
-                                                 "service_tier",
-                                                 "cache_salt",
-                                                 "length_penalty",
-                                                 "parallel_tool_calls",
-                                                 "reasoning_effort",
-                                                 "include_reasoning",
-                                                 "spaces_between_special_tokens",
-                                                 "bad_words",
-                                                 "allowed_token_ids",
-                                                 "prompt_logprobs",
-                                                 "unknown_field"};
+  static const std::vector<std::string> names = [] {
+    std::set<std::string> all;
+    for (bool chat : {false, true})
+      for (std::string& f : KnownRequestFields(chat)) all.insert(std::move(f));
+    std::vector<std::string> v(all.begin(), all.end());
+    v.push_back("unknown_field");
+    return v;
+  }();
   return names;
 }
 
