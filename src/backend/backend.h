@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/dtype.h"
@@ -140,6 +141,19 @@ struct RopeParams {
   float attention_scaling = 1.f;  // multiplies cos/sin (1 for the listed rope types)
 };
 
+// Batched copies between backend memory and host memory (HiCache backups
+// and load-backs, PD staging). Blocks may differ in size; they must not
+// overlap one another.
+enum class CopyKind : uint8_t {
+  kHostToDevice,  // dst in backend memory (Allocate), src in host memory
+  kDeviceToHost,  // dst in host memory, src in backend memory
+};
+struct CopyBlock {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -151,6 +165,24 @@ class Backend {
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() {}
+
+  // Copies every block and returns when all of them are done. Unlike the
+  // ops below, this may be called from any thread, concurrently with ops
+  // issued on the engine thread (the HiCache controller thread calls it): it
+  // uses its own threads (CPU: a multithreaded memcpy) or its own stream
+  // (CUDA: one batched async copy), never the compute queue. Host memory
+  // should be registered with PinHostMemory for full speed on a GPU. Errors:
+  // the backend's copy failed (the blocks' contents are then unspecified).
+  virtual Status CopyBlocks(std::span<const CopyBlock> blocks, CopyKind kind) = 0;
+  // Registers host memory [p, p + bytes) for fast device copies (CUDA:
+  // cudaHostRegister) until UnpinHostMemory(p). The CPU backend does
+  // nothing. Errors: the registration failed.
+  virtual Status PinHostMemory(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+    return OkStatus();
+  }
+  virtual void UnpinHostMemory(void* p) { (void)p; }
 
   // A view of weight `host` (host memory, e.g. the mapped checkpoint) that
   // this backend's ops can read, valid while the backend lives. The CPU

@@ -132,4 +132,19 @@ StatusOr<int64_t> NumKvPagesForTokens(const KvLayout& layout, int64_t max_total_
   return pages;
 }
 
+char* KvPoolMemory::PagePtr(int g, int layer, int tensor, int64_t page) const {
+  STRATA_CHECK(layout != nullptr && g >= 0 && g < static_cast<int>(group_base.size()))
+      << "KV pool group " << g << " of " << group_base.size();
+  const PoolGroupSpec& s = layout->groups[static_cast<size_t>(g)];
+  const int tensors = s.has_v ? 2 : 1;
+  STRATA_CHECK(layer >= 0 && layer < s.num_layers && tensor >= 0 && tensor < tensors && page >= 0 &&
+               page < num_pages)
+      << "KV page (group " << s.name << ", layer " << layer << ", tensor " << tensor << ", page " << page
+      << ") outside the pool of " << num_pages << " pages";
+  const size_t page_bytes = layout->BytesPerPagePerTensor(g);
+  const size_t tensor_bytes = page_bytes * static_cast<size_t>(num_pages);
+  return group_base[static_cast<size_t>(g)] + (static_cast<size_t>(layer) * tensors + static_cast<size_t>(tensor)) * tensor_bytes +
+         static_cast<size_t>(page) * page_bytes;
+}
+
 }  // namespace strata

@@ -76,6 +76,21 @@ struct KvLayout {
   std::string Describe() const;
 };
 
+// Where the pages of one pool live (the device KvPool or a HostKvPool): one
+// base pointer per group, each laid out [layer][K, V][page][offset in
+// page][kv_head][head_dim], so (group, layer, tensor, page) is one contiguous
+// run of BytesPerPagePerTensor(group) bytes: the unit of host/device copies,
+// storage files and PD transfer. Non-owning; valid while the pool lives.
+struct KvPoolMemory {
+  const KvLayout* layout = nullptr;
+  int64_t num_pages = 0;
+  std::vector<char*> group_base;  // one per layout->groups entry
+
+  // Start of page `page` of tensor `tensor` (0 = K, 1 = V) of `layer` in
+  // group g. REQUIRES: indices in range (tensor 1 only when the group has V).
+  char* PagePtr(int g, int layer, int tensor, int64_t page) const;
+};
+
 // Largest page count the allocator supports: page ids are int32 and slot ids
 // (page * page_size + offset) must fit int64.
 inline constexpr int64_t kMaxKvPages = int64_t{1} << 30;

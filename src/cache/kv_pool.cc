@@ -47,6 +47,14 @@ KvLayerView KvPool::Layer(int group, int layer) const {
   return view;
 }
 
+KvPoolMemory KvPool::memory() const {
+  KvPoolMemory m;
+  m.layout = &layout_;
+  m.num_pages = num_pages();
+  for (const Buffer& b : buffers_) m.group_base.push_back(static_cast<char*>(b.data()));
+  return m;
+}
+
 size_t KvPool::total_bytes() const {
   size_t total = 0;
   for (const Buffer& b : buffers_) total += b.bytes();

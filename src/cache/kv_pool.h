@@ -51,6 +51,9 @@ class KvPool {
   // V). REQUIRES: 0 <= group < num_groups(), 0 <= layer < its num_layers.
   KvLayerView Layer(int group, int layer) const;
 
+  // Base pointers of every group, for batched page copies (KvPoolMemory).
+  KvPoolMemory memory() const;
+
   // Bytes of device memory the pool holds, all groups.
   size_t total_bytes() const;
 

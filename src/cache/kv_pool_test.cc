@@ -31,6 +31,10 @@ class MallocBackend : public Backend {
   }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  Status CopyBlocks(std::span<const CopyBlock> blocks, CopyKind) override {
+    for (const CopyBlock& b : blocks) std::memcpy(b.dst, b.src, b.bytes);
+    return OkStatus();
+  }
   void Embedding(const Tensor&, const int32_t*, Tensor) override { std::abort(); }
   void RmsNorm(const Tensor&, const Tensor&, float, Tensor) override { std::abort(); }
   void Linear(const Tensor&, const Tensor&, const Tensor*, Tensor) override { std::abort(); }

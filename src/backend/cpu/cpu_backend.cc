@@ -86,6 +86,11 @@ class CpuBackend final : public Backend {
   }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  // Serial for now; the HiCache copy threads replace this.
+  Status CopyBlocks(std::span<const CopyBlock> blocks, CopyKind) override {
+    for (const CopyBlock& b : blocks) std::memcpy(b.dst, b.src, b.bytes);
+    return OkStatus();
+  }
 
   void Embedding(const Tensor& table, const int32_t* ids, Tensor out) override {
     STRATA_CHECK(out.dtype == DType::kF32 && IsFloatDType(table.dtype));

@@ -139,6 +139,19 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  // Serial on the default path for now; the HiCache work gives this its own
+  // stream and one batched copy.
+  Status CopyBlocks(std::span<const CopyBlock> blocks, CopyKind kind) override {
+    const cudaMemcpyKind k =
+        kind == CopyKind::kHostToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    for (const CopyBlock& b : blocks) {
+      cudaError_t e = cudaMemcpy(b.dst, b.src, b.bytes, k);
+      if (e != cudaSuccess)
+        return Internal(std::string("CUDA page copy failed: ") + cudaGetErrorString(e));
+    }
+    return OkStatus();
+  }
+
   void Synchronize() override {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaGetLastError());
