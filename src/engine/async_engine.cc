@@ -63,6 +63,99 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
   generation_tokens_ = counter("strata_generation_tokens_total", "Tokens generated.");
   prefix_hit_tokens_ = counter("strata_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.");
   preemptions_ = counter("strata_preemptions_total", "Requests preempted (KV pages ran out) and recomputed later.");
+  if (engine_->hicache()) RegisterHiCacheMetrics(r);
+}
+
+void AsyncEngine::RegisterHiCacheMetrics(metrics::Registry& r) {
+  auto m = std::make_unique<HiCacheMetrics>();
+  auto log = [](const Status& st) {
+    if (!st.ok()) STRATA_LOG(ERROR) << st.ToString();
+  };
+  auto labelled = [&](const char* name, const char* help, const char* label,
+                      std::initializer_list<const char*> values) -> metrics::Family<metrics::Counter>* {
+    auto f = r.AddCounter(name, help, {label});
+    if (!f.ok()) {
+      log(f.status());
+      return nullptr;
+    }
+    for (const char* v : values) (*f)->Get({v});  // render 0 before the first event
+    return *f;
+  };
+  for (const PoolGroupSpec& g : engine_->pool().layout().groups) m->groups.push_back(g.name);
+  if (auto f = r.AddGauge("strata_hicache_host_pages",
+                          "HiCache host pool pages per pool group: used (holding a backed-up prefix or a copy "
+                          "in flight) or free.",
+                          {"group", "state"});
+      f.ok()) {
+    m->host_pages = *f;
+    for (const std::string& g : m->groups) {
+      (*f)->Get({g, "used"});
+      (*f)->Get({g, "free"});
+    }
+  } else {
+    log(f.status());
+  }
+  if (auto f = r.AddGauge("strata_hicache_storage_bytes", "Bytes of KV pages the HiCache storage tier holds.");
+      f.ok())
+    m->storage_bytes = &(*f)->Get();
+  else
+    log(f.status());
+  m->hit_tokens = labelled("strata_hicache_hit_tokens_total",
+                           "Prompt tokens found in the prefix cache, by the tier they were found in.", "tier",
+                           {"device", "host", "storage"});
+  m->load_back_tokens = labelled("strata_hicache_load_back_tokens_total",
+                                 "Prompt tokens copied back into device pages, by the tier they came from.", "tier",
+                                 {"host", "storage"});
+  m->backup_tokens = labelled("strata_hicache_backup_tokens_total",
+                              "Prefix tokens backed up, by the tier they were written to.", "tier",
+                              {"host", "storage"});
+  m->evicted_tokens = labelled("strata_hicache_evicted_tokens_total",
+                               "Prefix tokens evicted, by the tier they left (device: the prefix may stay on the host).",
+                               "tier", {"device", "host", "storage"});
+  m->storage_errors = labelled("strata_hicache_storage_errors_total",
+                               "Storage tier errors: corrupt files (treated as misses and removed), I/O errors, full disk.",
+                               "reason", {"corrupt", "io", "full"});
+  if (auto f = r.AddHistogram("strata_hicache_load_back_seconds",
+                              "Time from submitting a load-back of a request's host-resident prefix to its completion.",
+                              {}, metrics::ExponentialBuckets(0.0001, 2, 16));
+      f.ok())
+    m->load_back_seconds = &(*f)->Get();
+  else
+    log(f.status());
+  hicache_metrics_ = std::move(m);
+}
+
+void AsyncEngine::PublishHiCache() {
+  HiCache* hc = engine_->hicache();
+  if (!hc || !hicache_metrics_) return;
+  HiCacheMetrics& m = *hicache_metrics_;
+  const HiCacheStats st = hc->stats();
+  const HiCacheStats& last = m.last;
+  auto inc = [](metrics::Family<metrics::Counter>* f, const char* label, int64_t now, int64_t before) {
+    if (f && now > before) f->Get({label}).Inc(static_cast<double>(now - before));
+  };
+  inc(m.hit_tokens, "device", st.hit_tokens_device, last.hit_tokens_device);
+  inc(m.hit_tokens, "host", st.hit_tokens_host, last.hit_tokens_host);
+  inc(m.hit_tokens, "storage", st.hit_tokens_storage, last.hit_tokens_storage);
+  inc(m.load_back_tokens, "host", st.load_back_tokens_host, last.load_back_tokens_host);
+  inc(m.load_back_tokens, "storage", st.load_back_tokens_storage, last.load_back_tokens_storage);
+  inc(m.backup_tokens, "host", st.backup_tokens_host, last.backup_tokens_host);
+  inc(m.backup_tokens, "storage", st.backup_tokens_storage, last.backup_tokens_storage);
+  inc(m.evicted_tokens, "device", st.evicted_tokens_device, last.evicted_tokens_device);
+  inc(m.evicted_tokens, "host", st.evicted_tokens_host, last.evicted_tokens_host);
+  inc(m.evicted_tokens, "storage", st.evicted_tokens_storage, last.evicted_tokens_storage);
+  inc(m.storage_errors, "corrupt", st.storage_errors_corrupt, last.storage_errors_corrupt);
+  inc(m.storage_errors, "io", st.storage_errors_io, last.storage_errors_io);
+  inc(m.storage_errors, "full", st.storage_errors_full, last.storage_errors_full);
+  if (m.host_pages)
+    for (const std::string& g : m.groups) {
+      m.host_pages->Get({g, "used"}).Set(static_cast<double>(st.host_pages_used));
+      m.host_pages->Get({g, "free"}).Set(static_cast<double>(st.host_pages_total - st.host_pages_used));
+    }
+  if (m.storage_bytes) m.storage_bytes->Set(static_cast<double>(st.storage_bytes));
+  if (m.load_back_seconds)
+    for (double s : hc->TakeLoadBackSeconds()) m.load_back_seconds->Observe(s);
+  m.last = st;
 }
 
 EngineSnapshot AsyncEngine::snapshot() const {
@@ -266,11 +359,17 @@ void AsyncEngine::Publish() {
   if (preemptions_ && st.preemptions > last_stats_.preemptions)
     preemptions_->Inc(static_cast<double>(st.preemptions - last_stats_.preemptions));
   if (engine_->prefix_cache()) {
-    const int64_t hits = engine_->prefix_cache()->stats().hit_tokens;
+    // Every tier counts: a host or storage hit is copied back, not recomputed.
+    int64_t hits = engine_->prefix_cache()->stats().hit_tokens;
+    if (const HiCache* hc = engine_->hicache()) {
+      const HiCacheStats hs = hc->stats();
+      hits += hs.hit_tokens_host + hs.hit_tokens_storage;
+    }
     if (prefix_hit_tokens_ && hits > last_hit_tokens_) prefix_hit_tokens_->Inc(static_cast<double>(hits - last_hit_tokens_));
     last_hit_tokens_ = hits;
   }
   last_stats_ = st;
+  PublishHiCache();
   if (kv_used_) {
     kv_used_->Get({"active"}).Set(static_cast<double>(l.pages_active));
     kv_used_->Get({"cached"}).Set(static_cast<double>(l.pages_cached));

@@ -162,6 +162,23 @@ class AsyncEngine {
   metrics::Counter* prefix_hit_tokens_ = nullptr;
   metrics::Counter* preemptions_ = nullptr;
   metrics::Family<metrics::Gauge>* kv_used_ = nullptr;
+  // HiCache (registered only when it is on): strata_hicache_* families, and
+  // the stats they were last brought up to.
+  struct HiCacheMetrics {
+    metrics::Family<metrics::Gauge>* host_pages = nullptr;
+    metrics::Gauge* storage_bytes = nullptr;
+    metrics::Family<metrics::Counter>* hit_tokens = nullptr;
+    metrics::Family<metrics::Counter>* load_back_tokens = nullptr;
+    metrics::Family<metrics::Counter>* backup_tokens = nullptr;
+    metrics::Family<metrics::Counter>* evicted_tokens = nullptr;
+    metrics::Family<metrics::Counter>* storage_errors = nullptr;
+    metrics::Histogram* load_back_seconds = nullptr;
+    std::vector<std::string> groups;
+    HiCacheStats last;
+  };
+  std::unique_ptr<HiCacheMetrics> hicache_metrics_;
+  void RegisterHiCacheMetrics(metrics::Registry& r);
+  void PublishHiCache();
   EngineStats last_stats_;
   int64_t last_hit_tokens_ = 0;
   double prefill_rate_ = 0;  // engine thread: EMA of prefill tokens/s

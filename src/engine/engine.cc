@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 
 #include "cache/kv_layout.h"
 #include "util/logging.h"
@@ -34,8 +36,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
     pages = std::min(by_tokens, by_bytes);
   }
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend));
-  if (!options.disable_radix_cache)
+  if (options.hicache.enabled) {
+    if (options.disable_radix_cache)
+      return InvalidArgument("the hierarchical cache needs the radix prefix cache (drop --disable-radix-cache)");
+    RETURN_IF_ERROR(e->CreateHiCache(layout));
+  } else if (!options.disable_radix_cache) {
     e->radix_ = std::make_unique<RadixTree>(RadixTreeConfig{options.page_size}, &e->pool_->allocator());
+  }
   e->runner_ = std::make_unique<ModelRunner>(*model.model, backend, *e->pool_,
                                              model.model->max_batch_tokens());
   SchedulerOptions so;
@@ -43,8 +50,80 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   so.max_running_requests = options.max_running_requests;
   so.chunked_prefill_size = options.chunked_prefill_size;
   so.max_batch_tokens = e->runner_->max_batch_tokens();
-  e->scheduler_ = std::make_unique<Scheduler>(so, *e->pool_, e->radix_.get());
+  e->scheduler_ = std::make_unique<Scheduler>(so, *e->pool_, e->radix_.get(), e->hicache_.get());
   return e;
+}
+
+namespace {
+
+// Identity of the model's weights for the storage tier: files written by a
+// different model (or dtype, page size, layout) must never be read back.
+// Hashes every tensor's name, dtype and shape and a sample of its bytes
+// (start, middle, end), so two fine-tunes of one architecture differ.
+std::string ModelFingerprint(const LoadedModel& model, const KvLayout& layout) {
+  uint64_t h = RadixTree::kRootHash;
+  auto mix_bytes = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    std::vector<int32_t> words;
+    words.reserve(n / 4 + 1);
+    for (size_t i = 0; i < n; i += 4) {
+      uint32_t w = 0;
+      std::memcpy(&w, b + i, std::min<size_t>(4, n - i));
+      words.push_back(static_cast<int32_t>(w));
+    }
+    h = RadixTree::ChainPageHash(h, words);
+  };
+  auto mix_str = [&](const std::string& s) { mix_bytes(s.data(), s.size()); };
+  mix_str(layout.Describe() + " page " + std::to_string(layout.page_size));
+  mix_str(model.config.architecture);
+  for (const auto& [name, w] : model.weights.tensors()) {
+    mix_str(name + " " + DTypeName(w.dtype));
+    for (int64_t d : w.shape) mix_bytes(&d, sizeof d);
+    if (!w.data || w.nbytes == 0) continue;
+    const size_t n = std::min<size_t>(256, w.nbytes);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    mix_bytes(base, n);
+    mix_bytes(base + (w.nbytes - n) / 2, n);
+    mix_bytes(base + w.nbytes - n, n);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+}  // namespace
+
+Status Engine::CreateHiCache(const KvLayout& layout) {
+  const HiCacheOptions& o = options_.hicache;
+  int64_t host_pages = options_.hicache_host_pages;
+  if (host_pages <= 0) {
+    if (o.size_gb > 0) {
+      host_pages = static_cast<int64_t>(o.size_gb * 1e9 / static_cast<double>(layout.BytesPerPage()));
+    } else {
+      host_pages = static_cast<int64_t>(o.ratio * static_cast<double>(pool_->num_pages()));
+    }
+  }
+  if (host_pages <= pool_->num_pages() || host_pages > kMaxKvPages)
+    return InvalidArgument("the HiCache host pool of " + std::to_string(host_pages) +
+                           " pages must exceed the device pool's " + std::to_string(pool_->num_pages()) +
+                           " pages (raise --hicache-ratio or --hicache-size)");
+  ASSIGN_OR_RETURN(host_pool_, HostKvPool::Create(layout, host_pages, o.numa_node, &backend_));
+  radix_ = std::make_unique<RadixTree>(RadixTreeConfig{options_.page_size}, &pool_->allocator(),
+                                       &host_pool_->allocator());
+  std::unique_ptr<FileStorage> storage;
+  if (o.storage_backend == "file") {
+    FileStorageOptions fo;
+    fo.dir = o.storage_path;
+    fo.max_bytes = static_cast<uint64_t>(o.storage_max_gb * 1e9);
+    fo.namespace_id = ModelFingerprint(model_, layout);
+    auto st = FileStorage::Open(fo, layout);
+    if (!st.ok()) return st.status().Annotate("opening the HiCache storage tier (--hicache-storage-path)");
+    storage = std::move(st).value();
+  } else if (!o.storage_backend.empty()) {
+    return InvalidArgument("--hicache-storage-backend " + o.storage_backend + ": the only backend is 'file'");
+  }
+  hicache_ = std::make_unique<HiCache>(o, *pool_, *host_pool_, *radix_, backend_, std::move(storage));
+  return OkStatus();
 }
 
 Status Engine::Validate(const EngineRequest& r) const {
@@ -126,6 +205,12 @@ Status Engine::Step() {
   ScheduledBatch batch;
   scheduler_->Schedule(&batch);
   if (batch.empty()) {
+    if (hicache_ && (!scheduler_->HasWork() || scheduler_->WaitingOnHiCache())) {
+      // Only copies or storage I/O are in flight: wait a little for them
+      // instead of spinning (the loop comes straight back).
+      hicache_->WaitAny(std::chrono::milliseconds(2));
+      return OkStatus();
+    }
     if (scheduler_->HasWork()) {
       Status err = Internal("scheduler made no progress: " + std::to_string(scheduler_->num_running()) +
                             " running, " + std::to_string(scheduler_->num_waiting()) + " waiting, " +
@@ -165,6 +250,7 @@ Status Engine::Step() {
 Status Engine::CheckIntegrity() const {
   RETURN_IF_ERROR(pool_->allocator().CheckIntegrity());
   if (radix_) RETURN_IF_ERROR(radix_->CheckIntegrity());
+  if (hicache_) RETURN_IF_ERROR(hicache_->CheckIntegrity());
   return scheduler_->CheckIntegrity();
 }
 

@@ -26,6 +26,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cache/hicache.h"
+#include "cache/hicache_plan.h"
+#include "cache/host_pool.h"
 #include "cache/kv_pool.h"
 #include "cache/radix_tree.h"
 #include "engine/model_runner.h"
@@ -48,6 +51,12 @@ struct EngineOptions {
   DType kv_dtype = DType::kF32;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
   bool disable_radix_cache = false;
+  // HiCache (host + storage tiers under the prefix cache): the operator's
+  // --hicache-* options and the host page count the startup validation
+  // planned (0: ratio x device pages, or size / bytes per page, unchecked —
+  // offline use and tests).
+  HiCacheOptions hicache;
+  int64_t hicache_host_pages = 0;
 };
 
 // Offline API (strata generate, benchmarks, parity tests).
@@ -108,7 +117,9 @@ class Engine {
   Status Validate(const EngineRequest& request) const;
   // Queues a validated request; output goes to `handle`.
   void Add(EngineRequest request, std::shared_ptr<RequestHandle> handle);
-  bool HasWork() const { return scheduler_->HasWork(); }
+  // Requests to run, or HiCache copies / storage writes still in flight
+  // (Step then only applies their completions).
+  bool HasWork() const { return scheduler_->HasWork() || (hicache_ && hicache_->busy()); }
   // One schedule -> run -> postprocess iteration. Returns an error only for
   // internal failures (then every request was finished with that error).
   Status Step();
@@ -122,6 +133,9 @@ class Engine {
   EngineLoad load() const;
   const KvPool& pool() const { return *pool_; }
   const RadixTree* prefix_cache() const { return radix_.get(); }
+  // Null unless --enable-hierarchical-cache. Engine thread only.
+  HiCache* hicache() { return hicache_.get(); }
+  const HiCache* hicache() const { return hicache_.get(); }
   int64_t context_length() const { return context_length_; }
   const EngineOptions& options() const { return options_; }
   // Allocator + radix tree + every request's page table agree.
@@ -136,8 +150,12 @@ class Engine {
   Backend& backend_;
   EngineOptions options_;
   int64_t context_length_ = 0;
+  Status CreateHiCache(const KvLayout& layout);
+
   std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<HostKvPool> host_pool_;  // before radix_: the tree holds host page refs
   std::unique_ptr<RadixTree> radix_;
+  std::unique_ptr<HiCache> hicache_;       // after radix_: it still applies completions to the tree
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;  // declared last: gives its pages back first
   EngineStats stats_;

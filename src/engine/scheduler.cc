@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "util/logging.h"
+
 namespace strata {
 namespace {
 
@@ -36,12 +38,17 @@ Sequence::Sequence(EngineRequest r, std::shared_ptr<RequestHandle> h, int page_s
       table(page_size),
       sampler(req.params, std::nullopt) {}
 
-Scheduler::Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix)
-    : options_(options), pool_(pool), radix_(radix) {}
+Scheduler::Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix, HiCache* hicache)
+    : options_(options), pool_(pool), radix_(radix), hicache_(hicache) {
+  STRATA_CHECK(!hicache_ || radix_) << "HiCache needs the radix prefix cache";
+}
 
 Scheduler::~Scheduler() {
   // Pages go back before the pool and tree disappear.
-  for (auto& s : running_) ReleaseKv(*s, false);
+  for (auto& s : running_) {
+    if (s->state == RequestState::kLoadingPrefix) hicache_->WaitLoadBack(s->load_ticket);
+    ReleaseKv(*s, false);
+  }
   for (auto& s : waiting_) ReleaseKv(*s, false);
 }
 
@@ -63,13 +70,17 @@ void Scheduler::CachePrefix(Sequence& s, int64_t upto) {
   s.prefix = r.handle;
   s.prefix_locked = true;
   s.cached_len = full;
+  if (hicache_) hicache_->OnInserted(r.handle);
 }
 
 void Scheduler::ReleaseKv(Sequence& s, bool cache_prefix) {
   if (radix_ && cache_prefix && s.computed >= options_.page_size) {
     const int64_t full = s.computed / options_.page_size * options_.page_size;
-    if (full > s.cached_len)
-      radix_->Insert(std::span<const int32_t>(s.tokens.data(), full), s.table.pages());
+    if (full > s.cached_len) {
+      RadixTree::InsertResult r =
+          radix_->Insert(std::span<const int32_t>(s.tokens.data(), full), s.table.pages());
+      if (hicache_) hicache_->OnInserted(r.handle);
+    }
   }
   if (s.prefix_locked) {
     radix_->Unlock(s.prefix);
@@ -78,13 +89,28 @@ void Scheduler::ReleaseKv(Sequence& s, bool cache_prefix) {
   s.table.Release(pool_.allocator());
   s.computed = 0;
   s.cached_len = 0;
+  s.load_end = 0;
+  s.load_host_pages.clear();
+  s.load_ticket = 0;
 }
 
 void Scheduler::Finish(Sequence& s, FinishReason reason, Status error) {
   if (s.finished()) return;
   const bool was_waiting = s.state == RequestState::kWaiting;
-  s.state = RequestState::kFinished;
-  ReleaseKv(s, /*cache_prefix=*/error.ok());
+  if (s.state == RequestState::kLoadingPrefix) {
+    // The copy writes into this request's pages: they are freed only after it.
+    hicache_->WaitLoadBack(s.load_ticket);
+    (void)hicache_->TakeLoadBack(s.load_ticket);
+    s.state = RequestState::kFinished;
+    ReleaseKv(s, /*cache_prefix=*/false);
+  } else {
+    s.state = RequestState::kFinished;
+    ReleaseKv(s, /*cache_prefix=*/error.ok());
+  }
+  if (s.prefetch_id) {
+    hicache_->ForgetPrefetch(s.prefetch_id);
+    s.prefetch_id = 0;
+  }
   if (was_waiting) waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
   if (reason == FinishReason::kAbort || !error.ok())
     stats_.aborted_requests++;
@@ -113,11 +139,13 @@ bool Scheduler::ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt
     const int64_t need = s.table.PagesNeeded(total_tokens);
     if (alloc.CanAllocate(need)) return s.table.Reserve(total_tokens, alloc).ok();
     const int64_t short_by = need - alloc.num_free();
+    if (hicache_) hicache_->PrepareEvict(short_by);  // write_back: host copies first
     if (radix_ && radix_->Evict(short_by) > 0) continue;
     if (!may_preempt) return false;
     Sequence* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-      if (it->get() != &s && !(*it)->finished() && (*it)->computed > 0) {
+      if (it->get() != &s && !(*it)->finished() && (*it)->computed > 0 &&
+          (*it)->state != RequestState::kLoadingPrefix) {
         victim = it->get();
         break;
       }
@@ -142,16 +170,100 @@ void Scheduler::Preempt(Sequence& s) {
 
 // Matches the prefix cache (leaving at least one token to compute, for
 // logits) and adopts the cached pages.
+// With HiCache, a host-resident continuation of the match is noted for
+// StartLoad (the lock on its end node pins its host pages).
 void Scheduler::Admit(Sequence& s) {
   if (!radix_ || s.prefix_locked) return;
   auto m = radix_->MatchPrefix(std::span<const int32_t>(s.tokens.data(), s.tokens.size() - 1));
-  if (m.num_tokens == 0) return;
-  radix_->Lock(m.handle);
-  s.prefix = m.handle;
+  if (m.num_tokens + m.host_tokens == 0) return;
+  radix_->Lock(m.host_handle);  // the host match ends below (or at) the device match
+  s.prefix = m.host_handle;
   s.prefix_locked = true;
   s.table.AdoptSharedPrefix(m.pages, pool_.allocator());
   s.computed = m.num_tokens;
   s.cached_len = m.num_tokens;
+  if (hicache_ && m.num_tokens > 0) hicache_->OnMatched(m.handle);
+  if (m.host_tokens > 0) {
+    s.load_end = m.num_tokens + m.host_tokens;
+    s.load_host_pages = std::move(m.host_pages);
+  }
+}
+
+bool Scheduler::StartLoad(Sequence& s) {
+  if (!ReservePages(s, s.load_end, /*may_preempt=*/false)) return false;
+  const auto& pages = s.table.pages();
+  const size_t first = static_cast<size_t>(s.computed / options_.page_size);
+  const size_t n = s.load_host_pages.size();
+  s.load_ticket = hicache_->StartLoadBack(
+      s.load_host_pages, std::span<const int32_t>(pages.data() + first, n), s.storage_tokens);
+  s.state = RequestState::kLoadingPrefix;
+  return true;
+}
+
+void Scheduler::AdvanceLoads() {
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (s.state != RequestState::kLoadingPrefix) continue;
+    std::optional<Status> done = hicache_->TakeLoadBack(s.load_ticket);
+    if (!done) continue;
+    s.load_ticket = 0;
+    s.load_host_pages.clear();
+    s.state = RequestState::kPrefilling;
+    if (done->ok()) {
+      // The copied pages join the tree (Insert attaches them to the
+      // host-only nodes), and the request computes from there.
+      s.computed = s.load_end;
+      s.table.SetNumTokens(s.computed);
+      CachePrefix(s, s.load_end);
+      s.load_end = 0;
+    } else {
+      STRATA_LOG(WARN) << "HiCache load-back for request " << s.req.id << " failed ("
+                       << done->ToString() << "); recomputing its prefix";
+      ReleaseKv(s, /*cache_prefix=*/false);  // prefill starts over from token 0
+    }
+    if (!s.reported_start) {
+      s.reported_start = true;
+      s.handle->SetStarted(s.prompt_len, s.computed);
+    }
+  }
+}
+
+bool Scheduler::AwaitPrefetch(Sequence& s, std::chrono::steady_clock::time_point now) {
+  if (!hicache_ || !hicache_->has_storage()) return false;
+  if (!s.prefetch_checked) {
+    s.prefetch_checked = true;
+    const std::span<const int32_t> usable(s.tokens.data(), s.tokens.size() - 1);
+    const int64_t known = radix_->PeekPrefixLength(usable, /*include_host=*/true);
+    s.prefetch_id = hicache_->StartPrefetch(usable, known);
+    if (!s.prefetch_id) return false;
+    switch (hicache_->options().prefetch_policy) {
+      case PrefetchPolicy::kBestEffort:
+        s.prefetch_deadline = now;  // use what has arrived when it is admitted
+        break;
+      case PrefetchPolicy::kWaitComplete:
+        s.prefetch_deadline = std::chrono::steady_clock::time_point::max();
+        break;
+      case PrefetchPolicy::kTimeout:
+        s.prefetch_deadline =
+            now + std::chrono::milliseconds(hicache_->options().prefetch_timeout_ms);
+        break;
+    }
+  }
+  if (!s.prefetch_id) return false;
+  if (!hicache_->PrefetchDone(s.prefetch_id) && now < s.prefetch_deadline) return true;
+  s.storage_tokens = hicache_->PrefetchedTokens(s.prefetch_id);
+  hicache_->ForgetPrefetch(s.prefetch_id);
+  s.prefetch_id = 0;
+  return false;
+}
+
+bool Scheduler::WaitingOnHiCache() const {
+  if (!hicache_) return false;
+  for (const auto& s : running_)
+    if (s->state == RequestState::kLoadingPrefix) return true;
+  for (const auto& s : waiting_)
+    if (s->prefetch_id) return true;
+  return false;
 }
 
 bool Scheduler::SharesPrefixInComputation(const Sequence& s, int64_t cached) const {
@@ -188,6 +300,10 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
     }
   }
   Reap();
+  if (hicache_) {
+    hicache_->Poll();
+    AdvanceLoads();
+  }
 
   const int64_t cap = options_.max_batch_tokens;
   int64_t used = 0;
@@ -241,6 +357,10 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
   for (size_t i = 0; i < waiting_.size() && budget > 0 &&
                      static_cast<int32_t>(running_.size()) < options_.max_running_requests;) {
     Sequence& s = *waiting_[i];
+    if (AwaitPrefetch(s, now)) {
+      ++i;
+      continue;
+    }
     if (options_.defer_shared_prefixes) {
       const int64_t cached = radix_ ? radix_->PeekPrefixLength(std::span<const int32_t>(
                                           s.tokens.data(), s.tokens.size() - 1))
@@ -252,6 +372,18 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
       }
     }
     Admit(s);
+    if (s.load_end > s.computed) {
+      // HiCache: the prefix's host part is copied back first; the request
+      // takes a running slot but no prefill budget until it is there.
+      if (!StartLoad(s)) {
+        ReleaseKv(s, false);
+        break;
+      }
+      waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
+      running_.push_back(std::move(waiting_[i]));
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
     const int64_t n = std::min(s.remaining(), budget);
     if (!ReservePages(s, s.computed + n, false)) {
       ReleaseKv(s, false);  // give the adopted prefix back; try next step
@@ -283,6 +415,14 @@ void Scheduler::Computed(const ScheduledBatch& batch) {
 
 Status Scheduler::CheckIntegrity() const {
   for (const auto& s : running_) {
+    if (s->state == RequestState::kLoadingPrefix) {
+      if (!hicache_ || !s->prefix_locked || s->load_end <= s->computed ||
+          s->table.capacity() < s->load_end ||
+          static_cast<int64_t>(s->load_host_pages.size()) * options_.page_size != s->load_end - s->computed)
+        return Internal("request " + s->req.id +
+                        " is loading a prefix without a locked host match and reserved pages for it");
+      continue;
+    }
     if (s->state != RequestState::kPrefilling && s->state != RequestState::kDecoding)
       return Internal("running request " + s->req.id + " is in state " +
                       RequestStateName(s->state));

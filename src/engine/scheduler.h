@@ -11,10 +11,17 @@
 //      └──────preempt───────┘  └──────────────▶ kFinished ◀─────────┘
 //                                  (stop, length, abort, error; from any state)
 //
-//   kLoadingPrefix (HiCache: a host-resident prefix is copied back before
-//   prefill) and kAwaitingKv (PD decode: pages reserved, the prefill server
-//   writes them) are states of the issues that add those paths; nothing
-//   enters them yet.
+//   kWaiting ──admit, prefix on the host──▶ kLoadingPrefix ──copied──▶ kPrefilling
+//
+//   kLoadingPrefix (HiCache): the request holds device pages for the
+//   host-resident part of its prefix while the cache controller copies it
+//   back; it is never preempted there, and a cancellation waits for the copy
+//   before the pages are freed (the copy writes into them). With a storage
+//   tier, a waiting request whose prompt continues in storage first waits
+//   in the queue for that prefetch (--hicache-storage-prefetch-policy), then
+//   is admitted with the prefetched pages as host hits.
+//   kAwaitingKv (PD decode: pages reserved, the prefill server writes them)
+//   is the state of the issue that adds that path; nothing enters it yet.
 //
 // Prefix sharing: a prefilling sequence inserts its prompt's whole pages
 // into the radix tree as each chunk completes (and locks them), not only
@@ -28,6 +35,7 @@
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -35,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/hicache.h"
 #include "cache/kv_pool.h"
 #include "cache/page_table.h"
 #include "cache/radix_tree.h"
@@ -76,6 +85,17 @@ struct Sequence {
   bool prefix_locked = false;
   int64_t cached_len = 0;  // tokens of `tokens` the tree holds for this sequence
   bool reported_start = false;
+  // HiCache (kLoadingPrefix): the host pages being copied into the table's
+  // pages [computed, load_end) and the copy's ticket.
+  int64_t load_end = 0;
+  std::vector<int32_t> load_host_pages;
+  uint64_t load_ticket = 0;
+  // Storage prefetch while waiting: id (0: none), when to stop waiting for
+  // it, whether the lookup was done, and the storage tokens it brought.
+  uint64_t prefetch_id = 0;
+  std::chrono::steady_clock::time_point prefetch_deadline{};
+  bool prefetch_checked = false;
+  int64_t storage_tokens = 0;
 
   // Tokens still to compute before the next sample.
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - computed; }
@@ -107,8 +127,9 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  // `radix` may be null (prefix caching off). Both must outlive the scheduler.
-  Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix);
+  // `radix` may be null (prefix caching off); `hicache` may be null (no host
+  // tier; REQUIRES radix when set). All must outlive the scheduler.
+  Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix, HiCache* hicache = nullptr);
   // Gives back every page still held.
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -117,6 +138,9 @@ class Scheduler {
   // Queues a new request at the back of the waiting queue.
   void Add(std::unique_ptr<Sequence> seq);
   bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  // True when a request waits for a HiCache load-back or prefetch: an empty
+  // batch is then a wait for the copy, not a stall.
+  bool WaitingOnHiCache() const;
 
   // Finishes cancelled and expired requests, then picks the next batch:
   // one decode token per decoding sequence (oldest first; preempting the
@@ -157,10 +181,19 @@ class Scheduler {
   // True when a running prefill is computing more than a page of s's prompt
   // beyond what the cache already holds for it.
   bool SharesPrefixInComputation(const Sequence& s, int64_t cached) const;
+  // HiCache: moves finished load-backs to kPrefilling.
+  void AdvanceLoads();
+  // HiCache: starts the storage prefetch of a waiting request; true while
+  // the request should keep waiting for it.
+  bool AwaitPrefetch(Sequence& s, std::chrono::steady_clock::time_point now);
+  // HiCache: after Admit, starts copying the host part of the prefix into
+  // reserved device pages. False if the pages cannot be had now.
+  bool StartLoad(Sequence& s);
 
   SchedulerOptions options_;
   KvPool& pool_;
   RadixTree* radix_;
+  HiCache* hicache_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   int64_t waiting_tokens_ = 0;
