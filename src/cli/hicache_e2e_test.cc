@@ -1,0 +1,177 @@
+// End-to-end tests of HiCache (issue 7) through the real binary: with a
+// device pool far smaller than the working set, prefixes go to the host
+// tier and come back, and greedy outputs equal those without HiCache; a
+// server restarted on the same storage directory finds its old prefixes;
+// a corrupted storage file is a counted miss with the correct output; the
+// strata_hicache_* metrics move.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/serve_test_process.h"
+#include "server/http_test_client.h"
+
+namespace {
+
+using namespace strata::http_test;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// Six prompts of ~100+ tokens that share nothing beyond their first words:
+// together several times the 256-token device pool used below.
+std::vector<std::string> Prompts(int n) {
+  std::vector<std::string> out;
+  const char* words[] = {"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"};
+  for (int i = 0; i < n; ++i) {
+    std::string p = "prompt " + std::to_string(i) + ":";
+    for (int w = 0; w < 60; ++w) p += std::string(" ") + words[(i * 7 + w * (i + 3)) % 8] + std::to_string(w % 5);
+    out.push_back(p);
+  }
+  return out;
+}
+
+struct Completion {
+  std::string text;
+  int64_t cached_tokens = 0;
+  int64_t prompt_tokens = 0;
+};
+
+Completion Complete(Server& s, const std::string& prompt) {
+  json req = {{"model", "m"}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+  Response r = s.PostJson("/v1/completions", req.dump(), "", std::chrono::seconds(60));
+  EXPECT_EQ(r.status, 200) << r.body << "\n" << s.Log();
+  Completion c;
+  if (r.status != 200) return c;
+  json j = json::parse(r.body);
+  c.text = j["choices"][0]["text"].get<std::string>();
+  c.prompt_tokens = j["usage"]["prompt_tokens"].get<int64_t>();
+  if (j["usage"].contains("prompt_tokens_details") && j["usage"]["prompt_tokens_details"].is_object())
+    c.cached_tokens = j["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+  return c;
+}
+
+std::string Series(const std::string& name, const std::string& label, const std::string& value) {
+  return name + "{model=\"m\",role=\"colocated\"," + label + "=\"" + value + "\"}";
+}
+
+std::vector<std::string> BaseArgs() {
+  return {"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--max-total-tokens", "256",
+          "--page-size", "16", "--max-running-requests", "4"};
+}
+
+std::vector<std::string> With(std::vector<std::string> a, std::initializer_list<std::string> more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+void ExpectIntegrity(Server& s) {
+  Response r = s.Request(Get("/debug/integrity"), std::chrono::seconds(30));
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+std::vector<fs::path> StorageFiles(const fs::path& dir) {
+  std::vector<fs::path> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".kv") out.push_back(e.path());
+  return out;
+}
+
+TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
+  const std::vector<std::string> prompts = Prompts(6);
+  std::vector<std::string> expected;
+  {
+    Server off(BaseArgs());
+    ASSERT_GT(off.port(), 0) << off.Log();
+    for (const auto& p : prompts) expected.push_back(Complete(off, p).text);
+  }
+  Server on(With(BaseArgs(), {"--enable-hierarchical-cache", "--hicache-ratio", "8"}));
+  ASSERT_GT(on.port(), 0) << on.Log();
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Completion c = Complete(on, prompts[i]);
+    EXPECT_EQ(c.text, expected[i]) << "first round, prompt " << i;
+    prompt_tokens += c.prompt_tokens;
+  }
+  ASSERT_GT(prompt_tokens, 3 * 256) << "the working set must be several device pools";
+  ExpectIntegrity(on);
+  // Second round: the early prompts were evicted from the device long ago,
+  // so their prefixes come back from the host.
+  int64_t cached = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Completion c = Complete(on, prompts[i]);
+    EXPECT_EQ(c.text, expected[i]) << "second round, prompt " << i;
+    cached += c.cached_tokens;
+  }
+  EXPECT_GT(cached, prompt_tokens / 2) << on.Log();
+  ExpectIntegrity(on);
+  EXPECT_GT(on.Metric(Series("strata_hicache_hit_tokens_total", "tier", "host")), 0);
+  EXPECT_GT(on.Metric(Series("strata_hicache_load_back_tokens_total", "tier", "host")), 0);
+  EXPECT_GT(on.Metric(Series("strata_hicache_backup_tokens_total", "tier", "host")), 0);
+  EXPECT_GT(on.Metric(Series("strata_hicache_evicted_tokens_total", "tier", "device")), 0);
+  EXPECT_EQ(on.Metric(Series("strata_hicache_storage_errors_total", "reason", "corrupt")), 0);
+  EXPECT_GT(on.Metric("strata_hicache_load_back_seconds_count{model=\"m\",role=\"colocated\"}"), 0);
+  EXPECT_GT(on.Metric("strata_hicache_host_pages{model=\"m\",role=\"colocated\",group=\"full_attention\","
+                      "state=\"used\"}"),
+            0);
+}
+
+TEST(HiCacheE2eTest, RestartFindsStoragePrefixesAndCorruptFilesAreMisses) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("hicache_store_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::vector<std::string> args =
+      With(BaseArgs(), {"--enable-hierarchical-cache", "--hicache-ratio", "4", "--hicache-storage-backend", "file",
+                        "--hicache-storage-path", dir.string(), "--hicache-storage-max-gb", "1",
+                        "--hicache-storage-prefetch-policy", "wait_complete"});
+  const std::vector<std::string> prompts = Prompts(3);
+  std::vector<std::string> expected;
+  {
+    Server a(args);
+    ASSERT_GT(a.port(), 0) << a.Log();
+    for (const auto& p : prompts) expected.push_back(Complete(a, p).text);
+    a.Signal(SIGTERM);
+    ASSERT_EQ(a.WaitExit(std::chrono::seconds(60)), 0) << a.Log();
+  }
+  ASSERT_FALSE(StorageFiles(dir).empty()) << "the first server wrote nothing to " << dir;
+  {
+    Server b(args);
+    ASSERT_GT(b.port(), 0) << b.Log();
+    int64_t cached = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Completion c = Complete(b, prompts[i]);
+      EXPECT_EQ(c.text, expected[i]) << "after restart, prompt " << i;
+      cached += c.cached_tokens;
+    }
+    EXPECT_GT(cached, 0) << b.Log();
+    EXPECT_GT(b.Metric(Series("strata_hicache_hit_tokens_total", "tier", "storage")), 0) << b.Log();
+    EXPECT_GT(b.Metric(Series("strata_hicache_load_back_tokens_total", "tier", "storage")), 0);
+    EXPECT_GT(b.Metric("strata_hicache_storage_bytes{model=\"m\",role=\"colocated\"}"), 0);
+    ExpectIntegrity(b);
+    b.Signal(SIGTERM);
+    ASSERT_EQ(b.WaitExit(std::chrono::seconds(60)), 0) << b.Log();
+  }
+  // Flip a byte in the middle of every stored run: each is now corrupt.
+  for (const fs::path& f : StorageFiles(dir)) {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(0, std::ios::end);
+    const auto size = static_cast<std::streamoff>(io.tellg());
+    io.seekg(size * 3 / 4);
+    char c = 0;
+    io.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    io.seekp(size * 3 / 4);
+    io.write(&c, 1);
+  }
+  Server c(args);
+  ASSERT_GT(c.port(), 0) << c.Log();
+  EXPECT_EQ(Complete(c, prompts[0]).text, expected[0]);
+  EXPECT_GE(c.Metric(Series("strata_hicache_storage_errors_total", "reason", "corrupt")), 1) << c.Log();
+  ExpectIntegrity(c);
+  fs::remove_all(dir);
+}
+
+}  // namespace
