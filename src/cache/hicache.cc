@@ -116,7 +116,8 @@ void HiCache::AdvancePrefetch(uint64_t id) {
       // evicted meanwhile (InsertHost refuses it) is dropped, and so are the
       // runs after it.
       auto taken = tree_.InsertHost(r.tokens, r.start_tokens, r.host_pages);
-      if (taken.ok()) {
+      const int64_t end = taken.ok() ? taken->num_tokens : 0;
+      if (end >= static_cast<int64_t>(r.tokens.size())) {
         const int64_t n = static_cast<int64_t>(r.tokens.size()) - r.start_tokens;
         pf.tokens_inserted += n;
         stats_.hit_tokens_storage += n;

@@ -233,7 +233,8 @@ bool Scheduler::AwaitPrefetch(Sequence& s, std::chrono::steady_clock::time_point
   if (!s.prefetch_checked) {
     s.prefetch_checked = true;
     const std::span<const int32_t> usable(s.tokens.data(), s.tokens.size() - 1);
-    const int64_t known = radix_->PeekPrefixLength(usable, /*include_host=*/true);
+    const RadixTree::PrefixLengths known_len = radix_->PeekPrefixLengths(usable);
+    const int64_t known = known_len.device_tokens + known_len.host_tokens;
     s.prefetch_id = hicache_->StartPrefetch(usable, known);
     if (!s.prefetch_id) return false;
     switch (hicache_->options().prefetch_policy) {
