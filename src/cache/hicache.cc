@@ -280,7 +280,7 @@ HiCacheStats HiCache::stats() const {
   HiCacheStats s = stats_;
   const RadixTreeStats t = tree_.stats();
   s.hit_tokens_device = t.hit_tokens;
-  s.hit_tokens_host = t.host_hit_tokens;
+  s.hit_tokens_host = t.host_hit_tokens - host_hits_from_storage_;
   s.evicted_tokens_device = t.evicted_pages * page_size_;
   s.evicted_tokens_host = t.host_evicted_pages * page_size_;
   s.host_pages_used = host_->allocator().num_used();

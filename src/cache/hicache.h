@@ -126,6 +126,10 @@ class HiCache {
   // Storage tokens a finished prefetch put in the tree (for cached_tokens).
   int64_t PrefetchedTokens(uint64_t id) const;
 
+  // A request matched `tokens` host-only tokens that its storage prefetch
+  // had just brought: counted as storage hits, not host hits.
+  void CountPrefetchedMatch(int64_t tokens) { host_hits_from_storage_ += tokens; }
+
   HiCacheStats stats() const;
   // Load-back durations (submit to completion) since the last call, for the
   // strata_hicache_load_back_seconds histogram.
@@ -190,6 +194,7 @@ class HiCache {
   std::map<FileStorage::Ticket, StorageRead> reads_;
   std::map<uint64_t, Prefetch> prefetches_;
   uint64_t next_prefetch_ = 1;
+  int64_t host_hits_from_storage_ = 0;
   std::vector<double> load_back_seconds_;
   HiCacheStats stats_;
 };

@@ -184,6 +184,8 @@ void Scheduler::Admit(Sequence& s) {
   s.cached_len = m.num_tokens;
   if (hicache_ && m.num_tokens > 0) hicache_->OnMatched(m.handle);
   if (m.host_tokens > 0) {
+    s.storage_tokens = std::min(s.storage_tokens, m.host_tokens);
+    if (s.storage_tokens > 0) hicache_->CountPrefetchedMatch(s.storage_tokens);
     s.load_end = m.num_tokens + m.host_tokens;
     s.load_host_pages = std::move(m.host_pages);
   }
