@@ -183,6 +183,7 @@ void Scheduler::Admit(Sequence& s) {
   s.computed = m.num_tokens;
   s.cached_len = m.num_tokens;
   if (hicache_ && m.num_tokens > 0) hicache_->OnMatched(m.handle);
+  if (m.host_tokens == 0) s.storage_tokens = 0;
   if (m.host_tokens > 0) {
     s.storage_tokens = std::min(s.storage_tokens, m.host_tokens);
     if (s.storage_tokens > 0) hicache_->CountPrefetchedMatch(s.storage_tokens);
