@@ -120,6 +120,33 @@ TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
             0);
 }
 
+// Both ways of sizing the host tier work for every architecture (the
+// incident: a model-specific check refused --hicache-size).
+TEST(HiCacheE2eTest, EveryModelServesWithSizeAndWithRatio) {
+  const std::string prompt = Prompts(1)[0];
+  for (const char* model : {"llama_default", "mistral", "qwen2", "qwen3"}) {
+    std::string reference;
+    for (const std::vector<std::string>& sizing : std::vector<std::vector<std::string>>{
+             {}, {"--hicache-size", "0.05"}, {"--hicache-ratio", "3"}}) {
+      std::vector<std::string> args = {"--model-path", Fixture(model), "--served-model-name", "m",
+                                       "--max-total-tokens", "256"};
+      if (!sizing.empty()) {
+        args.push_back("--enable-hierarchical-cache");
+        args.insert(args.end(), sizing.begin(), sizing.end());
+      }
+      Server s(args);
+      ASSERT_GT(s.port(), 0) << model << " " << (sizing.empty() ? "" : sizing[0]) << "\n" << s.Log();
+      const std::string text = Complete(s, prompt).text;
+      if (sizing.empty()) {
+        reference = text;
+      } else {
+        EXPECT_EQ(text, reference) << model << " with " << sizing[0];
+        EXPECT_NE(s.Request(Get("/metrics")).body.find("strata_hicache_host_pages{"), std::string::npos) << model;
+      }
+    }
+  }
+}
+
 TEST(HiCacheE2eTest, RestartFindsStoragePrefixesAndCorruptFilesAreMisses) {
   const fs::path dir = fs::path(::testing::TempDir()) / ("hicache_store_" + std::to_string(getpid()));
   fs::remove_all(dir);
