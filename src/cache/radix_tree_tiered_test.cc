@@ -1072,7 +1072,9 @@ TEST_P(RadixTreeTieredRandomTest, AgreesWithReferenceModelAndNeverReturnsForeign
       ASSERT_EQ(host_shadow[static_cast<size_t>(m.host_pages[j])], key(t, m.pages.size() + j + 1))
           << "host page " << m.host_pages[j] << " holds other tokens";
     }
-    if (m.host_tokens == 0) ASSERT_EQ(m.host_handle, m.handle);
+    if (m.host_tokens == 0) {
+      ASSERT_EQ(m.host_handle, m.handle);
+    }
   };
   auto match = [&](const Tokens& t) {
     RadixTree::MatchResult m = tree->MatchPrefix(t);
@@ -1121,9 +1123,12 @@ TEST_P(RadixTreeTieredRandomTest, AgreesWithReferenceModelAndNeverReturnsForeign
     const auto dump = Peer::Dump(*tree);
     ASSERT_EQ(dump, ref.View()) << "after op " << op;
     for (const auto& [k, v] : dump) {  // what the tree stores holds what it says
-      if (v.device >= 0) ASSERT_EQ(dev_shadow[static_cast<size_t>(v.device)], k) << "op " << op;
-      if (v.host >= 0 && v.job == 0)
+      if (v.device >= 0) {
+        ASSERT_EQ(dev_shadow[static_cast<size_t>(v.device)], k) << "op " << op;
+      }
+      if (v.host >= 0 && v.job == 0) {
         ASSERT_EQ(host_shadow[static_cast<size_t>(v.host)], k) << "op " << op;
+      }
     }
     ASSERT_EQ(host.num_used(), ref.HostHeld()) << "after op " << op;
     ASSERT_EQ(tree->stats().cached_pages, ref.DevicePages());
