@@ -1,6 +1,8 @@
 // Host cost of the prefix cache per scheduled request: matching a cached
 // 4,096-token prompt (1,024-token shared system prompt + 3,072 own tokens),
-// and the steady-state churn of admit -> insert -> evict with a full pool.
+// the steady-state churn of admit -> insert -> evict with a full pool, and
+// with a host tier (HiCache) the churn of back up -> offload -> load back
+// (the tree's bookkeeping only; the copies themselves are not here).
 // Args: page_size. Items are prompt tokens, so items/s compares directly
 // with the tokens/s the engine must sustain.
 #include <benchmark/benchmark.h>
@@ -66,8 +68,46 @@ void BM_InsertEvictChurn(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * (kSystem + kOwn));
 }
 
+// Device pool for 8 prompts, host pool for all 64: every prompt was backed
+// up when first cached, so a later request finds it on the host, loads it
+// back (Insert of fresh device pages, offloading older prompts to make room).
+void BM_OffloadLoadBackChurn(benchmark::State& state) {
+  const int ps = static_cast<int>(state.range(0));
+  const int64_t per_prompt = (kSystem + kOwn) / ps;
+  PageAllocator alloc(8 * per_prompt);
+  PageAllocator host(kPrompts * per_prompt);
+  RadixTree tree({ps}, &alloc, &host);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kPrompts; ++i) prompts.push_back(Prompt(i));
+  for (const auto& p : prompts) {
+    const int64_t need = static_cast<int64_t>(p.size()) / ps;
+    if (!alloc.CanAllocate(need)) tree.Evict(need - alloc.num_free());
+    std::vector<int32_t> pages;
+    if (!alloc.Allocate(need, &pages).ok()) std::abort();
+    RadixTree::InsertResult ins = tree.Insert(p, pages);
+    for (int32_t pg : pages) alloc.Unref(pg);
+    for (const auto& job : tree.StartBackup(ins.handle)) tree.CompleteBackup(job.id);
+  }
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto& p = prompts[i++ % prompts.size()];
+    RadixTree::MatchResult m = tree.MatchPrefix(p);
+    if (m.host_tokens == 0) continue;
+    tree.Lock(m.host_handle);
+    const int64_t need = m.host_tokens / ps;
+    if (!alloc.CanAllocate(need)) tree.Evict(need - alloc.num_free());
+    std::vector<int32_t> pages = m.pages;
+    if (!alloc.Allocate(need, &pages).ok()) std::abort();
+    tree.Insert(p, pages);
+    tree.Unlock(m.host_handle);
+    for (size_t k = m.pages.size(); k < pages.size(); ++k) alloc.Unref(pages[k]);
+  }
+  state.SetItemsProcessed(state.iterations() * (kSystem + kOwn));
+}
+
 BENCHMARK(BM_MatchCachedPrompt)->Arg(1)->Arg(16)->Arg(64);
 BENCHMARK(BM_InsertEvictChurn)->Arg(1)->Arg(16)->Arg(64);
+BENCHMARK(BM_OffloadLoadBackChurn)->Arg(1)->Arg(16)->Arg(64);
 
 }  // namespace
 }  // namespace strata
