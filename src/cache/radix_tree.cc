@@ -651,7 +651,11 @@ std::vector<RadixTree::BackupJob> RadixTree::StartBackup(RadixNodeHandle handle)
     jobs_[n.backup_job].nodes.push_back(id);
     Account(id);
     ++backups_started_;
-    jobs.push_back({n.backup_job, n.device_pages, std::move(pages), np * page_size_});
+    BackupJob job{n.backup_job, n.device_pages, std::move(pages), np * page_size_};
+    job.tokens = n.tokens;
+    job.start_hash = EndHash(n.parent);
+    job.end_hash = EndHash(id);
+    jobs.push_back(std::move(job));
   }
   Unlock(handle);
   return jobs;

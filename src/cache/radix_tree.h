@@ -259,6 +259,11 @@ class RadixTree {
     std::vector<int32_t> device_pages;  // copy these ...
     std::vector<int32_t> host_pages;    // ... into these (same order)
     int64_t num_tokens = 0;             // of the node(s): pages * page_size
+    // The node's tokens and the chained hashes at its start (the parent's
+    // end) and end: what the storage tier keys and confirms a run by.
+    std::vector<int32_t> tokens;
+    uint64_t start_hash = 0;
+    uint64_t end_hash = 0;
   };
   // Starts backups for every node on root..handle that has device pages and
   // no host pages (valid or in flight), root first, one job per node: host
