@@ -246,6 +246,9 @@ struct CpuBackendOptions {
   int copy_threads = 0;
 };
 
+// What CpuBackendOptions::copy_threads = 0 means on this machine.
+int DefaultCpuCopyThreads();
+
 // The CPU backend (backend/cpu/). Fails if `isa` names an instruction set the
 // CPU lacks.
 StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);

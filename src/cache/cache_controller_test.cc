@@ -317,6 +317,7 @@ TEST(CacheControllerTest, CopiesStayExactWhileTheEngineWritesOtherPages) {
 }
 
 TEST(CacheControllerDeathTest, RejectsOutOfRangeAndDuplicateDestinations) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the controller and copy threads run
   Pools pools(8, 16);
   CacheController cc(*pools.cpu, pools.device->memory(), pools.host->memory());
   EXPECT_DEATH(cc.Submit(CopyDirection::kDeviceToHost, {{8, 0}}), "outside the pools");

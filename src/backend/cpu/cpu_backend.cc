@@ -5,7 +5,10 @@
 //
 // Thread-safety: as Backend: ops are issued from one thread at a time;
 // CopyBlocks may be called from any thread (its own pool, its own mutex).
+#include <emmintrin.h>  // SSE2 (baseline x86-64): streaming stores
+#include <sys/mman.h>
 #include <unistd.h>
+#include <xmmintrin.h>  // _mm_prefetch
 
 #include <algorithm>
 #include <cmath>
@@ -30,8 +33,52 @@ using cpu::LinearArgs;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
+// 64-byte aligned. Buffers of 2 MiB and more (the KV pool, big
+// activations) are aligned to 2 MiB and asked to use transparent huge pages:
+// PagedAttention and the HiCache page copies touch KV pages in random order,
+// and with 4 KiB pages each 16 KiB page run costs several TLB misses (page
+// copies measured ~10 % faster on THP; hicache_copy_bench).
 void* AlignedAlloc(size_t bytes) {
-  return std::aligned_alloc(64, RoundUp(std::max<size_t>(bytes, 1), 64));
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes < kHuge) return std::aligned_alloc(64, RoundUp(std::max<size_t>(bytes, 1), 64));
+  void* p = std::aligned_alloc(kHuge, RoundUp(bytes, kHuge));
+  if (p) (void)madvise(p, RoundUp(bytes, kHuge), MADV_HUGEPAGE);  // best effort
+  return p;
+}
+
+// Page copies at least this big use streaming stores: well past the L3 of
+// the CPUs we run on (32 MiB on this EPYC part; glibc's own threshold for a
+// single memcpy is about 3/4 of it), so a normal store would be evicted
+// before anyone reads it anyway.
+constexpr size_t kStreamingCopyBytes = size_t{64} << 20;
+
+// memcpy with non-temporal (streaming) stores: the destination lines are
+// written without being read first (a plain memcpy's stores read each line
+// for ownership: 3 bytes of memory traffic per byte copied instead of 2) and
+// do not evict the cache. For copies far bigger than the cache, where glibc
+// streams too, but made of blocks (16 KiB pages) too small for glibc to
+// choose it. Ends with sfence: streaming stores are weakly ordered, and the
+// caller publishes "done" with an ordinary store.
+void StreamingCopy(char* dst, const char* src, size_t n) {
+  if (n == 0) return;
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    _mm_prefetch(src + 512, _MM_HINT_T0);  // a few lines ahead (harmless past the end)
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+  }
+  std::memcpy(dst, src, n);
+  _mm_sfence();
 }
 
 // Element i of a contiguous vector of any float dtype, as F32.
@@ -131,12 +178,21 @@ class CpuBackend final : public Backend {
       total += blocks[i].bytes;
     }
     copy_offsets_[blocks.size()] = total;
+    // A copy much bigger than the cache streams (see StreamingCopy); a
+    // small one stays cached for the attention that reads it next.
+    const bool stream = total >= kStreamingCopyBytes;
+    auto copy = [stream](void* dst, const void* src, size_t n) {
+      if (stream) {
+        StreamingCopy(static_cast<char*>(dst), static_cast<const char*>(src), n);
+      } else if (n) {
+        std::memcpy(dst, src, n);
+      }
+    };
     // Below this a second thread costs more to wake than it saves.
     constexpr size_t kMinParallelBytes = size_t{256} << 10;
     const size_t threads = static_cast<size_t>(copy_pool_.num_threads());
     if (threads == 1 || total < kMinParallelBytes) {
-      for (const CopyBlock& b : blocks)
-        if (b.bytes) std::memcpy(b.dst, b.src, b.bytes);
+      for (const CopyBlock& b : blocks) copy(b.dst, b.src, b.bytes);
       return OkStatus();
     }
     // ~4 tasks per thread balances a descheduled thread; 4 KiB multiples keep
@@ -152,9 +208,8 @@ class CpuBackend final : public Backend {
       while (lo < hi) {
         const size_t off = lo - copy_offsets_[i];
         const size_t n = std::min(hi, copy_offsets_[i + 1]) - lo;
-        if (n)
-          std::memcpy(static_cast<char*>(blocks[i].dst) + off,
-                      static_cast<const char*>(blocks[i].src) + off, n);
+        copy(static_cast<char*>(blocks[i].dst) + off, static_cast<const char*>(blocks[i].src) + off,
+             n);
         lo += n;
         ++i;
       }
@@ -419,6 +474,11 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+int DefaultCpuCopyThreads() {
+  const long cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  return static_cast<int>(std::clamp<long>(cpus / 2, 1, 4));
+}
+
 StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {
   const cpu::CpuFeatures& features = cpu::DetectCpuFeatures();
   ASSIGN_OR_RETURN(cpu::CpuIsa isa, cpu::ResolveCpuIsa(options.isa, features));
@@ -454,7 +514,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& opt
     return InvalidArgument("CPU backend: copy_threads " + std::to_string(copy_threads) +
                            " is negative; use 0 for the default (min(4, CPUs / 2))");
   }
-  if (copy_threads == 0) copy_threads = static_cast<int>(std::clamp<long>(cpus / 2, 1, 4));
+  if (copy_threads == 0) copy_threads = DefaultCpuCopyThreads();
   return std::unique_ptr<Backend>(new CpuBackend(threads, copy_threads, isa, kernels, bf16, amx));
 }
 

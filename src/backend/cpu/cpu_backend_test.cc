@@ -583,6 +583,10 @@ TEST(CpuCopyBlocksTest, CopiesEveryByteOfManySizes) {
     std::vector<std::vector<size_t>> all = cases;
     // 512 page-sized blocks (a 32-page, 16-layer load-back) and random mixes.
     all.push_back(std::vector<size_t>(512, 16384));
+    // Past the streaming-store threshold (64 MiB): odd sizes and alignments.
+    std::vector<size_t> big(1100);
+    for (size_t& n : big) n = 60000 + rng() % 10000;
+    all.push_back(big);
     for (int r = 0; r < 4; ++r) {
       std::vector<size_t> sizes(1 + rng() % 300);
       for (size_t& n : sizes) n = rng() % 3 == 0 ? rng() % 100 : rng() % 70000;
