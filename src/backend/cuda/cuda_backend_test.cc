@@ -8,12 +8,14 @@
 // Without a CUDA device (or in a build without CUDA) every test is skipped
 // with "no CUDA device: ...".
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -402,12 +404,19 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
 
 // ---- CopyBlocks (HiCache page copies) ----
 
-// Host memory that is optionally pinned through the backend for its lifetime.
+// Host memory of its own pages (mmap: two heap buffers may share a page,
+// and a page can be registered only once), optionally pinned through the
+// backend for its lifetime. `bytes` views it.
 struct HostBytes {
   Backend* backend = nullptr;
-  std::vector<uint8_t> bytes;
+  std::span<uint8_t> bytes;
   bool pinned = false;
-  HostBytes(Backend* b, size_t n, uint8_t fill, bool pin) : backend(b), bytes(n, fill) {
+  HostBytes(Backend* b, size_t n, uint8_t fill, bool pin) : backend(b) {
+    void* p = mmap(nullptr, std::max<size_t>(n, 1), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    bytes = {static_cast<uint8_t*>(p), n};
+    std::fill(bytes.begin(), bytes.end(), fill);
     if (pin) {
       Status s = b->PinHostMemory(bytes.data(), bytes.size());
       EXPECT_TRUE(s.ok()) << s.ToString();
@@ -416,6 +425,7 @@ struct HostBytes {
   }
   ~HostBytes() {
     if (pinned) backend->UnpinHostMemory(bytes.data());
+    munmap(bytes.data(), std::max<size_t>(bytes.size(), 1));
   }
 };
 
@@ -500,16 +510,16 @@ TEST_F(CudaParityTest, CopyBlocksBothDirectionsPinnedAndPageable) {
 }
 
 TEST_F(CudaParityTest, PinningTwiceIsAnErrorNotACrash) {
-  std::vector<uint8_t> host(1 << 20);
-  ASSERT_TRUE(cuda_->PinHostMemory(host.data(), host.size()).ok());
-  Status again = cuda_->PinHostMemory(host.data(), host.size());
+  HostBytes host(cuda_.get(), 1 << 20, 0, false);
+  ASSERT_TRUE(cuda_->PinHostMemory(host.bytes.data(), host.bytes.size()).ok());
+  Status again = cuda_->PinHostMemory(host.bytes.data(), host.bytes.size());
   EXPECT_FALSE(again.ok());
   EXPECT_NE(again.message().find("cudaHostRegister"), std::string::npos) << again.message();
-  cuda_->UnpinHostMemory(host.data());
+  cuda_->UnpinHostMemory(host.bytes.data());
   // Unregistered now: pinning works again, and a stray unpin is harmless.
-  ASSERT_TRUE(cuda_->PinHostMemory(host.data(), host.size()).ok());
-  cuda_->UnpinHostMemory(host.data());
-  cuda_->UnpinHostMemory(host.data());
+  ASSERT_TRUE(cuda_->PinHostMemory(host.bytes.data(), host.bytes.size()).ok());
+  cuda_->UnpinHostMemory(host.bytes.data());
+  cuda_->UnpinHostMemory(host.bytes.data());
 }
 
 // The cache controller copies on its own thread while the engine thread
