@@ -171,8 +171,10 @@ class Backend {
   // issued on the engine thread (the HiCache controller thread calls it): it
   // uses its own threads (CPU: a multithreaded memcpy) or its own stream
   // (CUDA: one batched async copy), never the compute queue. Host memory
-  // should be registered with PinHostMemory for full speed on a GPU. Errors:
-  // the backend's copy failed (the blocks' contents are then unspecified).
+  // should be registered with PinHostMemory for full speed on a GPU.
+  // Concurrent CopyBlocks calls are safe (a backend may serve them one after
+  // the other). Zero-byte blocks are allowed. Errors: the backend's copy
+  // failed (the blocks' contents are then unspecified).
   virtual Status CopyBlocks(std::span<const CopyBlock> blocks, CopyKind kind) = 0;
   // Registers host memory [p, p + bytes) for fast device copies (CUDA:
   // cudaHostRegister) until UnpinHostMemory(p). The CPU backend does
@@ -236,7 +238,16 @@ struct CpuBackendOptions {
   // needs isa avx512 on a CPU with AVX512_BF16). Few-row Linear (decode) is
   // always fp32.
   std::string matmul_precision = "fp32";
+  // Threads of CopyBlocks (HiCache page copies), counting the calling
+  // thread: a pool of its own, separate from the compute threads above,
+  // because the cache controller copies while the engine thread computes.
+  // 0: min(4, online CPUs / 2), at least 1 (memcpy saturates memory
+  // bandwidth with a few threads; more would steal cores from compute).
+  int copy_threads = 0;
 };
+
+// What CpuBackendOptions::copy_threads = 0 means on this machine.
+int DefaultCpuCopyThreads();
 
 // The CPU backend (backend/cpu/). Fails if `isa` names an instruction set the
 // CPU lacks.

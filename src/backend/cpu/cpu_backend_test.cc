@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -23,24 +24,47 @@ struct HostTensor {
   int64_t rows = 0, cols = 0, stride = 0;
   std::vector<uint8_t> bytes;
 
-  HostTensor(DType t, int64_t r, int64_t c, int64_t s = 0) : dtype(t), rows(r), cols(c), stride(s ? s : c) {
+  HostTensor(DType t, int64_t r, int64_t c, int64_t s = 0)
+      : dtype(t), rows(r), cols(c), stride(s ? s : c) {
     bytes.assign(static_cast<size_t>(std::max<int64_t>(1, r * stride)) * DTypeSize(t), 0);
   }
   Tensor view() { return Tensor{bytes.data(), dtype, rows, cols, stride}; }
   float get(int64_t r, int64_t c) const {
     const int64_t i = r * stride + c;
     switch (dtype) {
-      case DType::kF32: { float f; std::memcpy(&f, &bytes[i * 4], 4); return f; }
-      case DType::kBF16: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); return Bf16ToFloat(h); }
-      default: { uint16_t h; std::memcpy(&h, &bytes[i * 2], 2); return F16ToFloat(h); }
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, &bytes[i * 4], 4);
+        return f;
+      }
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, &bytes[i * 2], 2);
+        return Bf16ToFloat(h);
+      }
+      default: {
+        uint16_t h;
+        std::memcpy(&h, &bytes[i * 2], 2);
+        return F16ToFloat(h);
+      }
     }
   }
   void set(int64_t r, int64_t c, float v) {
     const int64_t i = r * stride + c;
     switch (dtype) {
-      case DType::kF32: std::memcpy(&bytes[i * 4], &v, 4); return;
-      case DType::kBF16: { uint16_t h = FloatToBf16(v); std::memcpy(&bytes[i * 2], &h, 2); return; }
-      default: { uint16_t h = FloatToF16(v); std::memcpy(&bytes[i * 2], &h, 2); return; }
+      case DType::kF32:
+        std::memcpy(&bytes[i * 4], &v, 4);
+        return;
+      case DType::kBF16: {
+        uint16_t h = FloatToBf16(v);
+        std::memcpy(&bytes[i * 2], &h, 2);
+        return;
+      }
+      default: {
+        uint16_t h = FloatToF16(v);
+        std::memcpy(&bytes[i * 2], &h, 2);
+        return;
+      }
     }
   }
   void Fill(std::mt19937& rng, float scale = 1.f) {
@@ -58,7 +82,8 @@ std::vector<std::string> SupportedIsas() {
   return isas;
 }
 
-std::unique_ptr<Backend> MakeBackend(const std::string& isa, int threads = 2, const std::string& precision = "fp32") {
+std::unique_ptr<Backend> MakeBackend(const std::string& isa, int threads = 2,
+                                     const std::string& precision = "fp32") {
   CpuBackendOptions o;
   o.isa = isa;
   o.num_threads = threads;
@@ -85,12 +110,14 @@ struct LinearCase {
 void CheckLinear(Backend* b, DType wt, LinearCase c, bool bias, bool strided, std::mt19937& rng,
                  bool bf16_inputs = false) {
   const int64_t pad = strided ? 3 : 0;
-  HostTensor xbuf(DType::kF32, c.n, c.k + pad + 2), w(wt, c.m, c.k, c.k + pad), out(DType::kF32, c.n, c.m + pad);
+  HostTensor xbuf(DType::kF32, c.n, c.k + pad + 2), w(wt, c.m, c.k, c.k + pad),
+      out(DType::kF32, c.n, c.m + pad);
   HostTensor bias_t(wt, 1, c.m);
   xbuf.Fill(rng);
   w.Fill(rng, 0.5f);
   bias_t.Fill(rng);
-  Tensor x = strided ? xbuf.view().Cols(2, c.k) : Tensor{xbuf.bytes.data(), DType::kF32, c.n, c.k, 0};
+  Tensor x =
+      strided ? xbuf.view().Cols(2, c.k) : Tensor{xbuf.bytes.data(), DType::kF32, c.n, c.k, 0};
   const int64_t x_off = strided ? 2 : 0, x_stride = strided ? xbuf.stride : c.k;
   Tensor o = out.view().Cols(0, c.m);
   Tensor bt = bias_t.view();
@@ -106,14 +133,15 @@ void CheckLinear(Backend* b, DType wt, LinearCase c, bool bias, bool strided, st
         mag += std::abs(static_cast<double>(xv) * wv);
       }
       ASSERT_NEAR(out.get(r, j), ref, 2e-6 * mag + 1e-6)
-          << "dtype " << DTypeName(wt) << " n=" << c.n << " k=" << c.k << " m=" << c.m << " at " << r << "," << j;
+          << "dtype " << DTypeName(wt) << " n=" << c.n << " k=" << c.k << " m=" << c.m << " at "
+          << r << "," << j;
     }
   }
 }
 
 TEST_P(CpuBackendTest, LinearMatchesReference) {
-  const LinearCase cases[] = {{1, 64, 33}, {2, 7, 5}, {3, 100, 17}, {4, 128, 70}, {5, 64, 33},
-                              {13, 1, 9},  {37, 300, 70}, {1, 33, 1}};
+  const LinearCase cases[] = {{1, 64, 33}, {2, 7, 5},  {3, 100, 17},  {4, 128, 70},
+                              {5, 64, 33}, {13, 1, 9}, {37, 300, 70}, {1, 33, 1}};
   for (DType wt : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (const LinearCase& c : cases) {
       CheckLinear(backend_.get(), wt, c, /*bias=*/c.n % 2 == 1, /*strided=*/c.m % 2 == 1, rng_);
@@ -148,7 +176,8 @@ TEST(CpuBackendBf16Matmul, VnniAndAmxKernelsMatchReference) {
   if (!f.avx512_bf16) GTEST_SKIP() << "no AVX512_BF16";
   std::vector<std::pair<const char*, decltype(cpu::CpuKernels::gemm)>> kernels = {
       {"vdpbf16ps", cpu::Avx512Kernels()->gemm_bf16}};
-  if (f.amx_bf16 && cpu::RequestAmxPermission()) kernels.push_back({"amx", cpu::Avx512Kernels()->gemm_bf16_amx});
+  if (f.amx_bf16 && cpu::RequestAmxPermission())
+    kernels.push_back({"amx", cpu::Avx512Kernels()->gemm_bf16_amx});
   std::mt19937 rng(11);
   const int64_t n = 70, k = 1100, m = 50;
   HostTensor x(DType::kF32, n, k), w(DType::kBF16, m, k), bias(DType::kF32, 1, m);
@@ -223,7 +252,8 @@ TEST_P(CpuBackendTest, RmsNormInPlaceAndStrided) {
           const double ref = orig.get(r, c) * inv * w.get(0, c);
           ASSERT_NEAR(x.get(r, c), ref, 1e-5 * std::abs(ref) + 1e-6);
         }
-        for (int64_t c = d; c < d + 4; ++c) ASSERT_EQ(x.get(r, c), orig.get(r, c)) << "wrote past the view";
+        for (int64_t c = d; c < d + 4; ++c)
+          ASSERT_EQ(x.get(r, c), orig.get(r, c)) << "wrote past the view";
       }
     }
   }
@@ -283,7 +313,8 @@ TEST_P(CpuBackendTest, RopeRotateHalfWithPartialRotary) {
             const int j = i % (rot / 2);
             const double f = double(float(pos[r]) * inv_freq[j]);
             const double x1 = before.get(r, h * hd + j), x2 = before.get(r, h * hd + j + rot / 2);
-            ref = i < rot / 2 ? x1 * std::cos(f) - x2 * std::sin(f) : x2 * std::cos(f) + x1 * std::sin(f);
+            ref = i < rot / 2 ? x1 * std::cos(f) - x2 * std::sin(f)
+                              : x2 * std::cos(f) + x1 * std::sin(f);
           }
           ASSERT_NEAR(after.get(r, c), ref, 1e-5) << r << " " << c;
         }
@@ -335,11 +366,12 @@ struct SeqSpec {
 // Builds a batch: per sequence dense K/V of kv_len tokens, scattered over a
 // random page table via StoreKv, and checks PagedAttention against dense
 // attention computed in double from the same (dtype-rounded) values.
-void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv_heads, int hd, int window,
-                    const std::vector<SeqSpec>& specs, std::mt19937& rng) {
+void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv_heads, int hd,
+                    int window, const std::vector<SeqSpec>& specs, std::mt19937& rng) {
   const int num_seqs = static_cast<int>(specs.size());
   int64_t total_pages = 0, total_q = 0;
-  for (const auto& s : specs) total_pages += (s.kv_len + page_size - 1) / page_size, total_q += s.q_len;
+  for (const auto& s : specs)
+    total_pages += (s.kv_len + page_size - 1) / page_size, total_q += s.q_len;
   total_pages += 3;  // unused pages in between
   PagedKv kv(kv_dtype, page_size, kv_heads, hd, total_pages);
   std::vector<int32_t> free_pages(total_pages);
@@ -350,7 +382,8 @@ void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv
   std::vector<HostTensor> keys, values;  // dense per seq, dtype-rounded
   std::vector<std::vector<int32_t>> tables(num_seqs);
   std::vector<AttentionSeq> seqs(num_seqs);
-  HostTensor q(DType::kF32, total_q, int64_t(heads) * hd), out(DType::kF32, total_q, int64_t(heads) * hd);
+  HostTensor q(DType::kF32, total_q, int64_t(heads) * hd),
+      out(DType::kF32, total_q, int64_t(heads) * hd);
   q.Fill(rng);
   int q_start = 0;
   for (int s = 0; s < num_seqs; ++s) {
@@ -366,7 +399,8 @@ void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv
       shared_tokens = full * page_size;
       for (int p = 0; p < full; ++p) tables[s].push_back(tables[src][p]);
       for (int t = 0; t < shared_tokens; ++t)
-        for (int c = 0; c < e; ++c) kd.set(t, c, keys[src].get(t, c)), vd.set(t, c, values[src].get(t, c));
+        for (int c = 0; c < e; ++c)
+          kd.set(t, c, keys[src].get(t, c)), vd.set(t, c, values[src].get(t, c));
     }
     while (int(tables[s].size()) < pages) {
       tables[s].push_back(free_pages.back());
@@ -374,10 +408,12 @@ void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv
     }
     // Store the non-shared tokens through the backend.
     std::vector<int64_t> slots;
-    HostTensor ks(DType::kF32, sp.kv_len - shared_tokens, e), vs(DType::kF32, sp.kv_len - shared_tokens, e);
+    HostTensor ks(DType::kF32, sp.kv_len - shared_tokens, e),
+        vs(DType::kF32, sp.kv_len - shared_tokens, e);
     for (int t = shared_tokens; t < sp.kv_len; ++t) {
       slots.push_back(int64_t(tables[s][t / page_size]) * page_size + t % page_size);
-      for (int c = 0; c < e; ++c) ks.set(t - shared_tokens, c, kd.get(t, c)), vs.set(t - shared_tokens, c, vd.get(t, c));
+      for (int c = 0; c < e; ++c)
+        ks.set(t - shared_tokens, c, kd.get(t, c)), vs.set(t - shared_tokens, c, vd.get(t, c));
     }
     if (!slots.empty()) b->StoreKv(ks.view(), vs.view(), kv.view, slots.data());
     // Round the dense copy as the cache stores it.
@@ -411,7 +447,8 @@ void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv
         double mx = -1e300;
         for (int p = lo; p <= pos; ++p) {
           double d = 0;
-          for (int c = 0; c < hd; ++c) d += double(q.get(row, h * hd + c)) * keys[s].get(p, g * hd + c);
+          for (int c = 0; c < hd; ++c)
+            d += double(q.get(row, h * hd + c)) * keys[s].get(p, g * hd + c);
           sc.push_back(d * params.scale);
           mx = std::max(mx, sc.back());
         }
@@ -421,7 +458,8 @@ void CheckAttention(Backend* b, DType kv_dtype, int page_size, int heads, int kv
           double ref = 0;
           for (int p = lo; p <= pos; ++p) ref += sc[p - lo] / sum * values[s].get(p, g * hd + c);
           ASSERT_NEAR(out.get(row, h * hd + c), ref, 2e-5)
-              << "seq " << s << " token " << i << " head " << h << " dim " << c << " page_size " << page_size;
+              << "seq " << s << " token " << i << " head " << h << " dim " << c << " page_size "
+              << page_size;
         }
       }
     }
@@ -441,8 +479,10 @@ TEST_P(CpuBackendTest, PagedAttentionMatchesDense) {
 
 TEST_P(CpuBackendTest, PagedAttentionSlidingWindowAndShapes) {
   const std::vector<SeqSpec> batch = {{20, 20}, {1, 77}, {5, 40}};
-  CheckAttention(backend_.get(), DType::kF32, 4, 4, 4, 40, 8, batch, rng_);   // MHA, odd head_dim, window
-  CheckAttention(backend_.get(), DType::kF16, 16, 20, 1, 32, 0, batch, rng_);  // group of 20 > 16: chunked
+  CheckAttention(backend_.get(), DType::kF32, 4, 4, 4, 40, 8, batch,
+                 rng_);  // MHA, odd head_dim, window
+  CheckAttention(backend_.get(), DType::kF16, 16, 20, 1, 32, 0, batch,
+                 rng_);  // group of 20 > 16: chunked
   CheckAttention(backend_.get(), DType::kBF16, 1, 8, 2, 128, 33, batch, rng_);
 }
 
@@ -452,19 +492,156 @@ TEST_P(CpuBackendTest, AgreesWithScalarKernels) {
   auto scalar = MakeBackend("scalar", 1);
   for (DType wt : {DType::kBF16, DType::kF32}) {
     for (int64_t n : {1, 3, 20}) {
-      HostTensor x(DType::kF32, n, 896), w(wt, 200, 896), o1(DType::kF32, n, 200), o2(DType::kF32, n, 200);
+      HostTensor x(DType::kF32, n, 896), w(wt, 200, 896), o1(DType::kF32, n, 200),
+          o2(DType::kF32, n, 200);
       x.Fill(rng_);
       w.Fill(rng_, 0.1f);
       backend_->Linear(x.view(), w.view(), nullptr, o1.view());
       scalar->Linear(x.view(), w.view(), nullptr, o2.view());
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t j = 0; j < 200; ++j) ASSERT_NEAR(o1.get(r, j), o2.get(r, j), 1e-4) << r << "," << j;
+        for (int64_t j = 0; j < 200; ++j)
+          ASSERT_NEAR(o1.get(r, j), o2.get(r, j), 1e-4) << r << "," << j;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuBackendTest, ::testing::ValuesIn(SupportedIsas()),
                          [](const auto& info) { return info.param; });
+
+// ---- CopyBlocks ----
+
+// Blocks of the given sizes copied from one source buffer to scattered,
+// gapped places in a destination buffer; checks every byte copied exactly
+// and no byte outside the blocks written.
+struct CopyCase {
+  std::vector<uint8_t> src, dst;
+  std::vector<CopyBlock> blocks;
+  std::vector<size_t> dst_off;
+
+  CopyCase(const std::vector<size_t>& sizes, std::mt19937& rng) {
+    size_t src_total = 0, dst_total = 0;
+    std::vector<size_t> src_off;
+    for (size_t n : sizes) {
+      src_off.push_back(src_total);
+      src_total += n;
+    }
+    // Destinations in shuffled order with gaps of 0..63 bytes (odd alignments too).
+    std::vector<size_t> order(sizes.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    dst_off.assign(sizes.size(), 0);
+    for (size_t i : order) {
+      dst_total += rng() % 64;
+      dst_off[i] = dst_total;
+      dst_total += sizes[i];
+    }
+    src.resize(src_total + 1);
+    dst.assign(dst_total + 64, 0xEE);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(rng());
+    for (size_t i = 0; i < sizes.size(); ++i)
+      blocks.push_back(CopyBlock{dst.data() + dst_off[i], src.data() + src_off[i], sizes[i]});
+  }
+
+  void Check() const {
+    std::vector<bool> covered(dst.size(), false);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      ASSERT_EQ(std::memcmp(blocks[i].dst, blocks[i].src, blocks[i].bytes), 0)
+          << "block " << i << " of " << blocks.size() << " (" << blocks[i].bytes
+          << " bytes) differs";
+      for (size_t j = 0; j < blocks[i].bytes; ++j) covered[dst_off[i] + j] = true;
+    }
+    for (size_t j = 0; j < dst.size(); ++j)
+      if (!covered[j]) {
+        ASSERT_EQ(dst[j], 0xEE) << "byte " << j << " outside every block was written";
+      }
+  }
+};
+
+std::unique_ptr<Backend> MakeCopyBackend(int copy_threads) {
+  CpuBackendOptions o;
+  o.num_threads = 2;
+  o.copy_threads = copy_threads;
+  auto b = CreateCpuBackend(o);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return std::move(b).value();
+}
+
+TEST(CpuCopyBlocksTest, CopiesEveryByteOfManySizes) {
+  std::mt19937 rng(7);
+  const std::vector<std::vector<size_t>> cases = {
+      {},         // nothing
+      {0, 0},     // only empty blocks
+      {1},        // one byte
+      {16384},    // one page of one layer, below the parallel threshold
+      {5 << 20},  // one big block: split across threads
+      {(3 << 20) + 3, 0, 1, (1 << 20) + 4093},  // odd sizes around task cuts
+  };
+  for (int threads : {1, 2, 3, 5}) {
+    auto b = MakeCopyBackend(threads);
+    EXPECT_NE(b->Name().find(std::to_string(threads) + " copy threads"), std::string::npos)
+        << b->Name();
+    std::vector<std::vector<size_t>> all = cases;
+    // 512 page-sized blocks (a 32-page, 16-layer load-back) and random mixes.
+    all.push_back(std::vector<size_t>(512, 16384));
+    // Past the streaming-store threshold (64 MiB): odd sizes and alignments.
+    std::vector<size_t> big(1100);
+    for (size_t& n : big) n = 60000 + rng() % 10000;
+    all.push_back(big);
+    for (int r = 0; r < 4; ++r) {
+      std::vector<size_t> sizes(1 + rng() % 300);
+      for (size_t& n : sizes) n = rng() % 3 == 0 ? rng() % 100 : rng() % 70000;
+      all.push_back(sizes);
+    }
+    for (const auto& sizes : all) {
+      CopyCase c(sizes, rng);
+      for (CopyKind kind : {CopyKind::kHostToDevice, CopyKind::kDeviceToHost}) {
+        std::fill(c.dst.begin(), c.dst.end(), 0xEE);
+        ASSERT_TRUE(b->CopyBlocks(c.blocks, kind).ok());
+        SCOPED_TRACE("copy_threads " + std::to_string(threads) + ", " +
+                     std::to_string(sizes.size()) + " blocks");
+        c.Check();
+      }
+    }
+  }
+}
+
+// The HiCache controller copies while the engine thread computes, and a
+// second caller may copy at the same time: both stay exact.
+TEST(CpuCopyBlocksTest, ConcurrentCallersAndComputeStayExact) {
+  auto b = MakeCopyBackend(3);
+  constexpr int kCallers = 3, kRounds = 12;
+  std::vector<std::thread> callers;
+  std::vector<int> failures(kCallers, 0);
+  for (int t = 0; t < kCallers; ++t) {
+    callers.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      for (int r = 0; r < kRounds; ++r) {
+        std::vector<size_t> sizes(1 + rng() % 200);
+        for (size_t& n : sizes) n = rng() % 40000;
+        CopyCase c(sizes, rng);
+        if (!b->CopyBlocks(c.blocks, CopyKind::kDeviceToHost).ok()) ++failures[t];
+        for (const CopyBlock& blk : c.blocks)
+          if (std::memcmp(blk.dst, blk.src, blk.bytes) != 0) ++failures[t];
+      }
+    });
+  }
+  // Meanwhile, ops on this ("engine") thread, checked against a backend
+  // nobody else uses.
+  auto reference = MakeBackend("scalar", 1);
+  std::mt19937 rng(5);
+  for (int r = 0; r < 6; ++r) {
+    HostTensor x(DType::kF32, 8, 512), w(DType::kF32, 256, 512), o1(DType::kF32, 8, 256),
+        o2(DType::kF32, 8, 256);
+    x.Fill(rng);
+    w.Fill(rng, 0.1f);
+    b->Linear(x.view(), w.view(), nullptr, o1.view());
+    reference->Linear(x.view(), w.view(), nullptr, o2.view());
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t j = 0; j < 256; ++j) ASSERT_NEAR(o1.get(i, j), o2.get(i, j), 1e-4);
+  }
+  for (auto& c : callers) c.join();
+  for (int t = 0; t < kCallers; ++t) EXPECT_EQ(failures[t], 0) << "caller " << t;
+}
 
 // ---- options ----
 
@@ -476,12 +653,18 @@ TEST(CpuBackendOptionsTest, RejectsBadOptions) {
   o.matmul_precision = "bf16";
   auto r = CreateCpuBackend(o);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("matmul_precision"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("matmul_precision"), std::string::npos)
+      << r.status().message();
   o.matmul_precision = "fp8";
   EXPECT_EQ(CreateCpuBackend(o).status().code(), StatusCode::kInvalidArgument);
   o.matmul_precision = "fp32";
   o.num_threads = -1;
   EXPECT_EQ(CreateCpuBackend(o).status().code(), StatusCode::kInvalidArgument);
+  o.num_threads = 0;
+  o.copy_threads = -2;
+  r = CreateCpuBackend(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("copy_threads"), std::string::npos) << r.status().message();
 }
 
 TEST(CpuBackendOptionsTest, AutoUsesAllCpusByDefault) {

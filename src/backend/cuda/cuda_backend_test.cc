@@ -8,12 +8,15 @@
 // Without a CUDA device (or in a build without CUDA) every test is skipped
 // with "no CUDA device: ...".
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -397,6 +400,169 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   cuda->Synchronize();
   cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
   ExpectClose(got, ref, 1e-5, what);
+}
+
+// ---- CopyBlocks (HiCache page copies) ----
+
+// Host memory of its own pages (mmap: two heap buffers may share a page,
+// and a page can be registered only once), optionally pinned through the
+// backend for its lifetime. `bytes` views it.
+struct HostBytes {
+  Backend* backend = nullptr;
+  std::span<uint8_t> bytes;
+  bool pinned = false;
+  HostBytes(Backend* b, size_t n, uint8_t fill, bool pin) : backend(b) {
+    void* p = mmap(nullptr, std::max<size_t>(n, 1), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    bytes = {static_cast<uint8_t*>(p), n};
+    std::fill(bytes.begin(), bytes.end(), fill);
+    if (pin) {
+      Status s = b->PinHostMemory(bytes.data(), bytes.size());
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      pinned = s.ok();
+    }
+  }
+  ~HostBytes() {
+    if (pinned) backend->UnpinHostMemory(bytes.data());
+    munmap(bytes.data(), std::max<size_t>(bytes.size(), 1));
+  }
+};
+
+// Many blocks of uneven sizes, host -> scattered device places -> other host
+// places, with pinned and pageable host memory on each side: every byte
+// arrives, and nothing outside the blocks is written.
+TEST_F(CudaParityTest, CopyBlocksBothDirectionsPinnedAndPageable) {
+  constexpr size_t kDeviceBytes = 24 << 20;
+  auto dev = cuda_->Allocate(kDeviceBytes);
+  ASSERT_TRUE(dev.ok());
+  char* d = static_cast<char*>(dev->data());
+  for (bool pin_src : {false, true}) {
+    for (bool pin_dst : {false, true}) {
+      SCOPED_TRACE(std::string("source ") + (pin_src ? "pinned" : "pageable") + ", destination " +
+                   (pin_dst ? "pinned" : "pageable"));
+      // Block sizes: page-sized (16 KiB, the usual), tiny, odd, and a few MiB.
+      std::vector<size_t> sizes;
+      for (int i = 0; i < 600; ++i) sizes.push_back(16384);
+      for (int i = 0; i < 200; ++i) sizes.push_back(1 + rng_() % 9000);
+      sizes.push_back(0);
+      sizes.push_back((3 << 20) + 5);
+      std::shuffle(sizes.begin(), sizes.end(), rng_);
+      // Scattered device offsets with gaps; host source packed, destination gapped.
+      std::vector<size_t> dev_off, src_off, dst_off;
+      size_t dev_end = 0, src_end = 0, dst_end = 0;
+      for (size_t n : sizes) {
+        dev_end += rng_() % 256;
+        dev_off.push_back(dev_end);
+        dev_end += n;
+        src_off.push_back(src_end);
+        src_end += n;
+        dst_end += rng_() % 64;
+        dst_off.push_back(dst_end);
+        dst_end += n;
+      }
+      ASSERT_LE(dev_end, kDeviceBytes);
+      HostBytes src(cuda_.get(), src_end, 0, pin_src);
+      for (auto& b : src.bytes) b = static_cast<uint8_t>(rng_());
+      HostBytes dst(cuda_.get(), dst_end, 0x11, pin_dst);
+      std::vector<uint8_t> fill(kDeviceBytes, 0xEE);
+      cuda_->CopyToDevice(d, fill.data(), fill.size());
+      cuda_->Synchronize();  // the copy stream does not wait for the compute stream
+
+      std::vector<CopyBlock> up, down;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        up.push_back({d + dev_off[i], src.bytes.data() + src_off[i], sizes[i]});
+        down.push_back({dst.bytes.data() + dst_off[i], d + dev_off[i], sizes[i]});
+      }
+      Status s = cuda_->CopyBlocks(up, CopyKind::kHostToDevice);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      std::vector<uint8_t> whole(kDeviceBytes);
+      cuda_->CopyToHost(whole.data(), d, whole.size());
+      std::vector<bool> covered(kDeviceBytes, false);
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        ASSERT_EQ(std::memcmp(whole.data() + dev_off[i], src.bytes.data() + src_off[i], sizes[i]),
+                  0)
+            << "host->device block " << i << " (" << sizes[i] << " bytes)";
+        std::fill(covered.begin() + dev_off[i], covered.begin() + dev_off[i] + sizes[i], true);
+      }
+      for (size_t j = 0; j < kDeviceBytes; ++j) {
+        if (!covered[j]) {
+          ASSERT_EQ(whole[j], 0xEE) << "device byte " << j << " outside every block was written";
+        }
+      }
+      s = cuda_->CopyBlocks(down, CopyKind::kDeviceToHost);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      size_t prev_end = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        ASSERT_EQ(
+            std::memcmp(dst.bytes.data() + dst_off[i], src.bytes.data() + src_off[i], sizes[i]), 0)
+            << "device->host block " << i << " (" << sizes[i] << " bytes)";
+        for (size_t j = prev_end; j < dst_off[i]; ++j)
+          ASSERT_EQ(dst.bytes[j], 0x11) << "host byte " << j;
+        prev_end = dst_off[i] + sizes[i];
+      }
+    }
+  }
+  // Empty and all-empty batches are fine.
+  EXPECT_TRUE(cuda_->CopyBlocks({}, CopyKind::kHostToDevice).ok());
+  CopyBlock empty{d, d, 0};
+  EXPECT_TRUE(cuda_->CopyBlocks({&empty, 1}, CopyKind::kDeviceToHost).ok());
+}
+
+TEST_F(CudaParityTest, PinningTwiceIsAnErrorNotACrash) {
+  HostBytes host(cuda_.get(), 1 << 20, 0, false);
+  ASSERT_TRUE(cuda_->PinHostMemory(host.bytes.data(), host.bytes.size()).ok());
+  Status again = cuda_->PinHostMemory(host.bytes.data(), host.bytes.size());
+  EXPECT_FALSE(again.ok());
+  EXPECT_NE(again.message().find("cudaHostRegister"), std::string::npos) << again.message();
+  cuda_->UnpinHostMemory(host.bytes.data());
+  // Unregistered now: pinning works again, and a stray unpin is harmless.
+  ASSERT_TRUE(cuda_->PinHostMemory(host.bytes.data(), host.bytes.size()).ok());
+  cuda_->UnpinHostMemory(host.bytes.data());
+  cuda_->UnpinHostMemory(host.bytes.data());
+}
+
+// The cache controller copies on its own thread while the engine thread
+// issues kernels: the copy (on the copy stream) and the GEMMs (on the
+// compute stream) both give exact results.
+TEST_F(CudaParityTest, CopyRunsBesideComputeOnTheEngineStream) {
+  // ~17 GFLOP per GEMM: 50 of them keep the compute stream busy for longer
+  // than the copies take.
+  HostTensor x(DType::kF32, 1024, 2048), w(DType::kF32, 4096, 2048), o(DType::kF32, 1024, 4096);
+  x.Fill(rng_);
+  w.Fill(rng_, 0.05f);
+  const Tensor dx = Up(x), dw = Up(w), dout = Up(o);
+  cuda_->Linear(dx, dw, nullptr, dout);
+  const HostTensor alone = Down(dout, o);
+
+  constexpr size_t kPages = 2048, kPageBytes = 16384;  // 32 MiB each way
+  auto dev = cuda_->Allocate(kPages * kPageBytes);
+  ASSERT_TRUE(dev.ok());
+  HostBytes src(cuda_.get(), kPages * kPageBytes, 0, true),
+      back(cuda_.get(), kPages * kPageBytes, 0, true);
+  for (auto& b : src.bytes) b = static_cast<uint8_t>(rng_());
+  std::vector<size_t> perm(kPages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng_);
+  char* d = static_cast<char*>(dev->data());
+  std::vector<CopyBlock> up, down;
+  for (size_t i = 0; i < kPages; ++i) {
+    up.push_back({d + perm[i] * kPageBytes, src.bytes.data() + i * kPageBytes, kPageBytes});
+    down.push_back({back.bytes.data() + i * kPageBytes, d + perm[i] * kPageBytes, kPageBytes});
+  }
+  Status copy_status;
+  std::thread copier([&] {
+    for (int r = 0; r < 4 && copy_status.ok(); ++r) {
+      copy_status = cuda_->CopyBlocks(up, CopyKind::kHostToDevice);
+      if (copy_status.ok()) copy_status = cuda_->CopyBlocks(down, CopyKind::kDeviceToHost);
+    }
+  });
+  for (int r = 0; r < 50; ++r) cuda_->Linear(dx, dw, nullptr, dout);  // queued, not waited for
+  copier.join();
+  ASSERT_TRUE(copy_status.ok()) << copy_status.ToString();
+  EXPECT_EQ(std::memcmp(back.bytes.data(), src.bytes.data(), src.bytes.size()), 0);
+  const HostTensor busy = Down(dout, o);
+  ExpectClose(busy, alone, 1e-6, "the GEMM while a copy ran beside it");
 }
 
 TEST(CudaBackendOptionsTest, RejectsBadPrecisionOrSaysNoDevice) {
