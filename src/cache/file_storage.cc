@@ -599,7 +599,7 @@ class FileStorage::Impl {
   }
   // Makes room for `bytes` more by retiring unpinned LRU files into
   // `victims` (the caller removes them outside the lock: RemoveFiles). False
-  // when even that is not enough. REQUIRES: mu_ held.
+  // when even that is not enough, and then nothing is evicted. REQUIRES: mu_ held.
   bool EvictForLocked(uint64_t bytes, std::vector<Victim>* victims);
   // Classifies a failed write or rename; stops backups on full/read-only
   // disks. Returns the completion status and, when this call disabled
@@ -719,6 +719,16 @@ Status FileStorage::Impl::Scan() {
 
 bool FileStorage::Impl::EvictForLocked(uint64_t bytes, std::vector<Victim>* victims) {
   if (opts_.max_bytes == 0) return true;
+  if (bytes > opts_.max_bytes) return false;  // never fits: evict nothing for it
+  if (used_bytes_ + bytes > opts_.max_bytes) {
+    uint64_t evictable = 0;
+    for (const Key& k : lru_) {
+      const Entry& e = entries_.find(k)->second;
+      if (e.pins == 0) evictable += e.bytes;
+    }
+    if (used_bytes_ - evictable + bytes > opts_.max_bytes)
+      return false;  // pinned by reads: evict nothing
+  }
   auto it = lru_.begin();
   while (used_bytes_ + bytes > opts_.max_bytes && it != lru_.end()) {
     auto e = entries_.find(*it);
@@ -1039,6 +1049,7 @@ FileStorage::Completion FileStorage::Impl::DoRead(Job& job) {
         it != entries_.end() && it->second.id == job.entry_id && it->second.state == State::kStored;
     if (ours) it->second.pins -= 1;
     if (s.ok()) {
+      if (ours) lru_.splice(lru_.end(), lru_, it->second.lru);  // touch
       stats_.read_pages += job.num_pages;
       c.bytes = buf.size();
     } else {
@@ -1096,7 +1107,8 @@ StatusOr<std::unique_ptr<FileStorage>> FileStorage::Open(const FileStorageOption
     if (const int e = fs->MakeDir(prefix); e != 0) {
       return Status(
           StatusCode::kIoError,
-          "hicache storage: cannot create directory " + prefix + ": " + ErrnoText(e) +
+          "hicache storage: cannot create directory " + full +
+              (prefix == full ? "" : " (at " + prefix + ")") + ": " + ErrnoText(e) +
               "; give --hicache-storage-path a directory this process can create and write");
     }
   }
