@@ -235,9 +235,8 @@ class FileStorage {
 
   const std::string& path() const;  // dir/<namespace>
 
-  class Impl;
-
  private:
+  class Impl;
   explicit FileStorage(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
