@@ -91,6 +91,23 @@ uint64_t DefaultHostReserveBytes(const HostMemoryFacts& facts, int numa_node,
   return weights_and_pools_in_host_memory + os;
 }
 
+Status CheckNumaNode(const HostMemoryFacts& facts, int numa_node) {
+  if (numa_node < 0) return OkStatus();
+  std::vector<int> existing;
+  for (const auto& n : facts.nodes) existing.push_back(n.node);
+  const bool exists = facts.FindNode(numa_node) != nullptr;
+  const bool allowed =
+      facts.allowed_nodes.empty() ||
+      std::count(facts.allowed_nodes.begin(), facts.allowed_nodes.end(), numa_node);
+  if (exists && allowed) return OkStatus();
+  return InvalidArgument("--numa-node " + std::to_string(numa_node) + ": " +
+                         (exists ? "this process may not allocate from that node"
+                                 : "this machine has no such NUMA node") +
+                         " (nodes: " + FormatNodeList(existing) +
+                         "; this process may allocate from: " + FormatNodeList(facts.NodesFor(-1)) +
+                         " (Mems_allowed_list)); give one of those, or leave --numa-node out");
+}
+
 StatusOr<HostTierPlan> PlanHostTier(const KvLayout& layout, int64_t device_pages,
                                     const HiCacheOptions& o, const HostMemoryFacts& facts,
                                     uint64_t host_reserve_bytes) {
@@ -118,25 +135,7 @@ StatusOr<HostTierPlan> PlanHostTier(const KvLayout& layout, int64_t device_pages
         " pages) extends nothing (every page it could hold is already on the device). "
         "Use e.g. --hicache-ratio 2 (the default), or --hicache-size GB");
   }
-  if (o.numa_node >= 0) {
-    std::vector<int> existing;
-    for (const auto& n : facts.nodes) existing.push_back(n.node);
-    const bool exists = facts.FindNode(o.numa_node) != nullptr;
-    const bool allowed =
-        facts.allowed_nodes.empty() ||
-        std::count(facts.allowed_nodes.begin(), facts.allowed_nodes.end(), o.numa_node);
-    if (!exists || !allowed) {
-      const std::string allowed_text = facts.allowed_nodes.empty()
-                                           ? FormatNodeList(existing)
-                                           : FormatNodeList(facts.NodesFor(-1));
-      return InvalidArgument("--numa-node " + std::to_string(o.numa_node) + ": " +
-                             (exists ? "this process may not allocate from that node"
-                                     : "this machine has no such NUMA node") +
-                             " (nodes: " + FormatNodeList(existing) +
-                             "; this process may allocate from: " + allowed_text +
-                             " (Mems_allowed_list)); give one of those, or leave --numa-node out");
-    }
-  }
+  RETURN_IF_ERROR(CheckNumaNode(facts, o.numa_node));
 
   const long double page_bytes = static_cast<long double>(layout.BytesPerPage());
   // The flags are decimal text: "1.43" is the double 1.42999..., and 1.43 x

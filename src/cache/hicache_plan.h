@@ -100,6 +100,11 @@ StatusOr<HostTierPlan> PlanHostTier(const KvLayout& layout, int64_t device_pages
                                     const HiCacheOptions& o, const HostMemoryFacts& facts,
                                     uint64_t host_reserve_bytes);
 
+// OK when numa_node is -1, or an existing node among facts.allowed_nodes
+// (every node when that is empty); otherwise InvalidArgument listing the
+// nodes and the allowed ones. PlanHostTier runs it too.
+Status CheckNumaNode(const HostMemoryFacts& facts, int numa_node);
+
 // What the host tier must leave free: the weights and the device pool when
 // they live in host memory (the CPU backend; 0 on a GPU) plus activations
 // and the OS: max(2 GiB, 5% of the total memory of the plan's node(s)).
