@@ -249,6 +249,9 @@ uint64_t AllowedFreeBytes(const HostMemoryFacts& facts, int numa_node) {
   uint64_t sum = 0;
   for (int n : facts.NodesFor(numa_node))
     if (const NumaNodeMemory* m = facts.FindNode(n)) sum += m->free_bytes;
+  // No node set yields more than the whole machine's MemAvailable (some
+  // sandboxes show node files that disagree with /proc/meminfo).
+  if (facts.mem_available_bytes > 0) sum = std::min(sum, facts.mem_available_bytes);
   return std::min(sum, CgroupHeadroomBytes(facts));
 }
 

@@ -62,8 +62,8 @@ struct HostMemoryFacts {
 StatusOr<HostMemoryFacts> ReadHostMemoryFacts(const std::string& root = "/");
 
 // Free bytes an allocation on `numa_node` (-1: the allowed nodes) can get:
-// the sum of those nodes' free bytes, capped by the cgroup's headroom
-// (limit - usage) when there is a limit.
+// the sum of those nodes' free bytes, capped by mem_available_bytes (when
+// known) and by the cgroup's headroom (limit - usage) when there is a limit.
 uint64_t AllowedFreeBytes(const HostMemoryFacts& facts, int numa_node);
 // Sum of total bytes of the same nodes.
 uint64_t AllowedTotalBytes(const HostMemoryFacts& facts, int numa_node);

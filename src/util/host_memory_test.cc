@@ -89,6 +89,12 @@ TEST(HostMemoryTest, TwoNodesAllowedListAndTheTightestCgroupV2Limit) {
   EXPECT_EQ(AllowedTotalBytes(*f, -1), 200 * kGiB);
   EXPECT_EQ(AllowedTotalBytes(*f, 1), 100 * kGiB);
   EXPECT_EQ(AllowedFreeBytes(*f, 7), 0u);  // a node that does not exist
+  // Never more than MemAvailable of the whole machine.
+  HostMemoryFacts capped = *f;
+  capped.cgroup_limit_bytes = 0;
+  EXPECT_EQ(AllowedFreeBytes(capped, -1), 150 * kGiB);
+  capped.mem_available_bytes = 0;  // unknown: no cap
+  EXPECT_EQ(AllowedFreeBytes(capped, -1), 156 * kGiB);
 }
 
 TEST(HostMemoryTest, TheCgroupWithTheLeastHeadroomWins) {
