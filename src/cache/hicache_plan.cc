@@ -138,13 +138,19 @@ StatusOr<HostTierPlan> PlanHostTier(const KvLayout& layout, int64_t device_pages
   RETURN_IF_ERROR(CheckNumaNode(facts, o.numa_node));
 
   const long double page_bytes = static_cast<long double>(layout.BytesPerPage());
-  // The flags are decimal text: "1.43" is the double 1.42999..., and 1.43 x
-  // device_pages must not lose a page to that. The slack (10^-6 pages) is far
-  // above the rounding error and far below a page.
-  constexpr long double kSlack = 1e-6L;
-  const long double want_pages =
-      o.size_gb > 0 ? std::floor(static_cast<long double>(o.size_gb) * kGB / page_bytes + kSlack)
-                    : std::floor(static_cast<long double>(o.ratio) * device_pages + kSlack);
+  // Host pages for a ratio or a size (GB). The flags are decimal text:
+  // "1.43" is the double 1.42999..., and 1.43 x device_pages must not lose
+  // a page to that. A ratio's exact product is a multiple of 1/100 when it
+  // has two decimals, so 10^-6 pages of slack never crosses an integer; a
+  // size's exact quotient can sit 1/page_bytes below one, so its slack is
+  // smaller (the rounding error of a double there is below 10^-8 pages).
+  auto ratio_pages = [&](double ratio) {
+    return std::floor(static_cast<long double>(ratio) * device_pages + 1e-6L);
+  };
+  auto size_pages = [&](double gb) {
+    return std::floor(static_cast<long double>(gb) * kGB / page_bytes + 1e-9L);
+  };
+  const long double want_pages = o.size_gb > 0 ? size_pages(o.size_gb) : ratio_pages(o.ratio);
   if (want_pages < 1)
     return InvalidArgument(FlagText(o) + " holds no page: one page of every pool group is " +
                            FormatGB(page_bytes) + " (" + std::to_string(layout.BytesPerPage()) +
@@ -162,15 +168,20 @@ StatusOr<HostTierPlan> PlanHostTier(const KvLayout& layout, int64_t device_pages
     const int64_t fit_pages =
         static_cast<int64_t>(std::min<long double>(std::floor(budget / page_bytes), kMaxKvPages));
     // Largest ratio (2 decimals, down) and size (GB, 1 decimal, down) whose
-    // pages fit; a ratio must exceed 1.00, a size must hold a page.
-    // ratio r/100 gives floor(r x device_pages / 100) pages, which fits iff
-    // r x device_pages < 100 (fit_pages + 1); likewise size s/10 GB gives
-    // floor(s x 10^8 / page bytes) pages.
+    // pages fit; a ratio must exceed 1.00, a size must hold a page. The
+    // exact estimate (ratio r/100 fits iff r x device_pages < 100 x
+    // (fit_pages + 1); size s/10 GB iff s x 10^8 < (fit_pages + 1) x page
+    // bytes) is then checked with the very functions that size a request
+    // (r / 100.0 is the double strtod gives for the text "r/100").
     using u128 = unsigned __int128;
     const auto fit1 = static_cast<u128>(fit_pages) + 1;
-    const auto ratio100 = static_cast<int64_t>((fit1 * 100 - 1) / static_cast<u128>(device_pages));
-    const auto size10 = static_cast<int64_t>((fit1 * layout.BytesPerPage() - 1) / (kGB / 10));
-    const bool size_holds_page = static_cast<u128>(size10) * (kGB / 10) >= layout.BytesPerPage();
+    auto ratio100 = static_cast<int64_t>((fit1 * 100 - 1) / static_cast<u128>(device_pages));
+    while (ratio100 > 0 && ratio_pages(ratio100 / 100.0) > fit_pages) --ratio100;
+    while (ratio_pages((ratio100 + 1) / 100.0) <= fit_pages) ++ratio100;
+    auto size10 = static_cast<int64_t>((fit1 * layout.BytesPerPage() - 1) / (kGB / 10));
+    while (size10 > 0 && size_pages(size10 / 10.0) > fit_pages) --size10;
+    while (size_pages((size10 + 1) / 10.0) <= fit_pages) ++size10;
+    const bool size_holds_page = size10 > 0 && size_pages(size10 / 10.0) >= 1;
     char ratio_text[32], size_text[32];
     std::snprintf(ratio_text, sizeof ratio_text, "%ld.%02ld", static_cast<long>(ratio100 / 100),
                   static_cast<long>(ratio100 % 100));

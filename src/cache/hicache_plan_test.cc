@@ -286,34 +286,41 @@ TEST(HiCachePlanTest, PolicyNamesRoundTripAndBadNamesListTheChoices) {
 // Over many machines and pools, the named ratio and size fit and one step
 // above them does not.
 TEST(HiCachePlanTest, TheNamedLargestFiguresAreExactlyTheLargestThatFit) {
-  const KvLayout l = ThreeGroupLayout();
+  KvLayout small;  // 4 KiB pages: fine-grained sizes, many pages
+  small.page_size = 16;
+  small.groups = {{"full_attention", 2, 2, 16, DType::kF32}};
   uint64_t seed = 12345;
   auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
   int checked_ratio = 0, checked_size = 0;
-  for (int i = 0; i < 300; ++i) {
-    const int64_t device_pages = 1 + static_cast<int64_t>(next() % 40000);
-    const uint64_t free = (next() % 500 + 1) * kGB + next() % kGB;
-    const HostMemoryFacts facts = OneNode(600 * kGB, free);
-    const uint64_t reserve = DefaultHostReserveBytes(facts, -1, next() % 4 * kGB);
-    auto p = PlanHostTier(l, device_pages, Size(100000), facts, reserve);
-    ASSERT_FALSE(p.ok());
-    const std::string m = p.status().message();
-    std::smatch r;
-    if (std::regex_search(m, r, std::regex("--hicache-ratio (\\d+\\.\\d\\d) or"))) {
-      const double ratio = std::stod(r[1]);
-      EXPECT_TRUE(PlanHostTier(l, device_pages, Ratio(ratio), facts, reserve).ok()) << m;
-      EXPECT_FALSE(PlanHostTier(l, device_pages, Ratio(ratio + 0.01), facts, reserve).ok()) << m;
-      ++checked_ratio;
-    }
-    if (std::regex_search(m, r, std::regex("--hicache-size (\\d+\\.\\d) fits"))) {
-      const double size = std::stod(r[1]);
-      EXPECT_TRUE(PlanHostTier(l, device_pages, Size(size), facts, reserve).ok()) << m;
-      EXPECT_FALSE(PlanHostTier(l, device_pages, Size(size + 0.1), facts, reserve).ok()) << m;
-      ++checked_size;
+  for (const KvLayout& l : {ThreeGroupLayout(), small}) {
+    for (int i = 0; i < 300; ++i) {
+      const int64_t device_pages = 1 + static_cast<int64_t>(next() % (i % 2 ? 40000 : 300));
+      const uint64_t free = (next() % 500 + 1) * kGB + next() % kGB;
+      const HostMemoryFacts facts = OneNode(600 * kGB, free);
+      const uint64_t reserve = DefaultHostReserveBytes(facts, -1, next() % 4 * kGB);
+      auto p = PlanHostTier(l, device_pages, Size(100000), facts, reserve);
+      ASSERT_FALSE(p.ok());
+      const std::string m = p.status().message();
+      std::smatch r;
+      // The text the operator would type, and the step above it.
+      if (std::regex_search(m, r, std::regex("--hicache-ratio (\\d+)\\.(\\d\\d) or"))) {
+        const int64_t r100 = std::stoll(r[1]) * 100 + std::stoll(r[2]);
+        EXPECT_TRUE(PlanHostTier(l, device_pages, Ratio(r100 / 100.0), facts, reserve).ok()) << m;
+        EXPECT_FALSE(PlanHostTier(l, device_pages, Ratio((r100 + 1) / 100.0), facts, reserve).ok())
+            << m;
+        ++checked_ratio;
+      }
+      if (std::regex_search(m, r, std::regex("--hicache-size (\\d+)\\.(\\d) fits"))) {
+        const int64_t s10 = std::stoll(r[1]) * 10 + std::stoll(r[2]);
+        EXPECT_TRUE(PlanHostTier(l, device_pages, Size(s10 / 10.0), facts, reserve).ok()) << m;
+        EXPECT_FALSE(PlanHostTier(l, device_pages, Size((s10 + 1) / 10.0), facts, reserve).ok())
+            << m;
+        ++checked_size;
+      }
     }
   }
-  EXPECT_GT(checked_ratio, 50);
-  EXPECT_GT(checked_size, 200);
+  EXPECT_GT(checked_ratio, 300);
+  EXPECT_GT(checked_size, 500);
 }
 
 }  // namespace
