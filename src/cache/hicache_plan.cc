@@ -117,10 +117,9 @@ StatusOr<HostTierPlan> PlanHostTier(const KvLayout& layout, int64_t device_pages
                            " pages; it needs at least one");
   if (o.ratio_explicit && o.size_gb > 0)
     return InvalidArgument(
-        "--hicache-ratio and --hicache-size were both given; they are two ways of sizing the same "
-        "host tier "
-        "(ratio: host pages = ratio x device pages; size: GB split across pool groups). Give one "
-        "of them");
+        "--hicache-ratio and --hicache-size were both given; they are two ways of sizing the "
+        "same host tier (ratio: host pages = ratio x device pages; size: GB split across pool "
+        "groups). Give one of them");
   if (o.size_gb < 0 || !std::isfinite(o.size_gb))
     return InvalidArgument(
         "--hicache-size " + std::to_string(o.size_gb) +

@@ -178,6 +178,7 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
     eo.kv_dtype = DType::kF16;
   else
     problem("--kv-cache-dtype: '" + kv + "' is not one of f32, bf16, f16");
+  const bool kv_ok = plan.problems.empty();  // else memory is not sized for a guessed dtype
   if (mf.matmul_precision != "fp32" && mf.matmul_precision != "bf16")
     problem("--matmul-precision: '" + mf.matmul_precision + "' is not one of fp32, bf16");
   if (mf.isa != "auto" && mf.isa != "avx512" && mf.isa != "avx2" && mf.isa != "scalar")
@@ -249,9 +250,8 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
         "capacity)");
   if (c.Given("hicache-storage-prefetch-policy") && h.storage_backend.empty())
     problem(
-        "--hicache-storage-prefetch-policy needs --hicache-storage-backend file (it says how long "
-        "a "
-        "request waits for the storage tier)");
+        "--hicache-storage-prefetch-policy needs --hicache-storage-backend file (it says how "
+        "long a request waits for the storage tier)");
   if (c.Given("hicache-storage-prefetch-timeout-ms") &&
       h.prefetch_policy != PrefetchPolicy::kTimeout)
     problem(
@@ -288,6 +288,7 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
     return plan;
   }
   plan.device_pages = *pages;
+  if (!kv_ok) return plan;
   const uint64_t pool_bytes = static_cast<uint64_t>(*pages) * layout->BytesPerPage();
   const bool pool_in_host = mf.device == "cpu";
   if (pool_in_host && c.max_total_tokens > 0) {
