@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cli/serve_test_process.h"
@@ -186,6 +187,99 @@ TEST(ServeConfigTest, DrainDeadlineAbortsWhatIsLeft) {
   EXPECT_THAT(r->body, HasSubstr("drain deadline of 1 s passed"));
   EXPECT_EQ(s.WaitExit(kExit), 1);
   EXPECT_THAT(s.Log(), HasSubstr("drain deadline of 1 s passed: aborting 1 in-flight requests"));
+}
+
+// HiCache flags (issue 7): every refusal is exit 78 before the weights load
+// (the model has no weights file: reaching the load would be exit 66).
+TEST(ServeConfigTest, AHostTierLargerThanThisMachineIsExit78WithTheNumbersAndWhatFits) {
+  const std::string model = ModelWithoutWeights();
+  Server s({"--model-path", model, "--enable-hierarchical-cache", "--hicache-size", "100000"});
+  EXPECT_EQ(s.WaitExit(kExit), 78);
+  const std::string log = s.Log();
+  EXPECT_THAT(log, HasSubstr("--hicache-size 100000 asks for"));
+  EXPECT_THAT(log, HasSubstr("100000.00 GB (full_attention 100000.00 GB)"));
+  EXPECT_THAT(log, HasSubstr("for a device pool of"));
+  EXPECT_THAT(log, HasSubstr("GB free on"));
+  EXPECT_THAT(log, HasSubstr("less a reserve of"));
+  EXPECT_THAT(log, HasSubstr("At most --hicache-ratio"));
+  EXPECT_THAT(log, Not(HasSubstr("loaded")));
+}
+
+TEST(ServeConfigTest, HiCacheFlagErrorsAreExit78BeforeWeightsLoad) {
+  const std::string model = ModelWithoutWeights();
+  struct Case {
+    std::vector<std::string> flags;
+    std::vector<std::string> says;
+  };
+  const std::string not_a_dir =
+      ::testing::TempDir() + "/serve_config_e2e_file_" + std::to_string(getpid());
+  { std::ofstream(not_a_dir) << "x"; }
+  const std::vector<Case> cases = {
+      {{"--enable-hierarchical-cache", "--hicache-ratio", "1"},
+       {"--hicache-ratio 1 must exceed 1", "extends nothing"}},
+      {{"--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-size", "1"},
+       {"--hicache-ratio and --hicache-size were both given"}},
+      {{"--hicache-ratio", "2"},
+       {"--hicache-ratio has no effect without --enable-hierarchical-cache"}},
+      {{"--numa-node", "0"}, {"--numa-node has no effect without --enable-hierarchical-cache"}},
+      {{"--enable-hierarchical-cache", "--hicache-write-policy", "write-back"},
+       {"'write-back' is not one of write_through, write_through_selective, write_back"}},
+      {{"--enable-hierarchical-cache", "--numa-node", "99"},
+       {"--numa-node 99: this machine has no such NUMA node"}},
+      {{"--enable-hierarchical-cache", "--disable-radix-cache"},
+       {"--disable-radix-cache turns off"}},
+      {{"--enable-hierarchical-cache", "--hicache-storage-backend", "file"},
+       {"needs --hicache-storage-path DIR"}},
+      {{"--enable-hierarchical-cache", "--hicache-storage-path", ::testing::TempDir()},
+       {"needs --hicache-storage-backend file"}},
+      {{"--enable-hierarchical-cache", "--hicache-storage-backend", "file",
+        "--hicache-storage-path", not_a_dir + "/sub"},
+       {"cannot create directory " + not_a_dir + "/sub"}},
+      {{"--enable-hierarchical-cache", "--hicache-storage-prefetch-policy", "soon"},
+       {"'soon' is not one of best_effort, wait_complete, timeout"}},
+      {{"--enable-hierarchical-cache", "--hicache-storage-backend", "file",
+        "--hicache-storage-path", ::testing::TempDir(), "--hicache-storage-prefetch-timeout-ms",
+        "10"},
+       {"applies only to --hicache-storage-prefetch-policy timeout"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--model-path", model};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    Server s(args);
+    EXPECT_EQ(s.WaitExit(kExit), 78) << c.flags[0] << " " << c.flags.back() << "\n" << s.Log();
+    for (const std::string& text : c.says) EXPECT_THAT(s.Log(), HasSubstr(text));
+    EXPECT_THAT(s.Log(), Not(HasSubstr("loaded")));
+  }
+  std::filesystem::remove(not_a_dir);
+}
+
+TEST(ServeConfigTest, EveryConfigurationProblemIsReportedAtOnce) {
+  Server s({"--model-path", ModelWithoutWeights(), "--kv-cache-dtype", "q4", "--hicache-ratio", "2",
+            "--hicache-write-policy", "sometimes", "--context-length", "99999"});
+  EXPECT_EQ(s.WaitExit(kExit), 78);
+  const std::string log = s.Log();
+  EXPECT_THAT(log, HasSubstr("invalid configuration (4 problems)"));
+  EXPECT_THAT(log, HasSubstr("--kv-cache-dtype: 'q4'"));
+  EXPECT_THAT(log, HasSubstr("'sometimes' is not one of"));
+  EXPECT_THAT(log, HasSubstr("--hicache-ratio, --hicache-write-policy have no effect without"));
+  EXPECT_THAT(log, HasSubstr("--context-length 99999 exceeds the model's max_position_embeddings"));
+}
+
+TEST(ServeConfigTest, HiCacheOnTheDemoModelStartsAndServes) {
+  // The demo model is written under $STRATA_HOME, a temp dir of this test.
+  const std::string home = ::testing::TempDir() + "/serve_config_home_" + std::to_string(getpid());
+  setenv("STRATA_HOME", home.c_str(), 1);
+  Server s({"--enable-hierarchical-cache", "--hicache-ratio", "2"});
+  unsetenv("STRATA_HOME");
+  ASSERT_GT(s.port(), 0) << s.Log();
+  EXPECT_EQ(s.Request(Get("/health")).status, 200);
+  Response r = s.PostJson("/v1/completions", R"({"prompt": "hello", "max_tokens": 3})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_THAT(s.Log(), HasSubstr("using the embedded demo model"));
+  EXPECT_THAT(s.Log(), HasSubstr("HiCache host tier"));
+  s.Signal(SIGTERM);
+  EXPECT_EQ(s.WaitExit(kExit), 0);
+  std::filesystem::remove_all(home);
 }
 
 }  // namespace

@@ -10,6 +10,20 @@
 
 namespace strata {
 
+int64_t EffectiveContextLength(const EngineOptions& options, int64_t max_position_embeddings) {
+  if (options.context_length > 0) return options.context_length;
+  return max_position_embeddings > 0 ? max_position_embeddings : 4096;
+}
+
+StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& options,
+                                  int64_t context_length) {
+  if (options.max_total_tokens > 0) return NumKvPagesForTokens(layout, options.max_total_tokens);
+  const int64_t want = context_length * options.max_running_requests;
+  ASSIGN_OR_RETURN(int64_t by_tokens, NumKvPagesForTokens(layout, want + options.page_size));
+  ASSIGN_OR_RETURN(int64_t by_bytes, NumKvPagesForBytes(layout, uint64_t{1} << 30));
+  return std::min(by_tokens, by_bytes);
+}
+
 Engine::Engine(LoadedModel& model, Backend& backend, const EngineOptions& options)
     : model_(model), backend_(backend), options_(options) {}
 
@@ -23,18 +37,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   std::unique_ptr<Engine> e(new Engine(model, backend, options));
   const KvLayout layout = model.model->kv_layout(options.page_size, options.kv_dtype);
   RETURN_IF_ERROR(layout.Validate());
-  e->context_length_ = options.context_length > 0 ? options.context_length
-                                                  : model.config.max_position_embeddings;
-  if (e->context_length_ <= 0) e->context_length_ = 4096;
-  int64_t pages = 0;
-  if (options.max_total_tokens > 0) {
-    ASSIGN_OR_RETURN(pages, NumKvPagesForTokens(layout, options.max_total_tokens));
-  } else {
-    const int64_t want = e->context_length_ * options.max_running_requests;
-    ASSIGN_OR_RETURN(int64_t by_tokens, NumKvPagesForTokens(layout, want + options.page_size));
-    ASSIGN_OR_RETURN(int64_t by_bytes, NumKvPagesForBytes(layout, uint64_t{1} << 30));
-    pages = std::min(by_tokens, by_bytes);
-  }
+  e->context_length_ = EffectiveContextLength(options, model.config.max_position_embeddings);
+  ASSIGN_OR_RETURN(const int64_t pages, PlanKvPoolPages(layout, options, e->context_length_));
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend));
   if (options.hicache.enabled) {
     if (options.disable_radix_cache)

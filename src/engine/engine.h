@@ -51,13 +51,26 @@ struct EngineOptions {
   DType kv_dtype = DType::kF32;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
   bool disable_radix_cache = false;
-  // HiCache (host + storage tiers under the prefix cache): the operator's
-  // --hicache-* options and the host page count the startup validation
-  // planned (0: ratio x device pages, or size / bytes per page, unchecked —
-  // offline use and tests).
+  // HiCache (host + storage tiers under the prefix cache,
+  // --enable-hierarchical-cache and --hicache-*), validated by
+  // cli/serve_config before the engine is created, and the host page count
+  // that validation planned (0: ratio x device pages, or size / bytes per
+  // page, unchecked — offline use and tests).
   HiCacheOptions hicache;
   int64_t hicache_host_pages = 0;
 };
+
+// The context length an engine with these options serves: the option, else
+// the model's max_position_embeddings, else 4096.
+int64_t EffectiveContextLength(const EngineOptions& options, int64_t max_position_embeddings);
+
+// Pages of the device KV pool for `layout`: --max-total-tokens rounded down
+// to whole pages when set, else enough for max_running_requests contexts of
+// `context_length` (plus one page), capped at 1 GiB of KV. Engine::Create
+// sizes its pool with this, and startup validation calls it before the
+// weights load, so both agree. Fails as NumKvPagesForTokens/ForBytes do.
+StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& options,
+                                  int64_t context_length);
 
 // Offline API (strata generate, benchmarks, parity tests).
 struct StepOutput {

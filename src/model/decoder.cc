@@ -27,17 +27,7 @@ class DecoderModel final : public Model {
 
   const ModelConfig& config() const override { return config_; }
   KvLayout kv_layout(int page_size, DType dtype) const override {
-    KvLayout layout;
-    layout.page_size = page_size;
-    PoolGroupSpec g;
-    g.name = d_.sliding_window > 0 ? "sliding_attention" : "full_attention";
-    g.num_layers = static_cast<int>(config_.num_hidden_layers);
-    g.num_kv_heads = static_cast<int>(config_.num_key_value_heads);
-    g.head_dim = static_cast<int>(config_.head_dim);
-    g.dtype = dtype;
-    g.sliding_window = d_.sliding_window;
-    layout.groups.push_back(g);
-    return layout;
+    return DecoderKvLayout(config_, d_, page_size, dtype);
   }
   int32_t max_batch_tokens() const override { return options_.max_batch_tokens; }
   Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv,
@@ -205,6 +195,21 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
 }
 
 }  // namespace
+
+KvLayout DecoderKvLayout(const ModelConfig& config, const DecoderOptions& d, int page_size,
+                         DType dtype) {
+  KvLayout layout;
+  layout.page_size = page_size;
+  PoolGroupSpec g;
+  g.name = d.sliding_window > 0 ? "sliding_attention" : "full_attention";
+  g.num_layers = static_cast<int>(config.num_hidden_layers);
+  g.num_kv_heads = static_cast<int>(config.num_key_value_heads);
+  g.head_dim = static_cast<int>(config.head_dim);
+  g.dtype = dtype;
+  g.sliding_window = d.sliding_window;
+  layout.groups.push_back(g);
+  return layout;
+}
 
 StatusOr<std::unique_ptr<Model>> CreateDecoderModel(const ModelConfig& config,
                                                     const DecoderOptions& decoder,

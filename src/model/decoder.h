@@ -17,10 +17,16 @@ struct DecoderOptions {
   bool qkv_bias = false;  // q_proj/k_proj/v_proj have .bias (Qwen2)
   bool o_bias = false;
   bool mlp_bias = false;
-  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3)
+  bool qk_norm = false;          // per-head RMSNorm of q and k before RoPE (Qwen3)
   bool tied_embeddings = false;  // lm_head reuses model.embed_tokens.weight
   int32_t sliding_window = 0;
 };
+
+// The decoder's KV cache: one group of num_hidden_layers K+V layers
+// ("sliding_attention" when the options set a window, else
+// "full_attention"). DecoderModel::kv_layout returns exactly this.
+KvLayout DecoderKvLayout(const ModelConfig& config, const DecoderOptions& decoder, int page_size,
+                         DType dtype);
 
 // Binds the weights (checking every name, dtype and shape; rejecting
 // tensors the architecture does not use) and allocates the workspace.

@@ -4,14 +4,24 @@
 
 namespace strata {
 
-StatusOr<std::unique_ptr<Model>> CreateLlama(const ModelConfig& c, WeightStore& w, Backend& b,
-                                             const ModelOptions& o) {
+namespace {
+DecoderOptions Options(const ModelConfig& c) {
   DecoderOptions d;
   d.qkv_bias = c.attention_bias;
   d.o_bias = c.attention_bias;
   d.mlp_bias = c.mlp_bias;
   d.tied_embeddings = c.tie_word_embeddings;
-  return CreateDecoderModel(c, d, w, b, o);
+  return d;
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> CreateLlama(const ModelConfig& c, WeightStore& w, Backend& b,
+                                             const ModelOptions& o) {
+  return CreateDecoderModel(c, Options(c), w, b, o);
+}
+
+KvLayout LlamaKvLayout(const ModelConfig& c, int page_size, DType dtype) {
+  return DecoderKvLayout(c, Options(c), page_size, dtype);
 }
 
 }  // namespace strata

@@ -63,10 +63,21 @@ class Model {
 };
 
 // Architecture registry (model/registry.cc). Adding an architecture is one
-// file defining its factory plus one line in the registry table.
+// file defining its factory and its layout function plus one line in the
+// registry table.
 using ModelFactory = StatusOr<std::unique_ptr<Model>> (*)(const ModelConfig&, WeightStore&,
                                                           Backend&, const ModelOptions&);
+// The pool groups a model of this config declares, from config.json alone:
+// what Model::kv_layout returns once the weights are loaded (a test holds
+// the two equal for every architecture).
+using KvLayoutFunction = KvLayout (*)(const ModelConfig&, int page_size, DType dtype);
 ModelFactory FindArchitecture(const std::string& name);
 std::vector<std::string> SupportedArchitectures();
+
+// The KV layout of config's architecture before any weight is read, so
+// startup validation sizes the device pool and the host tier first.
+// Unimplemented (naming the supported architectures) for an unknown one;
+// the layout's own Validate() problems otherwise.
+StatusOr<KvLayout> KvLayoutForConfig(const ModelConfig& config, int page_size, DType dtype);
 
 }  // namespace strata

@@ -1,4 +1,5 @@
-// The architecture table: config.json "architectures"[0] -> factory.
+// The architecture table: config.json "architectures"[0] -> factory and KV
+// layout function.
 #include <map>
 
 #include "model/model.h"
@@ -6,18 +7,30 @@
 
 namespace strata {
 
-StatusOr<std::unique_ptr<Model>> CreateLlama(const ModelConfig&, WeightStore&, Backend&, const ModelOptions&);
-StatusOr<std::unique_ptr<Model>> CreateMistral(const ModelConfig&, WeightStore&, Backend&, const ModelOptions&);
-StatusOr<std::unique_ptr<Model>> CreateQwen2(const ModelConfig&, WeightStore&, Backend&, const ModelOptions&);
-StatusOr<std::unique_ptr<Model>> CreateQwen3(const ModelConfig&, WeightStore&, Backend&, const ModelOptions&);
+StatusOr<std::unique_ptr<Model>> CreateLlama(const ModelConfig&, WeightStore&, Backend&,
+                                             const ModelOptions&);
+StatusOr<std::unique_ptr<Model>> CreateMistral(const ModelConfig&, WeightStore&, Backend&,
+                                               const ModelOptions&);
+StatusOr<std::unique_ptr<Model>> CreateQwen2(const ModelConfig&, WeightStore&, Backend&,
+                                             const ModelOptions&);
+StatusOr<std::unique_ptr<Model>> CreateQwen3(const ModelConfig&, WeightStore&, Backend&,
+                                             const ModelOptions&);
+KvLayout LlamaKvLayout(const ModelConfig&, int, DType);
+KvLayout MistralKvLayout(const ModelConfig&, int, DType);
+KvLayout Qwen2KvLayout(const ModelConfig&, int, DType);
+KvLayout Qwen3KvLayout(const ModelConfig&, int, DType);
 
 namespace {
-const std::map<std::string, ModelFactory>& Table() {
-  static const std::map<std::string, ModelFactory> table = {
-      {"LlamaForCausalLM", &CreateLlama},
-      {"MistralForCausalLM", &CreateMistral},
-      {"Qwen2ForCausalLM", &CreateQwen2},
-      {"Qwen3ForCausalLM", &CreateQwen3},
+struct Architecture {
+  ModelFactory create;
+  KvLayoutFunction kv_layout;
+};
+const std::map<std::string, Architecture>& Table() {
+  static const std::map<std::string, Architecture> table = {
+      {"LlamaForCausalLM", {&CreateLlama, &LlamaKvLayout}},
+      {"MistralForCausalLM", {&CreateMistral, &MistralKvLayout}},
+      {"Qwen2ForCausalLM", {&CreateQwen2, &Qwen2KvLayout}},
+      {"Qwen3ForCausalLM", {&CreateQwen3, &Qwen3KvLayout}},
   };
   return table;
 }
@@ -25,7 +38,20 @@ const std::map<std::string, ModelFactory>& Table() {
 
 ModelFactory FindArchitecture(const std::string& name) {
   auto it = Table().find(name);
-  return it == Table().end() ? nullptr : it->second;
+  return it == Table().end() ? nullptr : it->second.create;
+}
+
+StatusOr<KvLayout> KvLayoutForConfig(const ModelConfig& config, int page_size, DType dtype) {
+  auto it = Table().find(config.architecture);
+  if (it == Table().end()) {
+    std::string list;
+    for (auto& a : SupportedArchitectures()) list += (list.empty() ? "" : ", ") + a;
+    return Unimplemented("config.json: architecture '" + config.architecture +
+                         "' is not supported (supported: " + list + ")");
+  }
+  KvLayout layout = it->second.kv_layout(config, page_size, dtype);
+  RETURN_IF_ERROR(layout.Validate());
+  return layout;
 }
 
 std::vector<std::string> SupportedArchitectures() {

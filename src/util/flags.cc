@@ -48,10 +48,11 @@ void FlagSet::Int(const std::string& name, int64_t* dst, const std::string& help
                       if (v.empty() || *end != '\0' || errno == ERANGE)
                         return InvalidArgument("--" + name + ": '" + v + "' is not an integer");
                       if (x < min || x > max) {
-                        std::string range = (min == INT64_MIN ? std::string("..") : std::to_string(min) + "..") +
-                                            (max == INT64_MAX ? std::string() : std::to_string(max));
-                        return InvalidArgument("--" + name + ": " + v + " is out of range (allowed " +
-                                               range + ")");
+                        std::string range =
+                            (min == INT64_MIN ? std::string("..") : std::to_string(min) + "..") +
+                            (max == INT64_MAX ? std::string() : std::to_string(max));
+                        return InvalidArgument("--" + name + ": " + v +
+                                               " is out of range (allowed " + range + ")");
                       }
                       *dst = x;
                       return OkStatus();
@@ -66,8 +67,9 @@ void FlagSet::Double(const std::string& name, double* dst, const std::string& he
                       if (v.empty() || *end != '\0' || !std::isfinite(x))
                         return InvalidArgument("--" + name + ": '" + v + "' is not a number");
                       if (x < min || x > max)
-                        return InvalidArgument("--" + name + ": " + v + " is out of range (allowed " +
-                                               FormatDouble(min) + ".." + FormatDouble(max) + ")");
+                        return InvalidArgument("--" + name + ": " + v +
+                                               " is out of range (allowed " + FormatDouble(min) +
+                                               ".." + FormatDouble(max) + ")");
                       *dst = x;
                       return OkStatus();
                     }});
@@ -75,9 +77,12 @@ void FlagSet::Double(const std::string& name, double* dst, const std::string& he
 
 void FlagSet::Bool(const std::string& name, bool* dst, const std::string& help) {
   flags_.push_back({name, help, "", *dst ? "true" : "false", [=](const std::string& v) {
-                      if (v == "true" || v == "1" || v == "") *dst = true;
-                      else if (v == "false" || v == "0") *dst = false;
-                      else return InvalidArgument("--" + name + ": '" + v + "' is not true or false");
+                      if (v == "true" || v == "1" || v == "")
+                        *dst = true;
+                      else if (v == "false" || v == "0")
+                        *dst = false;
+                      else
+                        return InvalidArgument("--" + name + ": '" + v + "' is not true or false");
                       return OkStatus();
                     }});
 }
@@ -92,6 +97,13 @@ bool FlagSet::IsSet(const std::string& name) const {
   for (auto& f : flags_)
     if (f.name == name) return f.seen;
   return false;
+}
+
+std::vector<std::string> FlagSet::SetFlags() const {
+  std::vector<std::string> out;
+  for (auto& f : flags_)
+    if (f.seen) out.push_back(f.name);
+  return out;
 }
 
 std::string FlagSet::Closest(const std::string& name) const {
@@ -130,16 +142,19 @@ Status FlagSet::Parse(const std::vector<std::string>& args, std::vector<std::str
     Flag* f = Find(name);
     if (!f) {
       std::string hint = Closest(name);
-      return InvalidArgument("unknown flag --" + name +
-                             (hint.empty() ? std::string(" (see --help)") : "; did you mean --" + hint + "?"));
+      return InvalidArgument(
+          "unknown flag --" + name +
+          (hint.empty() ? std::string(" (see --help)") : "; did you mean --" + hint + "?"));
     }
     if (!has_value && !f->kind.empty()) {
-      if (i + 1 >= args.size()) return InvalidArgument("--" + name + " needs a value (" + f->kind + ")");
+      if (i + 1 >= args.size())
+        return InvalidArgument("--" + name + " needs a value (" + f->kind + ")");
       value = args[++i];
     }
     if (reject_empty_strings_ && f->kind == "STRING" && value.empty()) {
-      return InvalidArgument("--" + name + " is empty; give a value or leave the flag out (default: " +
-                             (f->default_text.empty() ? std::string("none") : "'" + f->default_text + "'") + ")");
+      return InvalidArgument(
+          "--" + name + " is empty; give a value or leave the flag out (default: " +
+          (f->default_text.empty() ? std::string("none") : "'" + f->default_text + "'") + ")");
     }
     RETURN_IF_ERROR(f->set(value));
     f->seen = true;
@@ -153,10 +168,13 @@ std::string FlagSet::Help() const {
   for (auto& f : flags_) {
     std::string left = "  --" + f.name + (f.kind.empty() ? "" : " " + f.kind);
     os << left;
-    if (left.size() < 34) os << std::string(34 - left.size(), ' ');
-    else os << "\n" << std::string(34, ' ');
+    if (left.size() < 34)
+      os << std::string(34 - left.size(), ' ');
+    else
+      os << "\n" << std::string(34, ' ');
     os << f.help;
-    if (!f.default_text.empty() && f.default_text != "false") os << " [default: " << f.default_text << "]";
+    if (!f.default_text.empty() && f.default_text != "false")
+      os << " [default: " << f.default_text << "]";
     os << "\n";
   }
   os << "  --help                          show this text\n";

@@ -22,21 +22,26 @@ class FlagSet {
   FlagSet(std::string command, std::string summary);
 
   void String(const std::string& name, std::string* dst, const std::string& help);
-  void Int(const std::string& name, int64_t* dst, const std::string& help,
-           int64_t min = INT64_MIN, int64_t max = INT64_MAX);
-  void Double(const std::string& name, double* dst, const std::string& help,
-              double min = -1e300, double max = 1e300);
+  void Int(const std::string& name, int64_t* dst, const std::string& help, int64_t min = INT64_MIN,
+           int64_t max = INT64_MAX);
+  void Double(const std::string& name, double* dst, const std::string& help, double min = -1e300,
+              double max = 1e300);
   void Bool(const std::string& name, bool* dst, const std::string& help);
 
   // Parses args (without the program and subcommand names). Positional
   // arguments are an error unless `positional` is non-null.
-  Status Parse(const std::vector<std::string>& args, std::vector<std::string>* positional = nullptr);
+  Status Parse(const std::vector<std::string>& args,
+               std::vector<std::string>* positional = nullptr);
   bool help_requested() const { return help_; }
   // Makes Parse() refuse an empty value for every String flag ("--host ''"
   // silently meaning "every interface" is the kind of surprise this stops).
   void RejectEmptyStrings() { reject_empty_strings_ = true; }
-  // True if the flag appeared on the command line.
+  // True if the flag appeared on the command line (even with its default
+  // value): what "given explicitly" means for rules such as "--hicache-ratio
+  // and --hicache-size together are an error".
   bool IsSet(const std::string& name) const;
+  // The names (without --) of every flag that appeared, in registration order.
+  std::vector<std::string> SetFlags() const;
   std::string Help() const;
 
  private:

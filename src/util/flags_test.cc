@@ -34,5 +34,25 @@ TEST(FlagSetTest, EmptyStringsAreAllowedUnlessRejected) {
   EXPECT_EQ(v, "");
 }
 
+TEST(FlagSetTest, IsSetTellsAnExplicitDefaultFromAnAbsentFlag) {
+  double ratio = 2.0, size = 0;
+  bool enable = false;
+  FlagSet f("serve", "test");
+  f.Double("hicache-ratio", &ratio, "ratio");
+  f.Double("hicache-size", &size, "size");
+  f.Bool("enable-hierarchical-cache", &enable, "on");
+  ASSERT_TRUE(f.Parse({"--hicache-ratio", "2", "--enable_hierarchical_cache"}).ok());
+  EXPECT_TRUE(f.IsSet("hicache-ratio"));              // given, though equal to the default
+  EXPECT_TRUE(f.IsSet("enable-hierarchical-cache"));  // snake_case spelling counts
+  EXPECT_FALSE(f.IsSet("hicache-size"));
+  EXPECT_FALSE(f.IsSet("no-such-flag"));
+  EXPECT_EQ(f.SetFlags(), (std::vector<std::string>{"hicache-ratio", "enable-hierarchical-cache"}));
+  // A value that fails to parse does not count as set.
+  FlagSet g("serve", "test");
+  g.Double("hicache-size", &size, "size");
+  EXPECT_FALSE(g.Parse({"--hicache-size", "lots"}).ok());
+  EXPECT_FALSE(g.IsSet("hicache-size"));
+}
+
 }  // namespace
 }  // namespace strata

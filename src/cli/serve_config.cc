@@ -1,0 +1,328 @@
+#include "cli/serve_config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "model/model.h"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The flags that configure HiCache; each needs --enable-hierarchical-cache.
+const char* const kHiCacheFlags[] = {
+    "hicache-ratio",
+    "hicache-size",
+    "hicache-write-policy",
+    "hicache-storage-backend",
+    "hicache-storage-path",
+    "hicache-storage-max-gb",
+    "hicache-storage-prefetch-policy",
+    "hicache-storage-prefetch-timeout-ms",
+    "numa-node",
+};
+
+std::string MiB(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+bool ServeConfig::Given(const std::string& flag) const {
+  return std::find(given.begin(), given.end(), flag) != given.end();
+}
+
+void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
+  c->model.Register(f);
+  f.String("host", &c->host,
+           "address to listen on (0.0.0.0: every interface; a warning is logged when that is done "
+           "without --api-key)");
+  f.Int("port", &c->port, "TCP port (0: any free port, printed at startup)", 0, 65535);
+  f.String("served-model-name", &c->served_model_name,
+           "model name in the API (default: the model directory's name)");
+  f.String("api-key", &c->api_key,
+           "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize and /debug/* "
+           "(checked before the body is read)");
+  f.Int("max-running-requests", &c->max_running_requests, "requests computed concurrently", 1,
+        4096);
+  f.Int("max-total-tokens", &c->max_total_tokens, "KV cache size in tokens (0: automatic)", 0,
+        int64_t{1} << 40);
+  f.Int("page-size", &c->page_size, "tokens per KV page", 1, 1024);
+  f.Int("context-length", &c->context_length,
+        "longest prompt + output (0: the model's max_position_embeddings)", 0, int64_t{1} << 30);
+  f.String("kv-cache-dtype", &c->kv_cache_dtype, "KV page element type: f32, bf16 or f16");
+  f.Bool("disable-radix-cache", &c->disable_radix_cache, "turn off prefix caching");
+  f.Int("max-queued-requests", &c->max_queued_requests,
+        "admission: most requests waiting for prefill (0: no limit)", 0, int64_t{1} << 30);
+  f.Int("max-queued-tokens", &c->max_queued_tokens,
+        "admission: most prompt tokens waiting for prefill (0: no limit)", 0, int64_t{1} << 40);
+  f.Int("max-queue-time-ms", &c->max_queue_time_ms,
+        "admission: refuse requests whose estimated queue wait exceeds this; fail queued ones that "
+        "wait longer (0: no limit)",
+        0, int64_t{1} << 40);
+  f.Int("max-request-body-bytes", &c->max_request_body_bytes, "larger request bodies get 413", 1024,
+        int64_t{1} << 32);
+  f.Int("max-total-request-body-bytes", &c->max_total_request_body_bytes,
+        "most bytes all request bodies being received may hold together; past it 503 + Retry-After "
+        "(0: no cap; else >= --max-request-body-bytes)",
+        0, int64_t{1} << 40);
+  f.Int("io-threads", &c->io_threads, "HTTP I/O threads", 1, 64);
+  f.Int("drain-timeout-s", &c->drain_timeout_s,
+        "on SIGTERM, how long in-flight requests may take to finish before the rest are aborted", 0,
+        24 * 3600);
+
+  // HiCache (SGLang's flag names and meanings; docs/architecture/hicache.md).
+  f.Bool("enable-hierarchical-cache", &c->hicache.enabled,
+         "back the device KV pool with a host-memory tier (HiCache): prefixes evicted from the "
+         "device stay in host RAM and are copied back instead of recomputed; the host tier is "
+         "sized by --hicache-ratio or --hicache-size and checked against the free memory of the "
+         "NUMA node(s) and the cgroup limit before anything loads");
+  f.Double("hicache-ratio", &c->hicache.ratio,
+           "host tier pages = R x device pool pages, in every pool group; must exceed 1", -1e9,
+           1e9);
+  f.Double("hicache-size", &c->hicache.size_gb,
+           "host tier budget in GB (10^9 bytes), split across pool groups in proportion to their "
+           "bytes per page; 0: size by --hicache-ratio; not together with --hicache-ratio",
+           -1e12, 1e12);
+  f.String("hicache-write-policy", &c->hicache_write_policy,
+           "when device pages are copied to the host tier: write_through (at insertion), "
+           "write_through_selective (once a prefix has been hit), write_back (when evicted from "
+           "the device)");
+  f.String("hicache-storage-backend", &c->hicache.storage_backend,
+           "a storage tier under the host tier: file (one file per page run in "
+           "--hicache-storage-path); default: none");
+  f.String("hicache-storage-path", &c->hicache.storage_path,
+           "directory of the file storage tier (created if missing; must be writable; a restarted "
+           "server finds its prefixes there)");
+  f.Double("hicache-storage-max-gb", &c->hicache.storage_max_gb,
+           "capacity of the storage tier in GB (10^9 bytes); least recently used files are evicted "
+           "past it",
+           -1e12, 1e12);
+  f.String("hicache-storage-prefetch-policy", &c->hicache_prefetch_policy,
+           "how long a request waits for its prefix from storage: best_effort (prefill starts with "
+           "what has arrived), wait_complete (the whole read), timeout (up to "
+           "--hicache-storage-prefetch-timeout-ms)");
+  f.Int("hicache-storage-prefetch-timeout-ms", &c->hicache_prefetch_timeout_ms,
+        "the wait of --hicache-storage-prefetch-policy timeout", 1, int64_t{1} << 31);
+  f.Int("numa-node", &c->numa_node,
+        "allocate and bind the host tier on this NUMA node (-1: the nodes this process may "
+        "allocate from, Mems_allowed_list in /proc/self/status)",
+        -1, 4095);
+}
+
+void RecordGivenFlags(const FlagSet& flags, ServeConfig* c) {
+  c->given = flags.SetFlags();
+  c->hicache.ratio_explicit = c->Given("hicache-ratio");
+}
+
+Status ProbeWritableDir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  // std::error_code carries the OS's reason; IoError would append errno's.
+  if (ec)
+    return FailedPrecondition("cannot create directory " + dir + ": " + ec.message() +
+                              " (give a directory this user may create, or create it first)");
+  if (!fs::is_directory(dir, ec)) return FailedPrecondition(dir + " exists and is not a directory");
+  const std::string probe = dir + "/.strata-write-probe-" + std::to_string(getpid());
+  {
+    std::ofstream out(probe, std::ios::binary | std::ios::trunc);
+    out << "probe";
+    out.flush();
+    if (!out) {
+      return IoError("cannot write a file in " + dir +
+                     " (is it read-only or full? give a writable directory)");
+    }
+  }
+  fs::remove(probe, ec);
+  if (ec) return FailedPrecondition("cannot remove the probe file " + probe + ": " + ec.message());
+  return OkStatus();
+}
+
+uint64_t WeightFileBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".safetensors") continue;
+    std::error_code size_ec;
+    const auto size = fs::file_size(e.path(), size_ec);
+    if (!size_ec) total += size;
+  }
+  return total;
+}
+
+ServeEnvironment ReadServeEnvironment(const ServeConfig& config, const std::string& model_dir) {
+  ServeEnvironment env;
+  if (auto facts = ReadHostMemoryFacts("/"); facts.ok()) env.host = std::move(*facts);
+  env.weight_bytes = WeightFileBytes(model_dir);
+  if (!config.hicache.storage_path.empty())
+    env.storage_path = ProbeWritableDir(config.hicache.storage_path);
+  return env;
+}
+
+ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
+                              const ServeEnvironment& env) {
+  ServePlan plan;
+  auto problem = [&](std::string text) { plan.problems.push_back(std::move(text)); };
+  const ModelFlags& mf = c.model;
+
+  // Flag values the ranges of RegisterServeFlags cannot express.
+  EngineOptions& eo = plan.engine;
+  const std::string& kv = c.kv_cache_dtype;
+  if (kv == "f32" || kv == "float32")
+    eo.kv_dtype = DType::kF32;
+  else if (kv == "bf16" || kv == "bfloat16")
+    eo.kv_dtype = DType::kBF16;
+  else if (kv == "f16" || kv == "float16")
+    eo.kv_dtype = DType::kF16;
+  else
+    problem("--kv-cache-dtype: '" + kv + "' is not one of f32, bf16, f16");
+  const bool kv_ok = plan.problems.empty();  // else memory is not sized for a guessed dtype
+  if (mf.matmul_precision != "fp32" && mf.matmul_precision != "bf16")
+    problem("--matmul-precision: '" + mf.matmul_precision + "' is not one of fp32, bf16");
+  if (mf.isa != "auto" && mf.isa != "avx512" && mf.isa != "avx2" && mf.isa != "scalar")
+    problem("--cpu-isa: '" + mf.isa + "' is not one of auto, avx512, avx2, scalar");
+  if (c.max_total_request_body_bytes != 0 &&
+      c.max_total_request_body_bytes < c.max_request_body_bytes)
+    problem("--max-total-request-body-bytes " + std::to_string(c.max_total_request_body_bytes) +
+            " is smaller than --max-request-body-bytes " +
+            std::to_string(c.max_request_body_bytes) + " (allowed 0 for no cap, or " +
+            std::to_string(c.max_request_body_bytes) + ".." + std::to_string(int64_t{1} << 40) +
+            ")");
+  if (c.max_total_tokens > 0 && c.max_total_tokens < c.page_size)
+    problem("--max-total-tokens " + std::to_string(c.max_total_tokens) +
+            " is smaller than one page (--page-size " + std::to_string(c.page_size) + ")");
+  eo.page_size = static_cast<int32_t>(c.page_size);
+  eo.max_total_tokens = c.max_total_tokens;
+  eo.max_running_requests = static_cast<int32_t>(c.max_running_requests);
+  eo.chunked_prefill_size = static_cast<int32_t>(mf.max_batch_tokens);
+  eo.context_length = c.context_length;
+  eo.disable_radix_cache = c.disable_radix_cache;
+
+  // HiCache flags.
+  HiCacheOptions& h = eo.hicache;
+  h = c.hicache;
+  h.ratio_explicit = c.Given("hicache-ratio");
+  h.numa_node = static_cast<int>(c.numa_node);
+  h.prefetch_timeout_ms = c.hicache_prefetch_timeout_ms;
+  if (auto w = ParseWritePolicy(c.hicache_write_policy); w.ok())
+    h.write_policy = *w;
+  else
+    problem(w.status().message());
+  if (auto p = ParsePrefetchPolicy(c.hicache_prefetch_policy); p.ok())
+    h.prefetch_policy = *p;
+  else
+    problem(p.status().message());
+  if (!h.enabled) {
+    std::string without;
+    for (const char* flag : kHiCacheFlags)
+      if (c.Given(flag)) without += std::string(without.empty() ? "" : ", ") + "--" + flag;
+    if (!without.empty())
+      problem(without + (without.find(',') == std::string::npos ? " has" : " have") +
+              " no effect without --enable-hierarchical-cache: add --enable-hierarchical-cache, or "
+              "remove " +
+              (without.find(',') == std::string::npos ? "it" : "them"));
+  } else if (c.disable_radix_cache) {
+    problem(
+        "--enable-hierarchical-cache needs the prefix cache, which --disable-radix-cache turns off "
+        "(the host tier holds prefixes the radix cache evicts): remove one of the two");
+  }
+  if (!h.storage_backend.empty() && h.storage_backend != "file")
+    problem("--hicache-storage-backend: '" + h.storage_backend +
+            "' is not a storage backend (allowed: file; leave the flag out for no storage tier)");
+  if (h.storage_backend == "file" && h.storage_path.empty())
+    problem(
+        "--hicache-storage-backend file needs --hicache-storage-path DIR (the directory the tier "
+        "writes its files to)");
+  if (h.storage_backend.empty() && !h.storage_path.empty())
+    problem("--hicache-storage-path " + h.storage_path +
+            " needs --hicache-storage-backend file (without a backend there is no storage tier)");
+  if (!h.storage_path.empty() && !env.storage_path.ok())
+    problem("--hicache-storage-path " + h.storage_path + ": " + env.storage_path.message());
+  if (c.Given("hicache-storage-max-gb") && !(h.storage_max_gb > 0))
+    problem("--hicache-storage-max-gb " + std::to_string(h.storage_max_gb) +
+            ": the storage capacity must be a positive number of GB (default " +
+            std::to_string(static_cast<int>(kDefaultStorageMaxGb)) + ")");
+  if (c.Given("hicache-storage-max-gb") && h.storage_backend.empty())
+    problem(
+        "--hicache-storage-max-gb needs --hicache-storage-backend file (it is the storage tier's "
+        "capacity)");
+  if (c.Given("hicache-storage-prefetch-policy") && h.storage_backend.empty())
+    problem(
+        "--hicache-storage-prefetch-policy needs --hicache-storage-backend file (it says how "
+        "long a request waits for the storage tier)");
+  if (c.Given("hicache-storage-prefetch-timeout-ms") &&
+      h.prefetch_policy != PrefetchPolicy::kTimeout)
+    problem(
+        "--hicache-storage-prefetch-timeout-ms applies only to --hicache-storage-prefetch-policy "
+        "timeout (the policy is " +
+        c.hicache_prefetch_policy +
+        "): add --hicache-storage-prefetch-policy timeout, or remove it");
+  if (h.enabled && h.numa_node >= 0) {
+    if (Status s = CheckNumaNode(env.host, h.numa_node); !s.ok()) problem(s.message());
+  }
+
+  if (!model) return plan;
+
+  // Against the model's config.json.
+  if (c.context_length > 0 && model->max_position_embeddings > 0 &&
+      c.context_length > model->max_position_embeddings)
+    problem("--context-length " + std::to_string(c.context_length) +
+            " exceeds the model's max_position_embeddings " +
+            std::to_string(model->max_position_embeddings) + " (allowed 1.." +
+            std::to_string(model->max_position_embeddings) + ")");
+  // An unknown architecture is the model's problem, not the flags': the
+  // load reports it (exit 65) with the supported list.
+  auto layout = KvLayoutForConfig(*model, eo.page_size, eo.kv_dtype);
+  if (!layout.ok()) {
+    if (layout.status().code() != StatusCode::kUnimplemented) problem(layout.status().message());
+    return plan;
+  }
+  plan.layout = *layout;
+  const int64_t context = EffectiveContextLength(eo, model->max_position_embeddings);
+  auto pages = PlanKvPoolPages(*layout, eo, context);
+  if (!pages.ok()) {
+    problem("--max-total-tokens " + std::to_string(c.max_total_tokens) + ": " +
+            pages.status().message());
+    return plan;
+  }
+  plan.device_pages = *pages;
+  if (!kv_ok) return plan;
+  const uint64_t pool_bytes = static_cast<uint64_t>(*pages) * layout->BytesPerPage();
+  const bool pool_in_host = mf.device == "cpu";
+  if (pool_in_host && c.max_total_tokens > 0) {
+    const uint64_t avail = AllowedFreeBytes(env.host, -1);
+    if (avail > 0 && pool_bytes > avail)
+      problem("--max-total-tokens " + std::to_string(c.max_total_tokens) + " needs " +
+              MiB(pool_bytes) + " of KV cache but only " + MiB(avail) +
+              " of memory is available (allowed up to about " +
+              std::to_string(avail / layout->BytesPerToken()) + " tokens at --kv-cache-dtype " +
+              kv + ")");
+  }
+  if (h.enabled) {
+    if (env.host.nodes.empty()) {
+      problem(
+          "--enable-hierarchical-cache: this machine's free memory cannot be read (neither "
+          "/sys/devices/system/node/node*/meminfo nor /proc/meminfo), so the host tier cannot be "
+          "checked; run without --enable-hierarchical-cache");
+      return plan;
+    }
+    HiCacheOptions sizing = h;
+    // A bad --numa-node is a problem above; size on the allowed nodes so the
+    // other sizing problems are reported with it.
+    if (!CheckNumaNode(env.host, sizing.numa_node).ok()) sizing.numa_node = -1;
+    const uint64_t in_host = pool_in_host ? env.weight_bytes + pool_bytes : 0;
+    const uint64_t reserve = DefaultHostReserveBytes(env.host, sizing.numa_node, in_host);
+    auto tier = PlanHostTier(*layout, *pages, sizing, env.host, reserve);
+    if (!tier.ok()) {
+      problem(tier.status().message());
+    } else {
+      for (const std::string& w : tier->warnings) plan.warnings.push_back(w);
+      plan.host_tier = *tier;
+    }
+  }
+  return plan;
+}
+
+}  // namespace strata::cli

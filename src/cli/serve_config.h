@@ -1,0 +1,110 @@
+// The configuration of `strata serve`: every flag's value (ServeConfig),
+// their registration with --help text (RegisterServeFlags), and the check
+// that every configuration is valid before anything starts
+// (ValidateServeConfig), which `strata serve` runs before any weight is
+// read and `strata check` can run alone.
+//
+// Validation is split so that it is pure: ReadServeEnvironment does the
+// I/O (host memory facts, weight file sizes, a probe of the storage
+// directory) and ValidateServeConfig computes every problem from values:
+// each says what is wrong, what is allowed and the fix, and all of them are
+// reported at once (exit 78, kExitConfig).
+//
+// Plain values and free functions; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/hicache_plan.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "model/hf_config.h"
+#include "util/flags.h"
+#include "util/host_memory.h"
+
+namespace strata::cli {
+
+struct ServeConfig {
+  ModelFlags model;  // --model-path, --device, --threads, --chunked-prefill-size, ...
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;
+  std::string served_model_name;  // empty: the model directory's name
+  std::string api_key;
+  int64_t max_running_requests = 64;
+  int64_t max_total_tokens = 0;  // 0: automatic (engine/engine.h PlanKvPoolPages)
+  int64_t page_size = 16;
+  int64_t context_length = 0;  // 0: the model's max_position_embeddings
+  std::string kv_cache_dtype = "f32";
+  bool disable_radix_cache = false;
+  int64_t max_queued_requests = 256;
+  int64_t max_queued_tokens = 0;
+  int64_t max_queue_time_ms = 0;
+  int64_t max_request_body_bytes = int64_t{32} << 20;
+  int64_t max_total_request_body_bytes = int64_t{256} << 20;
+  int64_t io_threads = 1;
+  int64_t drain_timeout_s = 30;
+  // HiCache: the numeric and bool flags bind into `hicache` directly; these
+  // hold the text and int64 flags until ValidateServeConfig resolves them.
+  HiCacheOptions hicache;
+  std::string hicache_write_policy = "write_through";
+  std::string hicache_prefetch_policy = "best_effort";
+  int64_t hicache_prefetch_timeout_ms = kDefaultPrefetchTimeoutMs;
+  int64_t numa_node = -1;
+  // Names (without --) of the flags given on the command line; set by
+  // RecordGivenFlags after FlagSet::Parse.
+  std::vector<std::string> given;
+
+  bool Given(const std::string& flag) const;
+};
+
+// Registers every serve flag, bound to `config`'s fields (the defaults are
+// the fields' initial values).
+void RegisterServeFlags(FlagSet& flags, ServeConfig* config);
+// After flags.Parse(): records which flags were given (config->given and
+// hicache.ratio_explicit).
+void RecordGivenFlags(const FlagSet& flags, ServeConfig* config);
+
+// What validation needs to know about the machine and the model files.
+struct ServeEnvironment {
+  HostMemoryFacts host;
+  uint64_t weight_bytes = 0;  // sum of the model's *.safetensors sizes
+  // The probe of --hicache-storage-path (OK when none is given).
+  Status storage_path = OkStatus();
+};
+
+// I/O: reads the host memory facts, stats the weight files of `model_dir`
+// (no read), and probes --hicache-storage-path (ProbeWritableDir). A failure
+// to read host facts leaves them empty (the HiCache plan then says so).
+ServeEnvironment ReadServeEnvironment(const ServeConfig& config, const std::string& model_dir);
+
+// Creates `dir` if missing, writes and removes a temporary file in it.
+// IoError naming the directory and the step that failed.
+Status ProbeWritableDir(const std::string& dir);
+// Sum of the sizes of *.safetensors files in `dir` (0 if none or unreadable).
+uint64_t WeightFileBytes(const std::string& dir);
+
+struct ServePlan {
+  std::vector<std::string> problems;  // empty: the configuration is valid
+  std::vector<std::string> warnings;  // valid, but worth a log line
+  EngineOptions engine;               // every engine option resolved from the flags
+  // Known when the model config was given and its architecture is known.
+  std::optional<KvLayout> layout;
+  int64_t device_pages = 0;
+  std::optional<HostTierPlan> host_tier;  // with --enable-hierarchical-cache
+  bool ok() const { return problems.empty(); }
+};
+
+// Every problem of `config`: flag values the ranges of RegisterServeFlags
+// cannot express and combinations (--kv-cache-dtype, --cpu-isa,
+// --matmul-precision, body caps, --max-total-tokens vs --page-size, every
+// --hicache-* and --numa-node rule); with `model` (config.json, may be
+// null when it could not be read) also --context-length vs the model, the
+// device pool against host memory on --device cpu, and the HiCache host-tier
+// plan (cache/hicache_plan.h) against env.host.
+ServePlan ValidateServeConfig(const ServeConfig& config, const ModelConfig* model,
+                              const ServeEnvironment& env);
+
+}  // namespace strata::cli
