@@ -21,14 +21,14 @@ using namespace strata::http_test;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// Six prompts of ~100+ tokens that share nothing beyond their first words:
-// together several times the 256-token device pool used below.
+// Prompts of ~100 tokens that share nothing beyond their first words:
+// together several times the 160-token device pool used below.
 std::vector<std::string> Prompts(int n) {
   std::vector<std::string> out;
   const char* words[] = {"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"};
   for (int i = 0; i < n; ++i) {
     std::string p = "prompt " + std::to_string(i) + ":";
-    for (int w = 0; w < 60; ++w) p += std::string(" ") + words[(i * 7 + w * (i + 3)) % 8] + std::to_string(w % 5);
+    for (int w = 0; w < 20; ++w) p += std::string(" ") + words[(i * 7 + w * (i + 3)) % 8] + std::to_string(w % 5);
     out.push_back(p);
   }
   return out;
@@ -59,7 +59,7 @@ std::string Series(const std::string& name, const std::string& label, const std:
 }
 
 std::vector<std::string> BaseArgs() {
-  return {"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--max-total-tokens", "256",
+  return {"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--max-total-tokens", "160",
           "--page-size", "16", "--max-running-requests", "4"};
 }
 
@@ -82,7 +82,7 @@ std::vector<fs::path> StorageFiles(const fs::path& dir) {
 }
 
 TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
-  const std::vector<std::string> prompts = Prompts(6);
+  const std::vector<std::string> prompts = Prompts(8);
   std::vector<std::string> expected;
   {
     Server off(BaseArgs());
@@ -97,7 +97,7 @@ TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
     EXPECT_EQ(c.text, expected[i]) << "first round, prompt " << i;
     prompt_tokens += c.prompt_tokens;
   }
-  ASSERT_GT(prompt_tokens, 3 * 256) << "the working set must be several device pools";
+  ASSERT_GT(prompt_tokens, 4 * 160) << "the working set must be several device pools";
   ExpectIntegrity(on);
   // Second round: the early prompts were evicted from the device long ago,
   // so their prefixes come back from the host.
@@ -129,7 +129,7 @@ TEST(HiCacheE2eTest, EveryModelServesWithSizeAndWithRatio) {
     for (const std::vector<std::string>& sizing : std::vector<std::vector<std::string>>{
              {}, {"--hicache-size", "0.05"}, {"--hicache-ratio", "3"}}) {
       std::vector<std::string> args = {"--model-path", Fixture(model), "--served-model-name", "m",
-                                       "--max-total-tokens", "256"};
+                                       "--max-total-tokens", "160"};
       if (!sizing.empty()) {
         args.push_back("--enable-hierarchical-cache");
         args.insert(args.end(), sizing.begin(), sizing.end());
