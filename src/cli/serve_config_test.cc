@@ -221,6 +221,16 @@ TEST(ServeConfigValidationTest, TheModelsConfigSizesTheDevicePoolAndTheHostTier)
   EXPECT_THAT(small.problems[0], HasSubstr("At most --hicache-ratio"));
 }
 
+TEST(ServeConfigValidationTest, MemoryIsNotSizedForADtypeThatDidNotParse) {
+  auto model = ReadModelConfig(FixtureDir("llama_default"));
+  ASSERT_TRUE(model.ok());
+  const ServePlan p = ValidateServeConfig(
+      Parse({"--kv-cache-dtype", "q4", "--enable-hierarchical-cache", "--hicache-size", "100000"}),
+      &*model, Machine(8 * kGB, 4 * kGB));
+  EXPECT_THAT(p.problems, ElementsAre(HasSubstr("--kv-cache-dtype: 'q4'")));
+  EXPECT_FALSE(p.host_tier.has_value());
+}
+
 TEST(ServeConfigValidationTest, ContextLengthAndKvMemoryAgainstTheModel) {
   auto model = ReadModelConfig(FixtureDir("llama_default"));
   ASSERT_TRUE(model.ok());
