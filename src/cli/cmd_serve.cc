@@ -178,7 +178,8 @@ int ServeCommand(const Args& args) {
       c.max_running_requests;  // prompt chunk + one decode token per running request
   auto stack = LoadForCli(cmd, mf);
   if (!stack.ok()) return Fail(cmd, stack.status());
-  const EngineOptions& eo = plan.engine;
+  EngineOptions eo = plan.engine;
+  if (plan.host_tier) eo.hicache_host_pages = plan.host_tier->host_pages;  // validated above
   auto engine = Engine::Create(*stack->model, *stack->backend, eo);
   if (!engine.ok()) return Fail(cmd, engine.status());
   if (plan.layout &&

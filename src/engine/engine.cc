@@ -107,10 +107,11 @@ Status Engine::CreateHiCache(const KvLayout& layout) {
       host_pages = static_cast<int64_t>(o.ratio * static_cast<double>(pool_->num_pages()));
     }
   }
-  if (host_pages <= pool_->num_pages() || host_pages > kMaxKvPages)
-    return InvalidArgument("the HiCache host pool of " + std::to_string(host_pages) +
-                           " pages must exceed the device pool's " + std::to_string(pool_->num_pages()) +
-                           " pages (raise --hicache-ratio or --hicache-size)");
+  // A host tier no larger than the device pool is allowed from a size (the
+  // plan warns); a ratio must exceed 1 (the plan refuses it).
+  if (host_pages < 1 || host_pages > kMaxKvPages)
+    return InvalidArgument("the HiCache host pool of " + std::to_string(host_pages) + " pages must be in [1, " +
+                           std::to_string(kMaxKvPages) + "] (check --hicache-ratio / --hicache-size)");
   ASSIGN_OR_RETURN(host_pool_, HostKvPool::Create(layout, host_pages, o.numa_node, &backend_));
   radix_ = std::make_unique<RadixTree>(RadixTreeConfig{options_.page_size}, &pool_->allocator(),
                                        &host_pool_->allocator());
