@@ -89,6 +89,22 @@ void CacheController::Wait(Ticket ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   STRATA_CHECK(ticket >= 1 && ticket < next_ticket_)
       << "CacheController: Wait on unknown ticket " << ticket;
+  // Still queued: run it on this thread. The caller would block on it
+  // anyway, and this skips waking the controller thread, which on a busy
+  // machine waits milliseconds for a core (hicache_copy_bench saw 3 ms on a
+  // 32 MiB copy of 4 ms). A job the controller already runs is waited for.
+  for (std::deque<Job>* queue : {&load_backs_, &backups_}) {
+    auto it = std::find_if(queue->begin(), queue->end(),
+                           [&](const Job& j) { return j.ticket == ticket; });
+    if (it == queue->end()) continue;
+    Job job = std::move(*it);
+    queue->erase(it);
+    lock.unlock();
+    Completion c = Run(job);
+    lock.lock();
+    Finish(std::move(c));
+    return;
+  }
   done_cv_.wait(lock, [&] { return unfinished_.count(ticket) == 0; });
 }
 
@@ -108,21 +124,25 @@ void CacheController::Loop() {
     lock.unlock();
     Completion c = Run(job);
     lock.lock();
-    ++stats_.jobs;
-    if (c.status.ok()) {
-      stats_.pages += c.pages;
-      if (c.dir == CopyDirection::kHostToDevice) {
-        stats_.bytes_h2d += c.bytes;
-        stats_.seconds_h2d += c.copy_seconds;
-      } else {
-        stats_.bytes_d2h += c.bytes;
-        stats_.seconds_d2h += c.copy_seconds;
-      }
-    }
-    unfinished_.erase(c.ticket);
-    completed_.push_back(std::move(c));
-    done_cv_.notify_all();
+    Finish(std::move(c));
   }
+}
+
+void CacheController::Finish(Completion c) {
+  ++stats_.jobs;
+  if (c.status.ok()) {
+    stats_.pages += c.pages;
+    if (c.dir == CopyDirection::kHostToDevice) {
+      stats_.bytes_h2d += c.bytes;
+      stats_.seconds_h2d += c.copy_seconds;
+    } else {
+      stats_.bytes_d2h += c.bytes;
+      stats_.seconds_d2h += c.copy_seconds;
+    }
+  }
+  unfinished_.erase(c.ticket);
+  completed_.push_back(std::move(c));
+  done_cv_.notify_all();
 }
 
 CacheController::Completion CacheController::Run(Job& job) {
@@ -146,7 +166,7 @@ CacheController::Completion CacheController::Run(Job& job) {
     }
   }
   const KvLayout& layout = *device_.layout;
-  blocks_.clear();
+  std::vector<CopyBlock> blocks;
   uint64_t bytes = 0;
   for (size_t g = 0; g < layout.groups.size(); ++g) {
     const int gi = static_cast<int>(g);
@@ -156,7 +176,7 @@ CacheController::Completion CacheController::Run(Job& job) {
       for (int t = 0; t < tensors; ++t) {
         for (const PageRun& r : runs) {
           const size_t n = run_bytes * static_cast<size_t>(r.len);
-          blocks_.push_back({dst.PagePtr(gi, l, t, r.dst), src.PagePtr(gi, l, t, r.src), n});
+          blocks.push_back({dst.PagePtr(gi, l, t, r.dst), src.PagePtr(gi, l, t, r.src), n});
           bytes += n;
         }
       }
@@ -169,7 +189,7 @@ CacheController::Completion CacheController::Run(Job& job) {
   c.bytes = bytes;
   const Clock::time_point start = Clock::now();
   c.status =
-      backend_.CopyBlocks(blocks_, backup ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice);
+      backend_.CopyBlocks(blocks, backup ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice);
   const Clock::time_point end = Clock::now();
   c.copy_seconds = Seconds(end - start);
   c.total_seconds = Seconds(end - job.submitted);

@@ -8,9 +8,10 @@
 //
 // Each job is ONE Backend::CopyBlocks call holding every (group, layer,
 // tensor, page run) block, where a run is a set of pages consecutive on both
-// sides (merged into one block). Jobs are served one at a time: queued
-// load-backs first (they gate a request's prefill), then backups, each in
-// submission order.
+// sides (merged into one block). The controller thread serves jobs one at a
+// time: queued load-backs first (they gate a request's prefill), then
+// backups, each in submission order; Wait takes a still-queued job out of
+// turn and runs it on the waiting thread.
 //
 // Thread-safety: every method may be called from any thread (a mutex guards
 // the queues); the engine thread is the intended caller. The copies run on
@@ -78,7 +79,9 @@ class CacheController {
 
   // Blocks until `ticket` has completed; it is then returned by the next
   // Poll as usual. For pages the current step needs. Returns at once for a
-  // ticket already completed (polled or not).
+  // ticket already completed (polled or not). A job still queued is run on
+  // the calling thread, ahead of the queue (the caller needs it now); one
+  // already running is waited for.
   // REQUIRES: ticket was returned by Submit.
   void Wait(Ticket ticket);
 
@@ -100,7 +103,11 @@ class CacheController {
   };
 
   void Loop();
+  // Copies the job's pages; any thread, without mu_ (the controller's, or
+  // Wait's for a job still queued).
   Completion Run(Job& job);
+  // Records a completion. REQUIRES: mu_ held.
+  void Finish(Completion c);
 
   Backend& backend_;
   const KvPoolMemory device_, host_;
@@ -114,7 +121,6 @@ class CacheController {
   Ticket next_ticket_ = 1;
   bool stop_ = false;
   Stats stats_;
-  std::vector<CopyBlock> blocks_;  // the running job's; controller thread only
 
   std::thread thread_;  // last: starts after everything above exists
 };

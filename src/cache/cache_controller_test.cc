@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -96,9 +97,12 @@ class RecordingCopyBackend : public Backend {
     CopyKind kind;
     size_t blocks;
     uint64_t bytes;
+    std::thread::id thread;
   };
   bool fail = false;
 
+  // The first CopyBlocks call waits in the backend until Release(); later
+  // calls go through.
   void HoldFirstCall() { hold_ = true; }
   void WaitUntilHeld() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -117,12 +121,15 @@ class RecordingCopyBackend : public Backend {
   std::string Name() const override { return "recording-copy"; }
   Status CopyBlocks(std::span<const CopyBlock> blocks, CopyKind kind) override {
     std::unique_lock<std::mutex> lock(mu_);
-    held_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return !hold_; });
+    if (first_) {
+      first_ = false;
+      held_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !hold_; });
+    }
     uint64_t bytes = 0;
     for (const CopyBlock& b : blocks) bytes += b.bytes;
-    calls_.push_back({kind, blocks.size(), bytes});
+    calls_.push_back({kind, blocks.size(), bytes, std::this_thread::get_id()});
     if (fail) return Internal("test: the copy engine is on fire");
     for (const CopyBlock& b : blocks) std::memcpy(b.dst, b.src, b.bytes);
     return OkStatus();
@@ -148,7 +155,7 @@ class RecordingCopyBackend : public Backend {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  bool hold_ = false, held_ = false;
+  bool hold_ = false, held_ = false, first_ = true;
   std::vector<Call> calls_;
 };
 
@@ -230,10 +237,40 @@ TEST(CacheControllerTest, LoadBacksAreServedBeforeQueuedBackups) {
   const auto l1 = cc.Submit(CopyDirection::kHostToDevice, {{3, 3}});
   const auto l2 = cc.Submit(CopyDirection::kHostToDevice, {{4, 4}});
   rec.Release();
-  cc.Wait(b2);
+  // Not Wait: it would run a still-queued job out of turn.
+  std::vector<CacheController::Ticket> order;
+  for (int i = 0; order.size() < 5 && i < 60000; ++i) {
+    for (const auto& c : cc.Poll()) order.push_back(c.ticket);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(order, (std::vector<CacheController::Ticket>{first, l1, l2, b1, b2}));
+}
+
+// The engine needs a queued load-back now while the controller is busy
+// with a backup: Wait runs it on the engine's thread instead of queueing
+// behind the backup.
+TEST(CacheControllerTest, WaitRunsAStillQueuedJobOnTheWaitingThread) {
+  Pools pools;
+  const KvPoolMemory dev = pools.device->memory(), host = pools.host->memory();
+  FillPage(host, 5, 3);
+  RecordingCopyBackend rec;
+  rec.HoldFirstCall();
+  CacheController cc(rec, dev, host);
+  const auto backup = cc.Submit(CopyDirection::kDeviceToHost, {{0, 0}});
+  rec.WaitUntilHeld();  // the controller thread is inside the backup
+  const auto load = cc.Submit(CopyDirection::kHostToDevice, {{5, 9}});
+  cc.Wait(load);  // returns although the backup still holds the controller
+  EXPECT_TRUE(PageHolds(dev, 9, 5, 3));
+  std::vector<RecordingCopyBackend::Call> calls = rec.calls();
+  ASSERT_EQ(calls.size(), 1u) << "only the load-back has copied yet";
+  EXPECT_EQ(calls[0].kind, CopyKind::kHostToDevice);
+  EXPECT_EQ(calls[0].thread, std::this_thread::get_id());
+  rec.Release();
+  cc.Wait(backup);
   std::vector<CacheController::Ticket> order;
   for (const auto& c : cc.Poll()) order.push_back(c.ticket);
-  EXPECT_EQ(order, (std::vector<CacheController::Ticket>{first, l1, l2, b1, b2}));
+  EXPECT_EQ(order, (std::vector<CacheController::Ticket>{load, backup}));
+  EXPECT_EQ(cc.stats().jobs, 2);
 }
 
 TEST(CacheControllerTest, WaitOnACompletedTicketReturnsAtOnce) {

@@ -16,6 +16,9 @@ namespace {
 // nor its headers: the mbind(2) mode that allocates only from the given
 // nodes (and fails rather than fall back to another node).
 constexpr int kMpolBind = 2;
+// Linux supports at most 1024 nodes (CONFIG_NODES_SHIFT <= 10); a larger id
+// is refused before building a node mask of its size.
+constexpr int kMaxNumaNode = 4095;
 
 std::string OnlineNodes() {
   std::ifstream in("/sys/devices/system/node/online");
@@ -63,10 +66,10 @@ StatusOr<std::unique_ptr<HostKvPool>> HostKvPool::Create(const KvLayout& layout,
     return InvalidArgument("host KV pool page count " + std::to_string(num_pages) +
                            " must be in [1, " + std::to_string(kMaxKvPages) + "]");
   }
-  if (numa_node < -1) {
+  if (numa_node < -1 || numa_node > kMaxNumaNode) {
     return InvalidArgument("host KV pool NUMA node " + std::to_string(numa_node) +
-                           " is negative; use -1 for no binding or a node id (" + OnlineNodes() +
-                           ")");
+                           " does not exist; use -1 for no binding or one of the online nodes (" +
+                           OnlineNodes() + ")");
   }
   std::unique_ptr<HostKvPool> pool(new HostKvPool(layout, num_pages, numa_node, pin_with));
   // On any error below, `pool`'s destructor unpins and unmaps what exists.

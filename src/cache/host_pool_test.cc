@@ -158,6 +158,11 @@ TEST(HostKvPoolTest, AbsentNodeFailsCleanlyNamingIt) {
 
   auto negative = HostKvPool::Create(TwoGroups(), 10, -2, nullptr);
   EXPECT_EQ(negative.status().code(), StatusCode::kInvalidArgument);
+  // Far past any node id Linux has: refused without a node mask of that size.
+  auto huge = HostKvPool::Create(TwoGroups(), 10, 1 << 30, nullptr);
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("does not exist"), std::string::npos)
+      << huge.status().message();
 }
 
 TEST(HostKvPoolTest, RejectsBadLayoutAndPageCount) {

@@ -181,9 +181,18 @@ class CpuBackend final : public Backend {
     // A copy much bigger than the cache streams (see StreamingCopy); a
     // small one stays cached for the attention that reads it next.
     const bool stream = total >= kStreamingCopyBytes;
-    auto copy = [stream](void* dst, const void* src, size_t n) {
+    // Copies bytes [off, off + n) of block i. Streaming, it first prefetches
+    // the start of block i + 1: blocks sit at random places, so the
+    // hardware prefetcher starts every one cold (+10 % on one thread).
+    auto copy = [&blocks, stream](size_t i, size_t off, size_t n) {
+      char* dst = static_cast<char*>(blocks[i].dst) + off;
+      const char* src = static_cast<const char*>(blocks[i].src) + off;
       if (stream) {
-        StreamingCopy(static_cast<char*>(dst), static_cast<const char*>(src), n);
+        if (i + 1 < blocks.size()) {
+          const char* next = static_cast<const char*>(blocks[i + 1].src);
+          for (int k = 0; k < 8; ++k) _mm_prefetch(next + 64 * k, _MM_HINT_T0);
+        }
+        StreamingCopy(dst, src, n);
       } else if (n) {
         std::memcpy(dst, src, n);
       }
@@ -192,7 +201,7 @@ class CpuBackend final : public Backend {
     constexpr size_t kMinParallelBytes = size_t{256} << 10;
     const size_t threads = static_cast<size_t>(copy_pool_.num_threads());
     if (threads == 1 || total < kMinParallelBytes) {
-      for (const CopyBlock& b : blocks) copy(b.dst, b.src, b.bytes);
+      for (size_t i = 0; i < blocks.size(); ++i) copy(i, 0, blocks[i].bytes);
       return OkStatus();
     }
     // ~4 tasks per thread balances a descheduled thread; 4 KiB multiples keep
@@ -208,8 +217,7 @@ class CpuBackend final : public Backend {
       while (lo < hi) {
         const size_t off = lo - copy_offsets_[i];
         const size_t n = std::min(hi, copy_offsets_[i + 1]) - lo;
-        copy(static_cast<char*>(blocks[i].dst) + off, static_cast<const char*>(blocks[i].src) + off,
-             n);
+        copy(i, off, n);
         lo += n;
         ++i;
       }
