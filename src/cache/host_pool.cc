@@ -9,16 +9,10 @@
 #include <fstream>
 #include <string>
 
+#include "util/host_memory.h"
+
 namespace strata {
 namespace {
-
-// From <linux/mempolicy.h>, defined here so the build needs neither libnuma
-// nor its headers: the mbind(2) mode that allocates only from the given
-// nodes (and fails rather than fall back to another node).
-constexpr int kMpolBind = 2;
-// Linux supports at most 1024 nodes (CONFIG_NODES_SHIFT <= 10); a larger id
-// is refused before building a node mask of its size.
-constexpr int kMaxNumaNode = 4095;
 
 std::string OnlineNodes() {
   std::ifstream in("/sys/devices/system/node/online");
@@ -27,24 +21,13 @@ std::string OnlineNodes() {
   return s;
 }
 
-// Binds [p, p + bytes) to `node` before first touch. Raw syscall: glibc has
-// no wrapper and libnuma is not a dependency.
+// Binds [p, p + bytes) to `node` before first touch (util/host_memory.h).
 Status BindToNode(void* p, size_t bytes, int node, const std::string& what) {
-  constexpr int kBitsPerWord = 8 * sizeof(unsigned long);
-  std::vector<unsigned long> mask(static_cast<size_t>(node) / kBitsPerWord + 1, 0);
-  mask[static_cast<size_t>(node) / kBitsPerWord] |= 1UL << (node % kBitsPerWord);
-  // maxnode is one more than the bits the mask holds: the kernel reads
-  // maxnode - 1 bits (mbind(2) and libnuma do the same).
-  const unsigned long maxnode = mask.size() * kBitsPerWord + 1;
-  if (syscall(SYS_mbind, p, bytes, kMpolBind, mask.data(), maxnode, 0U) != 0) {
-    const int err = errno;
-    return InvalidArgument(
-        "cannot bind " + what + " to NUMA node " + std::to_string(node) +
-        ": mbind: " + std::strerror(err) + "; the online nodes are " + OnlineNodes() +
-        " (and the process may allocate only from Mems_allowed_list in "
-        "/proc/self/status): pass --numa-node with one of those, or leave it unset");
-  }
-  return OkStatus();
+  Status st = BindToNumaNode(p, bytes, node);
+  if (st.ok()) return st;
+  return InvalidArgument("cannot bind " + what + " to NUMA node " + std::to_string(node) + ": " +
+                         st.message() + "; the online nodes are " + OnlineNodes() +
+                         ": pass --numa-node with one of those, or leave it unset");
 }
 
 }  // namespace
@@ -66,7 +49,7 @@ StatusOr<std::unique_ptr<HostKvPool>> HostKvPool::Create(const KvLayout& layout,
     return InvalidArgument("host KV pool page count " + std::to_string(num_pages) +
                            " must be in [1, " + std::to_string(kMaxKvPages) + "]");
   }
-  if (numa_node < -1 || numa_node > kMaxNumaNode) {
+  if (numa_node < -1 || numa_node >= 1024) {  // Linux: CONFIG_NODES_SHIFT <= 10
     return InvalidArgument("host KV pool NUMA node " + std::to_string(numa_node) +
                            " does not exist; use -1 for no binding or one of the online nodes (" +
                            OnlineNodes() + ")");
