@@ -649,11 +649,11 @@ Status FileStorage::Impl::Scan() {
   };
   std::vector<Found> found;
   const uint64_t header_bytes = StorageHeaderBytes(opts_.namespace_id, layout_);
-  int64_t temps = 0, corrupt = 0;
+  int64_t temps = 0, corrupt = 0, unreadable = 0;
   for (const std::string& name : names) {
     const std::string path = dir_ + "/" + name;
-    if (EndsWith(name,
-                 ".tmp")) {  // a write a crash interrupted (or garbage): never renamed, never read
+    // A write a crash interrupted (or garbage): never renamed, never read.
+    if (EndsWith(name, ".tmp")) {
       fs_->Remove(path);
       ++temps;
       continue;
@@ -664,21 +664,24 @@ Status FileStorage::Impl::Scan() {
     int64_t mtime = 0;
     if (fs_->Stat(path, &size, &mtime) != 0) continue;  // a directory or gone
     std::vector<uint8_t> head;
-    Status bad = OkStatus();
     if (const int e = fs_->ReadFile(path, header_bytes, &head); e != 0) {
-      bad = Status(StatusCode::kIoError, ErrnoText(e));
+      // Unreadable is not corrupt: left in place, not indexed, counted io.
+      STRATA_LOG(WARN) << "hicache storage: cannot read " << path << ": " << ErrnoText(e)
+                       << "; skipped";
+      ++unreadable;
+      continue;
+    }
+    Status bad = OkStatus();
+    StatusOr<StorageFileHeader> h = ParseStorageHeader(head, opts_.namespace_id, layout_);
+    if (!h.ok()) {
+      bad = h.status();
+    } else if (h->start_hash != key.start || h->end_hash != key.end) {
+      bad = DataLoss("its header names other hashes than its file name");
+    } else if (h->file_bytes != size) {
+      bad = DataLoss("truncated or oversized: " + std::to_string(size) +
+                     " bytes, its header says " + std::to_string(h->file_bytes));
     } else {
-      StatusOr<StorageFileHeader> h = ParseStorageHeader(head, opts_.namespace_id, layout_);
-      if (!h.ok()) {
-        bad = h.status();
-      } else if (h->start_hash != key.start || h->end_hash != key.end) {
-        bad = DataLoss("its header names other hashes than its file name");
-      } else if (h->file_bytes != size) {
-        bad = DataLoss("truncated or oversized: " + std::to_string(size) +
-                       " bytes, its header says " + std::to_string(h->file_bytes));
-      } else {
-        found.push_back({key, h->num_pages, size, mtime});
-      }
+      found.push_back({key, h->num_pages, size, mtime});
     }
     if (!bad.ok()) {
       STRATA_LOG(DEBUG) << "hicache storage: removing " << path << ": " << bad.message();
@@ -692,6 +695,7 @@ Status FileStorage::Impl::Scan() {
   {
     std::lock_guard l(mu_);
     stats_.errors_corrupt += corrupt;
+    stats_.errors_io += unreadable;
     stats_.removed_temp += temps;
     for (const Found& f : found) {
       Entry& e = entries_[f.key];
