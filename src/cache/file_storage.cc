@@ -754,31 +754,32 @@ std::vector<StorageRun> FileStorage::Impl::Match(uint64_t start_hash,
   std::vector<StorageRun> out;
   std::lock_guard l(mu_);
   if (entries_.empty() || n == 0) return out;
-  // Reachable page positions, forward: pred[pos] is the run that ends there
-  // (its start position), -1 when unreached. Only reached positions cost a
-  // lookup, so a miss is one map lookup whatever the prompt length.
-  std::vector<int64_t> pred(n + 1, -1);
-  std::vector<std::map<Key, Entry>::iterator> via(n + 1, entries_.end());
-  pred[0] = 0;
+  // Page positions a chain of stored runs reaches from position 0, each with
+  // the run that reached it first (its start position and entry). A std::map
+  // visited in order: runs only go forward, so a position is complete when
+  // visited, and the cost is one lookup per reached position, however long
+  // the prompt (a miss is one lookup).
+  using It = std::map<Key, Entry>::iterator;
+  std::map<size_t, std::pair<size_t, It>> reached;
+  reached.emplace(0, std::pair<size_t, It>{0, entries_.end()});
   size_t best = 0;
-  for (size_t pos = 0; pos < n; ++pos) {
-    if (pred[pos] < 0) continue;
+  for (auto cur = reached.begin(); cur != reached.end(); ++cur) {
+    const size_t pos = cur->first;
     const uint64_t h = pos == 0 ? start_hash : page_hashes[pos - 1];
     for (auto it = entries_.lower_bound(Key{h, 0}); it != entries_.end() && it->first.start == h;
          ++it) {
-      const Entry& e = it->second;
-      if (e.state != State::kStored) continue;
-      const size_t end = pos + static_cast<size_t>(e.num_pages);
-      if (end > n || page_hashes[end - 1] != it->first.end || pred[end] >= 0) continue;
-      pred[end] = static_cast<int64_t>(pos);
-      via[end] = it;
+      if (it->second.state != State::kStored) continue;
+      const size_t end = pos + static_cast<size_t>(it->second.num_pages);
+      if (end > n || page_hashes[end - 1] != it->first.end) continue;
+      reached.try_emplace(end, pos, it);
       best = std::max(best, end);
     }
   }
-  for (size_t pos = best; pos > 0; pos = static_cast<size_t>(pred[pos])) {
-    auto it = via[pos];
+  for (size_t pos = best; pos > 0;) {
+    const auto& [from, it] = reached.at(pos);
     out.push_back({it->first.start, it->first.end, it->second.num_pages});
     lru_.splice(lru_.end(), lru_, it->second.lru);  // touch
+    pos = from;
   }
   std::reverse(out.begin(), out.end());
   return out;
