@@ -649,11 +649,11 @@ Status FileStorage::Impl::Scan() {
   };
   std::vector<Found> found;
   const uint64_t header_bytes = StorageHeaderBytes(opts_.namespace_id, layout_);
-  int64_t temps = 0, corrupt = 0;
+  int64_t temps = 0, corrupt = 0, unreadable = 0;
   for (const std::string& name : names) {
     const std::string path = dir_ + "/" + name;
-    if (EndsWith(name,
-                 ".tmp")) {  // a write a crash interrupted (or garbage): never renamed, never read
+    // A write a crash interrupted (or garbage): never renamed, never read.
+    if (EndsWith(name, ".tmp")) {
       fs_->Remove(path);
       ++temps;
       continue;
@@ -664,21 +664,24 @@ Status FileStorage::Impl::Scan() {
     int64_t mtime = 0;
     if (fs_->Stat(path, &size, &mtime) != 0) continue;  // a directory or gone
     std::vector<uint8_t> head;
-    Status bad = OkStatus();
     if (const int e = fs_->ReadFile(path, header_bytes, &head); e != 0) {
-      bad = Status(StatusCode::kIoError, ErrnoText(e));
+      // Unreadable is not corrupt: left in place, not indexed, counted io.
+      STRATA_LOG(WARN) << "hicache storage: cannot read " << path << ": " << ErrnoText(e)
+                       << "; skipped";
+      ++unreadable;
+      continue;
+    }
+    Status bad = OkStatus();
+    StatusOr<StorageFileHeader> h = ParseStorageHeader(head, opts_.namespace_id, layout_);
+    if (!h.ok()) {
+      bad = h.status();
+    } else if (h->start_hash != key.start || h->end_hash != key.end) {
+      bad = DataLoss("its header names other hashes than its file name");
+    } else if (h->file_bytes != size) {
+      bad = DataLoss("truncated or oversized: " + std::to_string(size) +
+                     " bytes, its header says " + std::to_string(h->file_bytes));
     } else {
-      StatusOr<StorageFileHeader> h = ParseStorageHeader(head, opts_.namespace_id, layout_);
-      if (!h.ok()) {
-        bad = h.status();
-      } else if (h->start_hash != key.start || h->end_hash != key.end) {
-        bad = DataLoss("its header names other hashes than its file name");
-      } else if (h->file_bytes != size) {
-        bad = DataLoss("truncated or oversized: " + std::to_string(size) +
-                       " bytes, its header says " + std::to_string(h->file_bytes));
-      } else {
-        found.push_back({key, h->num_pages, size, mtime});
-      }
+      found.push_back({key, h->num_pages, size, mtime});
     }
     if (!bad.ok()) {
       STRATA_LOG(DEBUG) << "hicache storage: removing " << path << ": " << bad.message();
@@ -692,6 +695,7 @@ Status FileStorage::Impl::Scan() {
   {
     std::lock_guard l(mu_);
     stats_.errors_corrupt += corrupt;
+    stats_.errors_io += unreadable;
     stats_.removed_temp += temps;
     for (const Found& f : found) {
       Entry& e = entries_[f.key];
@@ -750,31 +754,32 @@ std::vector<StorageRun> FileStorage::Impl::Match(uint64_t start_hash,
   std::vector<StorageRun> out;
   std::lock_guard l(mu_);
   if (entries_.empty() || n == 0) return out;
-  // Reachable page positions, forward: pred[pos] is the run that ends there
-  // (its start position), -1 when unreached. Only reached positions cost a
-  // lookup, so a miss is one map lookup whatever the prompt length.
-  std::vector<int64_t> pred(n + 1, -1);
-  std::vector<std::map<Key, Entry>::iterator> via(n + 1, entries_.end());
-  pred[0] = 0;
+  // Page positions a chain of stored runs reaches from position 0, each with
+  // the run that reached it first (its start position and entry). A std::map
+  // visited in order: runs only go forward, so a position is complete when
+  // visited, and the cost is one lookup per reached position, however long
+  // the prompt (a miss is one lookup).
+  using It = std::map<Key, Entry>::iterator;
+  std::map<size_t, std::pair<size_t, It>> reached;
+  reached.emplace(0, std::pair<size_t, It>{0, entries_.end()});
   size_t best = 0;
-  for (size_t pos = 0; pos < n; ++pos) {
-    if (pred[pos] < 0) continue;
+  for (auto cur = reached.begin(); cur != reached.end(); ++cur) {
+    const size_t pos = cur->first;
     const uint64_t h = pos == 0 ? start_hash : page_hashes[pos - 1];
     for (auto it = entries_.lower_bound(Key{h, 0}); it != entries_.end() && it->first.start == h;
          ++it) {
-      const Entry& e = it->second;
-      if (e.state != State::kStored) continue;
-      const size_t end = pos + static_cast<size_t>(e.num_pages);
-      if (end > n || page_hashes[end - 1] != it->first.end || pred[end] >= 0) continue;
-      pred[end] = static_cast<int64_t>(pos);
-      via[end] = it;
+      if (it->second.state != State::kStored) continue;
+      const size_t end = pos + static_cast<size_t>(it->second.num_pages);
+      if (end > n || page_hashes[end - 1] != it->first.end) continue;
+      reached.try_emplace(end, pos, it);
       best = std::max(best, end);
     }
   }
-  for (size_t pos = best; pos > 0; pos = static_cast<size_t>(pred[pos])) {
-    auto it = via[pos];
+  for (size_t pos = best; pos > 0;) {
+    const auto& [from, it] = reached.at(pos);
     out.push_back({it->first.start, it->first.end, it->second.num_pages});
     lru_.splice(lru_.end(), lru_, it->second.lru);  // touch
+    pos = from;
   }
   std::reverse(out.begin(), out.end());
   return out;

@@ -38,7 +38,7 @@ struct FileStorageOptions {
   uint64_t max_bytes = 0;    // --hicache-storage-max-gb * 1e9; LRU eviction past it; 0: no limit
   std::string namespace_id;  // model + layout identity (e.g. a hex digest); [A-Za-z0-9._-], 1..128
                              // chars; files of another namespace are never read
-  int io_threads = 2;  // >= 1
+  int io_threads = 2;        // >= 1
 };
 
 // A run of num_pages pages: start_hash is the chained hash before its first
@@ -158,8 +158,9 @@ class FileStorage {
   // Creates dir/<namespace>/ if needed, removes stale temp files, and
   // rebuilds the index by scanning the directory (headers only, so startup is
   // fast; payload checked on read). A file whose header does not parse (or
-  // names other hashes than its file name) is counted corrupt and removed;
-  // other names are left alone. LRU order from file mtime; past max_bytes
+  // names other hashes than its file name, or whose size differs from its
+  // header's) is counted corrupt and removed; an unreadable one is counted
+  // io and left in place; other names are left alone. LRU order from file mtime; past max_bytes
   // the oldest files are evicted. Errors: the directory cannot be created or
   // read (message names the path, the errno text and the flag), bad options.
   static StatusOr<std::unique_ptr<FileStorage>> Open(const FileStorageOptions& options,

@@ -646,7 +646,7 @@ TEST_F(FileStorageTest, CapacityEvictsLeastRecentlyUsedFirst) {
 // renames) fail with a chosen errno while it is set.
 class FaultFs : public StorageFileSystem {
  public:
-  std::atomic<int> write_errno{0}, rename_errno{0};
+  std::atomic<int> write_errno{0}, rename_errno{0}, read_errno{0};
   std::atomic<int> writes{0};
   std::atomic<bool> hold_reads{false};
   int reads_waiting = 0;  // guarded by mu_
@@ -656,6 +656,7 @@ class FaultFs : public StorageFileSystem {
   }
   int Stat(const std::string& p, uint64_t* s, int64_t* m) override { return real_->Stat(p, s, m); }
   int ReadFile(const std::string& p, uint64_t n, std::vector<uint8_t>* o) override {
+    if (const int e = read_errno.load()) return e;
     if (hold_reads) {
       std::unique_lock l(mu_);
       ++reads_waiting;
@@ -823,6 +824,32 @@ TEST_F(FileStorageTest, OtherIoErrorsAreCountedAndWritesGoOn) {
   EXPECT_EQ(s.errors_io, 1);
   EXPECT_EQ(s.files, 2);
   EXPECT_EQ(FilesInNamespace().size(), 2u);  // the failed write's temp file is gone
+}
+
+TEST_F(FileStorageTest, ReadErrorsAreCountedIoNotCorrupt) {
+  auto ffs = std::make_shared<FaultFs>();
+  Seq a(1, layout_.page_size, 1), b(1, layout_.page_size, 2);
+  {
+    auto st = OpenOrDie(Options(), ffs);
+    ASSERT_TRUE(Write(*st, a, 0, 1, 0).ok());
+    ASSERT_TRUE(Write(*st, b, 0, 1, 1).ok());
+    ffs->read_errno = EIO;  // a failing disk under a running server
+    HostMem dst(layout_, 1);
+    EXPECT_EQ(Read(*st, a, 0, 1, dst, 0).code(), StatusCode::kIoError);
+    EXPECT_EQ(st->stats().errors_io, 1);
+    EXPECT_EQ(st->stats().errors_corrupt, 0);
+    EXPECT_TRUE(st->Match(a.start, a.hashes).empty());  // dropped: not retried every request
+  }
+  // At startup an unreadable file is skipped and left in place (not corrupt).
+  auto st = OpenOrDie(Options(), ffs);
+  EXPECT_EQ(st->stats().files, 0);
+  EXPECT_EQ(st->stats().errors_io, 1);
+  EXPECT_EQ(st->stats().errors_corrupt, 0);
+  EXPECT_TRUE(fs::exists(FilePath(b.Run(0, 1))));
+  ffs->read_errno = 0;
+  st.reset();
+  st = OpenOrDie(Options(), ffs);
+  EXPECT_EQ(st->stats().files, 1);
 }
 
 TEST_F(FileStorageTest, ReadOnlyDirectoryForRealUsers) {
