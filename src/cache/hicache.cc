@@ -85,7 +85,8 @@ void HiCache::ApplyCopy(const CacheController::Completion& c) {
   // reused under the writer.
   for (int32_t p : b.host_pages) host_->allocator().Ref(p);
   StorageRun run{b.start_hash, b.end_hash, static_cast<int32_t>(b.host_pages.size())};
-  const FileStorage::Ticket t = storage_->SubmitWrite(run, std::move(b.tokens), host_->memory(), b.host_pages);
+  const FileStorage::Ticket t =
+      storage_->SubmitWrite(run, std::move(b.tokens), host_->memory(), b.host_pages);
   writes_[t] = StorageWrite{std::move(b.host_pages), b.num_tokens};
 }
 
@@ -139,7 +140,8 @@ void HiCache::StartBackups(RadixNodeHandle handle) {
     pages.reserve(job.device_pages.size());
     for (size_t i = 0; i < job.device_pages.size(); ++i)
       pages.push_back(PageCopy{job.device_pages[i], job.host_pages[i]});
-    const CacheController::Ticket t = controller_->Submit(CopyDirection::kDeviceToHost, std::move(pages));
+    const CacheController::Ticket t =
+        controller_->Submit(CopyDirection::kDeviceToHost, std::move(pages));
     Backup b;
     b.job_id = job.id;
     b.tokens = std::move(job.tokens);
@@ -152,7 +154,8 @@ void HiCache::StartBackups(RadixNodeHandle handle) {
 }
 
 void HiCache::OnInserted(RadixNodeHandle handle) {
-  if (options_.write_policy == HiCacheWritePolicy::kWriteThrough && !handle.is_root()) StartBackups(handle);
+  if (options_.write_policy == HiCacheWritePolicy::kWriteThrough && !handle.is_root())
+    StartBackups(handle);
 }
 
 void HiCache::OnMatched(RadixNodeHandle handle) {
@@ -175,13 +178,17 @@ void HiCache::PrepareEvict(int64_t num_pages) {
 }
 
 HiCache::Ticket HiCache::StartLoadBack(std::span<const int32_t> host_pages,
-                                       std::span<const int32_t> device_pages, int64_t storage_tokens) {
+                                       std::span<const int32_t> device_pages,
+                                       int64_t storage_tokens) {
   STRATA_CHECK(host_pages.size() == device_pages.size())
-      << "load-back of " << host_pages.size() << " host pages into " << device_pages.size() << " device pages";
+      << "load-back of " << host_pages.size() << " host pages into " << device_pages.size()
+      << " device pages";
   std::vector<PageCopy> pages;
   pages.reserve(host_pages.size());
-  for (size_t i = 0; i < host_pages.size(); ++i) pages.push_back(PageCopy{host_pages[i], device_pages[i]});
-  const CacheController::Ticket t = controller_->Submit(CopyDirection::kHostToDevice, std::move(pages));
+  for (size_t i = 0; i < host_pages.size(); ++i)
+    pages.push_back(PageCopy{host_pages[i], device_pages[i]});
+  const CacheController::Ticket t =
+      controller_->Submit(CopyDirection::kHostToDevice, std::move(pages));
   LoadBack l;
   l.tokens = static_cast<int64_t>(host_pages.size()) * page_size_;
   l.storage_tokens = std::min(storage_tokens, l.tokens);
@@ -191,7 +198,8 @@ HiCache::Ticket HiCache::StartLoadBack(std::span<const int32_t> host_pages,
 
 std::optional<Status> HiCache::TakeLoadBack(Ticket ticket) {
   auto it = loads_.find(ticket);
-  if (it == loads_.end()) return Internal("unknown HiCache load-back ticket " + std::to_string(ticket));
+  if (it == loads_.end())
+    return Internal("unknown HiCache load-back ticket " + std::to_string(ticket));
   if (!it->second.result) {
     Poll();
     it = loads_.find(ticket);
@@ -222,7 +230,8 @@ uint64_t HiCache::StartPrefetch(std::span<const int32_t> tokens, int64_t start_t
   std::vector<uint64_t> hashes;
   uint64_t h = start_hash;
   for (int64_t pos = start_tokens; pos < full; pos += ps) {
-    h = RadixTree::ChainPageHash(h, tokens.subspan(static_cast<size_t>(pos), static_cast<size_t>(ps)));
+    h = RadixTree::ChainPageHash(h,
+                                 tokens.subspan(static_cast<size_t>(pos), static_cast<size_t>(ps)));
     hashes.push_back(h);
   }
   std::vector<StorageRun> runs = storage_->Match(start_hash, hashes);
@@ -245,7 +254,8 @@ uint64_t HiCache::StartPrefetch(std::span<const int32_t> tokens, int64_t start_t
     rd.tokens.assign(tokens.begin(), tokens.begin() + pos + run_tokens);
     rd.start_tokens = pos;
     rd.host_pages = host_pages;
-    const FileStorage::Ticket t = storage_->SubmitRead(r, std::move(expected), host_->memory(), std::move(host_pages));
+    const FileStorage::Ticket t =
+        storage_->SubmitRead(r, std::move(expected), host_->memory(), std::move(host_pages));
     reads_[t] = std::move(rd);
     pf.reads.push_back(t);
     pos += run_tokens;
@@ -306,11 +316,13 @@ Status HiCache::CheckIntegrity() const {
   for (const auto& [t, w] : writes_)
     for (int32_t p : w.host_pages)
       if (host_->allocator().refcount(p) < 1)
-        return Internal("HiCache: host page " + std::to_string(p) + " of a storage write in flight is free");
+        return Internal("HiCache: host page " + std::to_string(p) +
+                        " of a storage write in flight is free");
   for (const auto& [t, r] : reads_)
     for (int32_t p : r.host_pages)
       if (host_->allocator().refcount(p) < 1)
-        return Internal("HiCache: host page " + std::to_string(p) + " of a storage read in flight is free");
+        return Internal("HiCache: host page " + std::to_string(p) +
+                        " of a storage read in flight is free");
   return OkStatus();
 }
 

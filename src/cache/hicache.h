@@ -26,8 +26,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -71,8 +71,8 @@ class HiCache {
   // REQUIRES: tree was constructed with &host.allocator() as its host
   // allocator; device, host, tree and backend outlive this object (the tree
   // outlives it because the destructor still applies completions to it).
-  HiCache(const HiCacheOptions& options, KvPool& device, HostKvPool& host, RadixTree& tree, Backend& backend,
-          std::unique_ptr<FileStorage> storage);
+  HiCache(const HiCacheOptions& options, KvPool& device, HostKvPool& host, RadixTree& tree,
+          Backend& backend, std::unique_ptr<FileStorage> storage);
   // Finishes every copy and storage write in flight (so a restart finds
   // them), then stops the controller.
   ~HiCache();

@@ -90,7 +90,8 @@ class HiCacheTest : public ::testing::Test {
       fo.namespace_id = "test";
       storage = std::move(FileStorage::Open(fo, layout_)).value();
     }
-    hicache_ = std::make_unique<HiCache>(o, *device_, *host_, *tree_, *backend_, std::move(storage));
+    hicache_ =
+        std::make_unique<HiCache>(o, *device_, *host_, *tree_, *backend_, std::move(storage));
   }
 
   // "Computes" tokens into fresh device pages and inserts them, as a
@@ -99,7 +100,8 @@ class HiCacheTest : public ::testing::Test {
     const int64_t pages = static_cast<int64_t>(tokens.size()) / layout_.page_size;
     std::vector<int32_t> ids;
     EXPECT_TRUE(device_->allocator().Allocate(pages, &ids).ok());
-    for (int64_t p = 0; p < pages; ++p) Fill(device_->memory(), ids[p], PageKey(tokens, p, layout_.page_size));
+    for (int64_t p = 0; p < pages; ++p)
+      Fill(device_->memory(), ids[p], PageKey(tokens, p, layout_.page_size));
     RadixTree::InsertResult r = tree_->Insert(tokens, ids);
     hicache_->OnInserted(r.handle);
     return ids;
@@ -108,7 +110,8 @@ class HiCacheTest : public ::testing::Test {
     for (int32_t p : ids) device_->allocator().Unref(p);
   }
   void Drain() {
-    for (int i = 0; i < 1000 && hicache_->busy(); ++i) hicache_->WaitAny(std::chrono::milliseconds(5));
+    for (int i = 0; i < 1000 && hicache_->busy(); ++i)
+      hicache_->WaitAny(std::chrono::milliseconds(5));
     ASSERT_FALSE(hicache_->busy());
   }
   void CheckAll() {
@@ -124,18 +127,21 @@ class HiCacheTest : public ::testing::Test {
     std::vector<int32_t> pages = m.pages;
     for (int32_t p : pages) device_->allocator().Ref(p);
     std::vector<int32_t> fresh;
-    EXPECT_TRUE(device_->allocator().Allocate(static_cast<int64_t>(m.host_pages.size()), &fresh).ok());
+    EXPECT_TRUE(
+        device_->allocator().Allocate(static_cast<int64_t>(m.host_pages.size()), &fresh).ok());
     const HiCache::Ticket t = hicache_->StartLoadBack(m.host_pages, fresh, 0);
     hicache_->WaitLoadBack(t);
     std::optional<Status> done = hicache_->TakeLoadBack(t);
     EXPECT_TRUE(done.has_value() && done->ok());
     pages.insert(pages.end(), fresh.begin(), fresh.end());
-    RadixTree::InsertResult r =
-        tree_->Insert(std::span<const int32_t>(tokens).first(static_cast<size_t>(m.num_tokens + m.host_tokens)), pages);
+    RadixTree::InsertResult r = tree_->Insert(
+        std::span<const int32_t>(tokens).first(static_cast<size_t>(m.num_tokens + m.host_tokens)),
+        pages);
     tree_->Lock(r.handle);
     tree_->Unlock(m.host_handle);
     for (size_t p = 0; p < pages.size(); ++p)
-      EXPECT_TRUE(Holds(device_->memory(), pages[p], PageKey(tokens, static_cast<int64_t>(p), layout_.page_size)))
+      EXPECT_TRUE(Holds(device_->memory(), pages[p],
+                        PageKey(tokens, static_cast<int64_t>(p), layout_.page_size)))
           << "page " << p << " of the loaded prefix holds other bytes";
     tree_->Unlock(r.handle);
     Release(pages);
@@ -221,7 +227,8 @@ TEST_F(HiCacheTest, StorageSurvivesARestartAndACorruptFileIsAMiss) {
   EXPECT_EQ(tree_->PeekPrefixLengths(a).host_tokens, 0);
   const uint64_t id = hicache_->StartPrefetch(a, 0);
   ASSERT_NE(id, 0u);
-  for (int i = 0; i < 1000 && !hicache_->PrefetchDone(id); ++i) hicache_->WaitAny(std::chrono::milliseconds(5));
+  for (int i = 0; i < 1000 && !hicache_->PrefetchDone(id); ++i)
+    hicache_->WaitAny(std::chrono::milliseconds(5));
   ASSERT_TRUE(hicache_->PrefetchDone(id));
   EXPECT_EQ(hicache_->PrefetchedTokens(id), 24);
   hicache_->ForgetPrefetch(id);
@@ -240,7 +247,8 @@ TEST_F(HiCacheTest, StorageSurvivesARestartAndACorruptFileIsAMiss) {
   Build(HiCacheWritePolicy::kWriteThrough, dir);
   const uint64_t id2 = hicache_->StartPrefetch(a, 0);
   if (id2 != 0) {  // the header may be what was hit: then the scan dropped it
-    for (int i = 0; i < 1000 && !hicache_->PrefetchDone(id2); ++i) hicache_->WaitAny(std::chrono::milliseconds(5));
+    for (int i = 0; i < 1000 && !hicache_->PrefetchDone(id2); ++i)
+      hicache_->WaitAny(std::chrono::milliseconds(5));
     EXPECT_EQ(hicache_->PrefetchedTokens(id2), 0);
     hicache_->ForgetPrefetch(id2);
   }

@@ -28,7 +28,8 @@ std::vector<std::string> Prompts(int n) {
   const char* words[] = {"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"};
   for (int i = 0; i < n; ++i) {
     std::string p = "prompt " + std::to_string(i) + ":";
-    for (int w = 0; w < 20; ++w) p += std::string(" ") + words[(i * 7 + w * (i + 3)) % 8] + std::to_string(w % 5);
+    for (int w = 0; w < 20; ++w)
+      p += std::string(" ") + words[(i * 7 + w * (i + 3)) % 8] + std::to_string(w % 5);
     out.push_back(p);
   }
   return out;
@@ -41,7 +42,11 @@ struct Completion {
 };
 
 Completion Complete(Server& s, const std::string& prompt) {
-  json req = {{"model", "m"}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+  json req = {{"model", "m"},
+              {"prompt", prompt},
+              {"max_tokens", 12},
+              {"temperature", 0},
+              {"ignore_eos", true}};
   Response r = s.PostJson("/v1/completions", req.dump(), "", std::chrono::seconds(60));
   EXPECT_EQ(r.status, 200) << r.body << "\n" << s.Log();
   Completion c;
@@ -49,7 +54,8 @@ Completion Complete(Server& s, const std::string& prompt) {
   json j = json::parse(r.body);
   c.text = j["choices"][0]["text"].get<std::string>();
   c.prompt_tokens = j["usage"]["prompt_tokens"].get<int64_t>();
-  if (j["usage"].contains("prompt_tokens_details") && j["usage"]["prompt_tokens_details"].is_object())
+  if (j["usage"].contains("prompt_tokens_details") &&
+      j["usage"]["prompt_tokens_details"].is_object())
     c.cached_tokens = j["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{0});
   return c;
 }
@@ -59,8 +65,16 @@ std::string Series(const std::string& name, const std::string& label, const std:
 }
 
 std::vector<std::string> BaseArgs() {
-  return {"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--max-total-tokens", "160",
-          "--page-size", "16", "--max-running-requests", "4"};
+  return {"--model-path",
+          Fixture("llama_default"),
+          "--served-model-name",
+          "m",
+          "--max-total-tokens",
+          "160",
+          "--page-size",
+          "16",
+          "--max-running-requests",
+          "4"};
 }
 
 std::vector<std::string> With(std::vector<std::string> a, std::initializer_list<std::string> more) {
@@ -115,9 +129,10 @@ TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
   EXPECT_GT(on.Metric(Series("strata_hicache_evicted_tokens_total", "tier", "device")), 0);
   EXPECT_EQ(on.Metric(Series("strata_hicache_storage_errors_total", "reason", "corrupt")), 0);
   EXPECT_GT(on.Metric("strata_hicache_load_back_seconds_count{model=\"m\",role=\"colocated\"}"), 0);
-  EXPECT_GT(on.Metric("strata_hicache_host_pages{model=\"m\",role=\"colocated\",group=\"full_attention\","
-                      "state=\"used\"}"),
-            0);
+  EXPECT_GT(
+      on.Metric("strata_hicache_host_pages{model=\"m\",role=\"colocated\",group=\"full_attention\","
+                "state=\"used\"}"),
+      0);
 }
 
 // Both ways of sizing the host tier work for every architecture (the
@@ -128,32 +143,37 @@ TEST(HiCacheE2eTest, EveryModelServesWithSizeAndWithRatio) {
     std::string reference;
     for (const std::vector<std::string>& sizing : std::vector<std::vector<std::string>>{
              {}, {"--hicache-size", "0.05"}, {"--hicache-ratio", "3"}}) {
-      std::vector<std::string> args = {"--model-path", Fixture(model), "--served-model-name", "m",
-                                       "--max-total-tokens", "160"};
+      std::vector<std::string> args = {
+          "--model-path", Fixture(model), "--served-model-name", "m", "--max-total-tokens", "160"};
       if (!sizing.empty()) {
         args.push_back("--enable-hierarchical-cache");
         args.insert(args.end(), sizing.begin(), sizing.end());
       }
       Server s(args);
-      ASSERT_GT(s.port(), 0) << model << " " << (sizing.empty() ? "" : sizing[0]) << "\n" << s.Log();
+      ASSERT_GT(s.port(), 0) << model << " " << (sizing.empty() ? "" : sizing[0]) << "\n"
+                             << s.Log();
       const std::string text = Complete(s, prompt).text;
       if (sizing.empty()) {
         reference = text;
       } else {
         EXPECT_EQ(text, reference) << model << " with " << sizing[0];
-        EXPECT_NE(s.Request(Get("/metrics")).body.find("strata_hicache_host_pages{"), std::string::npos) << model;
+        EXPECT_NE(s.Request(Get("/metrics")).body.find("strata_hicache_host_pages{"),
+                  std::string::npos)
+            << model;
       }
     }
   }
 }
 
 TEST(HiCacheE2eTest, RestartFindsStoragePrefixesAndCorruptFilesAreMisses) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("hicache_store_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("hicache_store_" + std::to_string(getpid()));
   fs::remove_all(dir);
   const std::vector<std::string> args =
-      With(BaseArgs(), {"--enable-hierarchical-cache", "--hicache-ratio", "4", "--hicache-storage-backend", "file",
-                        "--hicache-storage-path", dir.string(), "--hicache-storage-max-gb", "1",
-                        "--hicache-storage-prefetch-policy", "wait_complete"});
+      With(BaseArgs(),
+           {"--enable-hierarchical-cache", "--hicache-ratio", "4", "--hicache-storage-backend",
+            "file", "--hicache-storage-path", dir.string(), "--hicache-storage-max-gb", "1",
+            "--hicache-storage-prefetch-policy", "wait_complete"});
   const std::vector<std::string> prompts = Prompts(3);
   std::vector<std::string> expected;
   {
@@ -196,7 +216,8 @@ TEST(HiCacheE2eTest, RestartFindsStoragePrefixesAndCorruptFilesAreMisses) {
   Server c(args);
   ASSERT_GT(c.port(), 0) << c.Log();
   EXPECT_EQ(Complete(c, prompts[0]).text, expected[0]);
-  EXPECT_GE(c.Metric(Series("strata_hicache_storage_errors_total", "reason", "corrupt")), 1) << c.Log();
+  EXPECT_GE(c.Metric(Series("strata_hicache_storage_errors_total", "reason", "corrupt")), 1)
+      << c.Log();
   ExpectIntegrity(c);
   fs::remove_all(dir);
 }
