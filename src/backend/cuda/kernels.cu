@@ -305,7 +305,32 @@ __global__ void GatherRowsKernel(View x, const int32_t* rows, View out, int64_t 
   }
 }
 
+__global__ void CopyBlocksKernel(const CopyDesc* desc, int64_t n) {
+  for (int64_t b = blockIdx.x; b < n; b += gridDim.x) {
+    const CopyDesc d = desc[b];
+    char* dst = static_cast<char*>(d.dst);
+    const char* src = static_cast<const char*>(d.src);
+    uint64_t done = 0;
+    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+      const uint64_t vecs = d.bytes / 16;
+      uint4* dv = reinterpret_cast<uint4*>(dst);
+      const uint4* sv = reinterpret_cast<const uint4*>(src);
+      for (uint64_t i = threadIdx.x; i < vecs; i += blockDim.x) dv[i] = sv[i];
+      done = vecs * 16;
+    }
+    for (uint64_t i = done + threadIdx.x; i < d.bytes; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
 }  // namespace
+
+void CopyBlocks(const CopyDesc* desc, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  // Enough blocks in flight to keep the bus busy (every SM several times),
+  // no more than there are copy blocks.
+  const int64_t grid = n < 4096 ? n : 4096;
+  CopyBlocksKernel<<<static_cast<unsigned>(grid), 256, 0, stream>>>(desc, n);
+}
 
 const char* DeviceErrorName(int32_t code) {
   switch (code) {

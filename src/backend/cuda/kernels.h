@@ -87,4 +87,18 @@ void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_
 void GatherRows(const View& x, const int32_t* rows, const View& out, int32_t* err,
                 cudaStream_t stream);
 
+// One block of a batched page copy. dst and src may be device memory or
+// host memory registered with cudaHostRegisterMapped (the kernel reads and
+// writes it over the bus through its unified address).
+struct CopyDesc {
+  void* dst;
+  const void* src;
+  uint64_t bytes;
+};
+// Copies every block of desc[0, n) (desc in device memory): one thread block
+// per copy block at a time, 16-byte accesses where the block is aligned. A
+// gather of many small pages in one launch, where one cudaMemcpyAsync per
+// page pays a command each.
+void CopyBlocks(const CopyDesc* desc, int64_t n, cudaStream_t stream);
+
 }  // namespace strata::cuda
