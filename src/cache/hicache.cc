@@ -23,7 +23,7 @@ HiCache::HiCache(const HiCacheOptions& options, KvPool& device, HostKvPool& host
 HiCache::~HiCache() {
   // Backups finish (their storage writes start), reads finish, writes finish:
   // what a restarted server should find is on disk before we return.
-  for (int rounds = 0; busy() && rounds < 100000; ++rounds) WaitAny(std::chrono::milliseconds(10));
+  for (int rounds = 0; busy() && rounds < 3000; ++rounds) WaitAny(std::chrono::milliseconds(10));
   controller_.reset();
 }
 

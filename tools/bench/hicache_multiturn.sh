@@ -7,9 +7,15 @@
 # working set over the device pool.
 #
 #   tools/bench/hicache_multiturn.sh [--shape qwen2.5-0.5b|demo] [--rounds 2]
-#       [--pool-tokens 4096] [--ratio 8] [--conversations 12] [--turns 4]
-#       [--input-len 256] [--output-len 16] [--concurrency 4] [--threads 2]
+#       [--pool-tokens 3072] [--ratio 8] [--conversations 12] [--turns 4]
+#       [--input-len 256] [--output-len 16] [--max-running 2] [--threads 2]
 #       [--models-dir /tmp/strata-bench-models] [--build-dir build-bench] [--skip-build]
+#
+# Every conversation is in flight at once (client concurrency = conversations)
+# while the server runs --max-running of them: between two turns of one
+# conversation the others' turns pass through the device pool, so the reuse
+# distance is the whole working set (conversations x their final length),
+# several times the pool.
 #
 # Needs: cmake, ninja, a C++ compiler, /usr/bin/python3 with numpy (Debian
 # python3-numpy) to write the random-weight model of a real shape once.
@@ -20,13 +26,13 @@ BUILD="$ROOT/build-bench"
 MODELS="/tmp/strata-bench-models"
 SHAPE="qwen2.5-0.5b"
 ROUNDS=2
-POOL=4096
+POOL=3072
 RATIO=8
 CONV=12
 TURNS=4
 INPUT=256
 OUTPUT=16
-CONC=4
+RUNNING=2
 THREADS=2
 SKIP_BUILD=0
 while [[ $# -gt 0 ]]; do
@@ -39,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --turns) TURNS="$2"; shift 2 ;;
     --input-len) INPUT="$2"; shift 2 ;;
     --output-len) OUTPUT="$2"; shift 2 ;;
-    --concurrency) CONC="$2"; shift 2 ;;
+    --max-running) RUNNING="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --models-dir) MODELS="$2"; shift 2 ;;
     --build-dir) BUILD="$2"; shift 2 ;;
@@ -73,7 +79,7 @@ run_one() {  # $1 = off|on; prints one table row
   local mode="$1" extra=()
   [[ $mode == on ]] && extra=(--enable-hierarchical-cache --hicache-ratio "$RATIO")
   "$STRATA" serve "${MODEL_ARGS[@]}" --port "$PORT" --threads "$THREADS" --max-total-tokens "$POOL" \
-    --kv-cache-dtype bf16 --max-running-requests "$CONC" "${extra[@]}" 2>>"$LOG" &
+    --kv-cache-dtype bf16 --max-running-requests "$RUNNING" "${extra[@]}" 2>>"$LOG" &
   local pid=$!
   for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
@@ -83,7 +89,7 @@ run_one() {  # $1 = off|on; prints one table row
   local json
   json="$(mktemp)"
   "$STRATA" bench serve --url "http://127.0.0.1:$PORT" --turns "$TURNS" --num-requests "$CONV" \
-    --concurrency "$CONC" --input-len "$INPUT" --output-len "$OUTPUT" --seed 1 --json "$json" >>"$LOG" 2>&1
+    --concurrency "$CONV" --input-len "$INPUT" --output-len "$OUTPUT" --seed 1 --json "$json" >>"$LOG" 2>&1
   local metrics
   metrics="$(curl -s "http://127.0.0.1:$PORT/metrics")"
   kill -TERM $pid
