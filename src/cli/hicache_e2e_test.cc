@@ -133,6 +133,14 @@ TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
       on.Metric("strata_hicache_host_pages{model=\"m\",role=\"colocated\",group=\"full_attention\","
                 "state=\"used\"}"),
       0);
+  // The exposition with every HiCache family passes promtool's checks (when
+  // promtool is installed; scripts/test.sh installs it).
+  if (system("command -v promtool >/dev/null 2>&1") == 0) {
+    const std::string file =
+        ::testing::TempDir() + "/hicache_metrics_" + std::to_string(getpid()) + ".txt";
+    std::ofstream(file) << on.Request(Get("/metrics")).body;
+    EXPECT_EQ(system(("promtool check metrics < " + file).c_str()), 0);
+  }
 }
 
 // Both ways of sizing the host tier work for every architecture (the
