@@ -85,9 +85,12 @@ std::vector<std::string> ParseKeys(const TomlValue& table, FlagSet& flags, const
         path + ":" + std::to_string(LineOf(*value)) + ": " + where + ": key " + Quoted(key) + ": ";
     std::optional<std::string> text = FlagText(*value);
     if (!text) {
-      problems->push_back(at + "is a " + TypeName(*value) +
-                          "; a key takes one string, integer, float or boolean (the value of its "
-                          "flag)");
+      const std::string type = TypeName(*value);
+      problems->push_back(
+          at + (std::string("aeiou").find(type[0]) == std::string::npos ? "is a " : "is an ") +
+          type +
+          "; a key takes one string, integer, float or boolean (the value of its "
+          "flag)");
       continue;
     }
     // `--help` or a positional would be no key; only --name=value reaches Parse.
