@@ -138,6 +138,11 @@ int SystemdCommand(const Args& args) {
                  d.status().message().c_str());
     return d.status().code() == StatusCode::kNotFound ? kExitNoInput : kExitConfig;
   }
+  if (std::vector<std::string> dup = UniquenessProblems(*d); !dup.empty()) {
+    std::fprintf(stderr, "strata systemd: invalid configuration:\n");
+    for (const std::string& p : dup) std::fprintf(stderr, "  - %s\n", p.c_str());
+    return kExitConfig;
+  }
   std::error_code ec;
   const std::string binary = fs::canonical("/proc/self/exe", ec).string();
   if (ec) return Fail(cmd, IoError("cannot find this binary's path (/proc/self/exe)"));

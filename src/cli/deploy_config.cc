@@ -271,6 +271,25 @@ int64_t NodeBudget::HeadroomBytes() const {
          static_cast<int64_t>(planned_bytes);
 }
 
+std::vector<std::string> UniquenessProblems(const Deployment& d) {
+  std::vector<std::string> problems;
+  std::map<std::string, std::string> seen_name;
+  std::map<int64_t, std::string> seen_port;
+  if (!d.from_command_line) seen_port[d.launcher.port] = "the [launcher]";
+  for (const ServiceSpec& s : d.services) {
+    if (!seen_name.emplace(s.name, s.name).second)
+      problems.push_back(d.path + ":" + std::to_string(s.line) + ": two services are named " +
+                         Quoted(s.name) + ": give each [[service]] its own name");
+    if (s.serve.port == 0) continue;  // "any free port" never collides
+    auto [it, fresh] = seen_port.emplace(s.serve.port, "service " + Quoted(s.name));
+    if (!fresh)
+      problems.push_back("service " + Quoted(s.name) + " and " + it->second + " both use port " +
+                         std::to_string(s.serve.port) +
+                         ": give each its own port (port = N; 0 picks any free port)");
+  }
+  return problems;
+}
+
 DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInputs>& inputs,
                               const HostMemoryFacts& host) {
   DeploymentPlan out;
@@ -300,21 +319,7 @@ DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInpu
     out.services.push_back(std::move(m));
   }
 
-  // Names and ports: unique across the deployment (port 0 is "any").
-  std::map<std::string, std::string> seen_name;
-  std::map<int64_t, std::string> seen_port;
-  if (!d.from_command_line) seen_port[d.launcher.port] = "the [launcher]";
-  for (const ServiceSpec& s : d.services) {
-    if (!seen_name.emplace(s.name, s.name).second)
-      out.problems.push_back(d.path + ":" + std::to_string(s.line) + ": two services are named " +
-                             Quoted(s.name) + ": give each [[service]] its own name");
-    if (s.serve.port == 0) continue;
-    auto [it, fresh] = seen_port.emplace(s.serve.port, "service " + Quoted(s.name));
-    if (!fresh)
-      out.problems.push_back("service " + Quoted(s.name) + " and " + it->second +
-                             " both use port " + std::to_string(s.serve.port) +
-                             ": give each its own port (port = N; 0 picks any free port)");
-  }
+  for (std::string& p : UniquenessProblems(d)) out.problems.push_back(std::move(p));
 
   // Memory together, per NUMA node and over every allowed node.
   if (host.nodes.empty()) {

@@ -136,9 +136,13 @@ struct DeploymentPlan {
   bool ok() const { return problems.empty(); }
 };
 
+// Names and ports unique across the deployment (the launcher's port
+// included; port 0 is "any" and never collides). PlanDeployment runs it;
+// `strata systemd` too (two units of one name would overwrite each other).
+std::vector<std::string> UniquenessProblems(const Deployment& d);
+
 // Validates every service (ValidateServeConfig with inputs[i]) and the
-// deployment: names and ports unique (the launcher's port included; port 0
-// is "any" and never collides), each port free (inputs[i].port), and memory
+// deployment: UniquenessProblems, each port free (inputs[i].port), and memory
 // summed per NUMA node: the services with --numa-node N against node N, and
 // every service against all allowed nodes (and the cgroup), each with one
 // reserve for the OS. Services that each fit alone but not together are a

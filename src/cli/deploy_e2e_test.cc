@@ -216,6 +216,13 @@ TEST_F(DeployTest, SystemdUnitsPassSystemdAnalyzeVerify) {
   EXPECT_THAT(Read(tmp_ + "/units/strata.target"),
               HasSubstr("Wants=strata-chat.service strata-cache.service\n"));
 
+  // Two services of one name would write one unit over the other.
+  const std::string dup = File("dup.toml", Service("a", 30000) + Service("a", 30001));
+  r = Run({"systemd", "--config", dup, "--out", tmp_ + "/dup"});
+  EXPECT_EQ(r.code, 78);
+  EXPECT_THAT(r.err, HasSubstr("two services are named 'a'"));
+  EXPECT_FALSE(fs::exists(tmp_ + "/dup"));
+
   if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "systemd-analyze not installed (Debian package systemd; scripts/deps.sh "
                     "--test installs it)";
