@@ -162,6 +162,12 @@ StatusOr<Deployment> ParseDeployment(const std::string& text, const std::string&
       lf.RejectEmptyStrings();
       RegisterLauncherFlags(lf, &d.launcher);
       ParseKeys(*value, lf, path, "[launcher]", {}, &problems);
+      if (d.launcher.backoff_initial_s > d.launcher.backoff_max_s)
+        problems.push_back(at + "[launcher]: backoff-initial-s " +
+                           std::to_string(d.launcher.backoff_initial_s) +
+                           " exceeds backoff-max-s " + std::to_string(d.launcher.backoff_max_s) +
+                           " (the delay doubles from the first up to the second: lower the first "
+                           "or raise the second)");
     } else if (key == "service") {
       if (!value->is_array()) {
         problems.push_back(at + "'service' must be an array of tables: write each as [[service]]");

@@ -107,6 +107,9 @@ TEST(DeployConfigTest, TablesNamesAndCommands) {
               HasSubstr("deploy.toml:2: [launcher]: key 'prot': unknown flag --prot; did you "
                         "mean --port?"));
   EXPECT_THAT(ParseError("[servce]\nx = 1\n"), HasSubstr("unknown table [servce]"));
+  EXPECT_THAT(ParseError("[launcher]\nbackoff-initial-s = 60\nbackoff-max-s = 30\n[[service]]\n"
+                         "name = \"a\"\ncommand = \"serve\"\n"),
+              HasSubstr("backoff-initial-s 60 exceeds backoff-max-s 30"));
 }
 
 TEST(DeployConfigTest, SyntaxErrorsNameTheLine) {

@@ -177,6 +177,15 @@ TEST_F(DeployTest, APortInUseIsAProblem) {
                         ": 127.0.0.1:" + std::to_string(held.port()) + " is already in use"));
 }
 
+TEST_F(DeployTest, BothCommandsHaveHelp) {
+  for (const char* c : {"check", "systemd"}) {
+    Result r = Run({c, "--help"});
+    EXPECT_EQ(r.code, 0) << c;
+    EXPECT_THAT(r.out, HasSubstr("--config")) << c;
+  }
+  EXPECT_THAT(Run({"--help"}).out, HasSubstr("check"));
+}
+
 TEST_F(DeployTest, ServeFlagsAfterDashDash) {
   Result r = Run({"check", "--", "--model-path", Model(), "--port", "0"});
   EXPECT_EQ(r.code, 0) << r.err;
