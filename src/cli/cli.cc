@@ -16,7 +16,11 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"serve", "OpenAI-compatible server with continuous batching and admission control", &ServeCommand},
+    {"serve", "OpenAI-compatible server with continuous batching and admission control",
+     &ServeCommand},
+    {"check", "check a deployment file (or serve flags) against the models and this machine",
+     &CheckCommand},
+    {"systemd", "write systemd units for a deployment file", &SystemdCommand},
     {"generate", "offline generation from a prompt, token ids or a chat message", &GenerateCommand},
     {"demo-model", "write the embedded demo model (real Hugging Face format) to a directory",
      &DemoModelCommand},

@@ -101,14 +101,7 @@ int Shutdown(ServeSignals& signals, ServeSignals::Event first, OpenAiServer& ser
 int ServeCommand(const Args& args) {
   const std::string cmd = "serve";
   ServeConfig c;
-  FlagSet f(
-      cmd,
-      std::string("Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
-                  "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics). "
-                  "Overload is shed at once with 503 + Retry-After by the admission limits. ") +
-          ServeSignals::kHelp);
-  f.RejectEmptyStrings();
-  RegisterServeFlags(f, &c);
+  FlagSet f = MakeServeFlagSet(&c);
   Status st = f.Parse(args);
   if (!st.ok()) return ConfigError(st.message());  // supervisors must not restart on this
   if (f.help_requested()) {

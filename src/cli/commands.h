@@ -13,6 +13,8 @@ int ServeCommand(const Args& args);
 int GenerateCommand(const Args& args);
 int DemoModelCommand(const Args& args);
 int BenchCommand(const Args& args);
+int CheckCommand(const Args& args);       // strata check (cmd_check.cc)
+int SystemdCommand(const Args& args);     // strata systemd (cmd_systemd.cc)
 int BenchServeCommand(const Args& args);  // strata bench serve (cmd_bench_serve.cc)
 
 }  // namespace strata::cli

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/signals.h"
 #include "model/model.h"
 
 namespace strata::cli {
@@ -110,6 +111,18 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
         "allocate and bind the host tier on this NUMA node (-1: the nodes this process may "
         "allocate from, Mems_allowed_list in /proc/self/status)",
         -1, 4095);
+}
+
+FlagSet MakeServeFlagSet(ServeConfig* config) {
+  FlagSet f(
+      "serve",
+      std::string("Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
+                  "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics). "
+                  "Overload is shed at once with 503 + Retry-After by the admission limits. ") +
+          ServeSignals::kHelp);
+  f.RejectEmptyStrings();
+  RegisterServeFlags(f, config);
+  return f;
 }
 
 void RecordGivenFlags(const FlagSet& flags, ServeConfig* c) {

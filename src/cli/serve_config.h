@@ -63,6 +63,10 @@ struct ServeConfig {
 // Registers every serve flag, bound to `config`'s fields (the defaults are
 // the fields' initial values).
 void RegisterServeFlags(FlagSet& flags, ServeConfig* config);
+// The FlagSet of `strata serve`: RegisterServeFlags plus the empty-string
+// rule. Every serve command line and every serve service of a deployment
+// file (cli/deploy_config.h) is parsed with it. `config` must outlive it.
+FlagSet MakeServeFlagSet(ServeConfig* config);
 // After flags.Parse(): records which flags were given (config->given and
 // hicache.ratio_explicit).
 void RecordGivenFlags(const FlagSet& flags, ServeConfig* config);

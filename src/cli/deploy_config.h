@@ -1,0 +1,158 @@
+// A deployment: the processes of one machine (services) and the launcher
+// that supervises them, read from a TOML deployment file (toml11), and the
+// deployment-level checks `strata check` runs on top of each service's own
+// ValidateServeConfig.
+//
+// The file (docs/architecture/cli.md, "Deployment file"):
+//
+//   [launcher]                      # optional; every key has a default
+//   port = 8090
+//   crashloop-burst = 5
+//   [[service]]
+//   name = "chat"
+//   command = "serve"
+//   port = 30000                    # any `strata serve` flag, without --
+//   enable-hierarchical-cache = true
+//
+// A service's keys go through the same FlagSet (RegisterServeFlags) as the
+// command line, so an unknown key is the unknown-flag error and a value is
+// checked by the same range; every message names the file, the line, the
+// service and the key. ServiceSpec::argv is the command line the table stands
+// for (what `strata systemd` puts in ExecStart=).
+//
+// Roles to come slot in as commands: "router" is recognised and refused as
+// not available yet; PD workers will be `serve` services with their
+// disaggregation flags, so they reuse ServeConfig.
+//
+// Parsing does file I/O only in ParseDeploymentFile; PlanDeployment is pure
+// (tests fake the host and the per-service inputs). Plain values; thread-
+// compatible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/serve_config.h"
+#include "util/flags.h"
+#include "util/host_memory.h"
+#include "util/status.h"
+
+namespace strata::cli {
+
+inline constexpr int64_t kDefaultLauncherPort = 8090;
+
+// The [launcher] table. Defaults: crash loop = 5 failures in 10 s (systemd's
+// StartLimitBurst/StartLimitIntervalSec defaults); restart backoff 10 s
+// doubling to 300 s, reset after 600 s of healthy running (Kubernetes').
+struct LauncherConfig {
+  int64_t port = kDefaultLauncherPort;  // /metrics and the status API
+  std::string log_dir = "strata-logs";  // per-service log files
+  int64_t crashloop_burst = 5;
+  int64_t crashloop_interval_s = 10;
+  int64_t backoff_initial_s = 10;
+  int64_t backoff_max_s = 300;
+  int64_t backoff_reset_s = 600;
+};
+// Registers the [launcher] keys (as flags without --) bound to `config`.
+void RegisterLauncherFlags(FlagSet& flags, LauncherConfig* config);
+
+enum class ServiceCommand { kServe };
+
+struct ServiceSpec {
+  std::string name;  // unique in the deployment; [A-Za-z0-9_.-]
+  ServiceCommand command = ServiceCommand::kServe;
+  int line = 0;  // of the [[service]] header, for messages
+  // The equivalent command line after `strata serve`, in file order:
+  // "--port=30000", "--enable-hierarchical-cache" (bools as bare flags when
+  // true, "--flag=false" when false).
+  std::vector<std::string> argv;
+  ServeConfig serve;  // parsed from argv by RegisterServeFlags
+};
+
+struct Deployment {
+  std::string path;  // the file, for messages
+  LauncherConfig launcher;
+  std::vector<ServiceSpec> services;
+  // A `strata serve` command line (DeploymentFromServeArgs): no launcher
+  // runs, so its port is nobody's.
+  bool from_command_line = false;
+};
+
+// Parses a deployment file's text; `path` names it in messages. Every
+// problem of every table is returned at once (InvalidArgument, one problem
+// per line): TOML syntax ("deploy.toml:4: TOML syntax error: ..." with
+// toml11's excerpt), unknown tables and keys, values of the wrong type or
+// range, a missing name or command, a command that does not exist yet.
+StatusOr<Deployment> ParseDeployment(const std::string& text, const std::string& path);
+// Reads `path` (NotFound naming it when missing) and parses it.
+StatusOr<Deployment> ParseDeploymentFile(const std::string& path);
+// A deployment of one service, "serve", from a `strata serve` command line
+// (`strata check -- <serve flags>`).
+StatusOr<Deployment> DeploymentFromServeArgs(const std::vector<std::string>& args);
+
+// What PlanDeployment needs per service, read by the caller (I/O).
+struct ServiceInputs {
+  std::optional<ModelConfig> model;  // config.json; empty when unreadable
+  Status model_status = OkStatus();  // why it is empty
+  ServeEnvironment env;              // ReadServeEnvironment
+  Status port = OkStatus();          // the bind test of --host/--port
+};
+
+// One service's validated plan and the host memory it takes.
+struct ServiceMemory {
+  std::string name;
+  ServePlan plan;
+  int numa_node = -1;
+  std::string device;         // --device
+  bool on_cpu = false;        // --device cpu: weights and device pool in host memory
+  uint64_t weight_bytes = 0;  // the *.safetensors files
+  uint64_t device_pool_bytes = 0;
+  uint64_t host_tier_bytes = 0;  // HiCache host pool (0 without it)
+  // What this service takes from host memory: the host tier, plus on
+  // --device cpu the weights and the device pool.
+  uint64_t HostBytes() const;
+};
+
+// One row of the per-node budget: a NUMA node, or (node -1) every allowed
+// node together, which is also where the cgroup limit and MemAvailable bind.
+struct NodeBudget {
+  int node = -1;
+  uint64_t free_bytes = 0;     // AllowedFreeBytes
+  uint64_t reserve_bytes = 0;  // DefaultHostReserveBytes(node, 0): the OS, activations
+  uint64_t planned_bytes = 0;  // sum of HostBytes() of the services counted here
+  std::vector<std::string> services;
+  int64_t HeadroomBytes() const;  // free - reserve - planned (negative: does not fit)
+};
+
+struct DeploymentPlan {
+  std::vector<ServiceMemory> services;
+  std::vector<NodeBudget> nodes;
+  // "service 'a': <problem>" for each service's own problems, then the
+  // deployment's (duplicate names or ports, ports taken, memory together).
+  std::vector<std::string> problems;
+  std::vector<std::string> warnings;
+  bool ok() const { return problems.empty(); }
+};
+
+// Names and ports unique across the deployment (the launcher's port
+// included; port 0 is "any" and never collides). PlanDeployment runs it;
+// `strata systemd` too (two units of one name would overwrite each other).
+std::vector<std::string> UniquenessProblems(const Deployment& d);
+
+// Validates every service (ValidateServeConfig with inputs[i]) and the
+// deployment: UniquenessProblems, each port free (inputs[i].port), and memory
+// summed per NUMA node: the services with --numa-node N against node N, and
+// every service against all allowed nodes (and the cgroup), each with one
+// reserve for the OS. Services that each fit alone but not together are a
+// problem naming all of them and what would fit.
+// REQUIRES: inputs.size() == d.services.size().
+DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInputs>& inputs,
+                              const HostMemoryFacts& host);
+
+// The memory plan as a text table (per service: weights, device KV pool per
+// group, host pool per group; per node: free, reserve, planned, headroom).
+std::string FormatDeploymentPlan(const DeploymentPlan& plan);
+
+}  // namespace strata::cli
