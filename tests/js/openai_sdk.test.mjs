@@ -143,3 +143,39 @@ test('overload surfaces as APIError 503 with Retry-After', async () => {
     assert.equal(await stopServer(small), 0);
   }
 });
+
+// Tools through --tool-call-parser: the tiny model writes gibberish, never a
+// call, so this checks that the SDK accepts a tools request and its answer,
+// streamed (through its stream helper, which accumulates tool-call deltas)
+// and not; the parsers themselves are tested on canned text in C++.
+test('tools request with --tool-call-parser hermes, streamed and not', async () => {
+  const s = await startServer(['--served-model-name', 'qwen3-tiny', '--tool-call-parser', 'hermes',
+                               '--reasoning-parser', 'qwen3']);
+  try {
+    const c = new OpenAI({ baseURL: `http://127.0.0.1:${s.port}/v1`, apiKey: 'x', maxRetries: 0 });
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Current weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const req = { model: 'qwen3-tiny', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools,
+                  tool_choice: 'auto', max_tokens: 16, temperature: 0 };
+    const r = await c.chat.completions.create(req);
+    const m = r.choices[0].message;
+    assert.ok(typeof m.content === 'string' || (m.content === null && m.tool_calls?.length > 0));
+    for (const call of m.tool_calls ?? []) {
+      assert.equal(call.type, 'function');
+      assert.equal(typeof JSON.parse(call.function.arguments), 'object');
+    }
+    assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+
+    const stream = c.chat.completions.stream({ ...req, stream: true });
+    const final = await stream.finalChatCompletion();
+    assert.equal(final.choices[0].message.content ?? '', m.content ?? '');
+    assert.equal((final.choices[0].message.tool_calls ?? []).length, (m.tool_calls ?? []).length);
+    assert.equal(final.choices[0].finish_reason, r.choices[0].finish_reason);
+
+    await assert.rejects(c.chat.completions.create({ ...req, tool_choice: 'required' }),
+      (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === 'tool_choice' &&
+             /constrained decoding/.test(e.message));
+  } finally {
+    assert.equal(await stopServer(s), 0);
+  }
+});
