@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace strata {
 namespace {
 
@@ -100,6 +102,25 @@ TEST(ReasoningNames, Names) {
   EXPECT_EQ(ReasoningFormatFromName("qwen3"), ReasoningFormat::kQwen3);
   EXPECT_EQ(ReasoningFormatFromName("deepseek-r1"), ReasoningFormat::kDeepSeekR1);
   EXPECT_EQ(ReasoningFormatFromName("deepseek_r1"), std::nullopt);
+}
+
+TEST(ReasoningProperties, RandomTextIsSplitInvariant) {
+  const std::vector<std::string> fragments = {"<think>", "</think>", "<thi", "</th", "<", "/",
+                                              ">",       " ",        "\n",   "x",    "東"};
+  std::mt19937 rng(11);
+  for (ReasoningStart start :
+       {ReasoningStart::kMaybe, ReasoningStart::kInReasoning, ReasoningStart::kNoReasoning}) {
+    for (int n = 0; n < 300; ++n) {
+      std::string text;
+      const int pieces = 1 + static_cast<int>(rng() % 12);
+      for (int k = 0; k < pieces; ++k) text += fragments[rng() % fragments.size()];
+      const Split whole = SplitWith(start, {text});
+      if (start == ReasoningStart::kNoReasoning || !whole.seen) EXPECT_EQ(whole.content, text);
+      for (size_t k = 0; k <= text.size(); ++k)
+        ASSERT_EQ(SplitWith(start, {text.substr(0, k), text.substr(k)}), whole)
+            << "split at " << k << " of " << text;
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace strata {
 namespace {
@@ -304,6 +305,43 @@ TEST(ToolCallParserNames, Ids) {
   const std::string mistral = NewToolCallId(ToolCallFormat::kMistral);
   EXPECT_EQ(mistral.size(), 9u);
   for (char c : mistral) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << mistral;
+}
+
+// --- properties on random text ---------------------------------------------
+
+// Random text built from the markup's fragments: whatever it is, every split
+// gives the same result, and text that made no call comes back unchanged.
+TEST(ToolCallParserProperties, RandomMarkupIsSplitInvariantAndKeptWhenNotACall) {
+  const std::vector<std::string> fragments = {
+      "<tool_call>", "</tool_call>", "<tool_", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]",
+      "[CALL_ID]", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+      "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "function", "```json\n", "```", "{", "}", "[",
+      "]", ";", " ", "\n", "x", "\"", "\"name\": \"f\"", ", ",
+      "\"arguments\": ", "\"parameters\": ", "{}", "f", "東",
+      // whole calls, so that calls mix with the debris
+      "{\"name\": \"f\", \"arguments\": {\"a\": 1}}", "{\"name\": \"g\", \"parameters\": {}}",
+      "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "[TOOL_CALLS]f[ARGS]{}",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜>"};
+  std::mt19937 rng(7);
+  int with_calls = 0;
+  for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3,
+                                ToolCallFormat::kMistral, ToolCallFormat::kDeepSeekV3}) {
+    for (int n = 0; n < 300; ++n) {
+      std::string text;
+      const int pieces = 1 + static_cast<int>(rng() % 14);
+      for (int k = 0; k < pieces; ++k) text += fragments[rng() % fragments.size()];
+      const Parsed whole = ParseWith(format, {text});
+      if (whole.calls.empty()) EXPECT_EQ(whole.content, text) << ToolCallFormatName(format);
+      with_calls += !whole.calls.empty();
+      for (size_t k = 0; k <= text.size(); ++k)
+        ASSERT_EQ(ParseWith(format, {text.substr(0, k), text.substr(k)}), whole)
+            << ToolCallFormatName(format) << " split at " << k << " of " << text;
+      std::vector<std::string> bytes;
+      for (char c : text) bytes.emplace_back(1, c);
+      ASSERT_EQ(ParseWith(format, bytes), whole) << ToolCallFormatName(format) << ": " << text;
+    }
+  }
+  EXPECT_GT(with_calls, 100) << "the random texts should make calls too";
 }
 
 }  // namespace
