@@ -36,42 +36,7 @@ bool IsPrefixOf(std::string_view s, std::string_view marker) {
   return !s.empty() && s.size() < marker.size() && marker.substr(0, s.size()) == s;
 }
 
-// Where a JSON object or array that starts at s[start] (after whitespace)
-// ends: one past its closing bracket. kNeedMore while it has not closed;
-// kInvalid when no object/array starts there or it nests deeper than
-// kMaxDepth (model output, not a request: the bound keeps the parse and
-// the dump of what it found from recursing without limit).
-constexpr size_t kNeedMore = static_cast<size_t>(-1);
-constexpr size_t kInvalid = static_cast<size_t>(-2);
 constexpr int kMaxDepth = 128;
-
-size_t ScanJsonContainer(std::string_view s, size_t start) {
-  size_t i = SkipSpace(s, start);
-  if (i == s.size()) return kNeedMore;
-  if (s[i] != '{' && s[i] != '[') return kInvalid;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) return kInvalid;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return kNeedMore;
-}
 
 Json ParseJson(std::string_view text) {
   return Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
@@ -122,11 +87,11 @@ class HermesParser final : public ToolCallParser {
         return false;
       }
       EmitContent(std::string_view(buf_).substr(0, p));
-      buf_.erase(0, p + kOpen.size());
+      Consume(p + kOpen.size());
       in_call_ = true;
       return true;
     }
-    const size_t q = buf_.find(kClose);
+    const size_t q = FindMarker(kClose);
     if (q == std::string::npos && !at_end) return false;
     // Unclosed at the end: still a call if its JSON is whole (the model
     // stopped right after it).
@@ -139,7 +104,7 @@ class HermesParser final : public ToolCallParser {
       EmitContent(std::string(kOpen) + std::string(body) +
                   (q == std::string::npos ? "" : std::string(kClose)));
     }
-    buf_.erase(0, q == std::string::npos ? buf_.size() : q + kClose.size());
+    Consume(q == std::string::npos ? buf_.size() : q + kClose.size());
     in_call_ = false;
     return true;
   }
@@ -172,22 +137,22 @@ class Llama3Parser final : public ToolCallParser {
         if (rest.empty() || (IsPrefixOf(rest, kTag) && !at_end)) {
           if (!at_end) return false;
           if (!made_call_) EmitContent(buf_);
-          buf_.clear();
+          Consume(buf_.size());
           return false;
         }
         if (!made_call_) EmitContent(std::string_view(buf_).substr(0, i));
         if (rest.starts_with(kTag)) {
-          buf_.erase(0, i + kTag.size());
+          Consume(i + kTag.size());
           tagged_ = true;
           state_ = State::kJson;
         } else if (rest[0] == '{') {
-          buf_.erase(0, i);
+          Consume(i);
           tagged_ = false;
           state_ = State::kJson;
         } else {
           // Not a call: the separators become content again.
           if (made_call_) EmitContent(std::string_view(buf_).substr(0, i));
-          buf_.erase(0, i);
+          Consume(i);
           state_ = State::kContent;
         }
         return true;
@@ -199,32 +164,32 @@ class Llama3Parser final : public ToolCallParser {
           return false;
         }
         EmitContent(std::string_view(buf_).substr(0, p));
-        buf_.erase(0, p + kTag.size());
+        Consume(p + kTag.size());
         tagged_ = true;
         state_ = State::kJson;
         return true;
       }
       case State::kJson: {
-        const size_t end = ScanJsonContainer(buf_, 0);
-        if (end == kNeedMore && !at_end) return false;
+        const size_t end = ScanJson(0);
+        if (end == kJsonNeedMore && !at_end) return false;
         std::string name, args;
-        if (end != kNeedMore && end != kInvalid &&
+        if (end != kJsonNeedMore && end != kJsonInvalid &&
             ReadCallObject(ParseJson(std::string_view(buf_).substr(0, end)), &name, &args)) {
           EmitCall(name, args);
           made_call_ = true;
-          buf_.erase(0, end);
+          Consume(end);
           state_ = State::kStart;
           return true;
         }
         // Not a call: the tag and the text after it are content.
         if (tagged_) EmitContent(kTag);
-        if (end != kNeedMore && end != kInvalid) {
+        if (end != kJsonNeedMore && end != kJsonInvalid) {
           EmitContent(std::string_view(buf_).substr(0, end));
-          buf_.erase(0, end);
+          Consume(end);
         } else if (!tagged_) {
           // An object that never closed, or nested past the bound: all content.
           EmitContent(buf_);
-          buf_.clear();
+          Consume(buf_.size());
         }
         state_ = State::kContent;
         return true;
@@ -262,9 +227,9 @@ class MistralParser final : public ToolCallParser {
   // The array form, from buf_'s start: true when it was decided (calls or
   // content); false when more text is needed.
   bool TakeArray(bool at_end, bool marked) {
-    const size_t end = ScanJsonContainer(buf_, 0);
-    if (end == kNeedMore && !at_end) return false;
-    if (end != kNeedMore && end != kInvalid) {
+    const size_t end = ScanJson(0);
+    if (end == kJsonNeedMore && !at_end) return false;
+    if (end != kJsonNeedMore && end != kJsonInvalid) {
       const Json calls = ParseJson(std::string_view(buf_).substr(0, end));
       std::vector<std::pair<std::string, std::string>> parsed;
       bool ok = calls.is_array() && !calls.empty();
@@ -275,18 +240,18 @@ class MistralParser final : public ToolCallParser {
       }
       if (ok) {
         for (auto& [name, args] : parsed) EmitCall(name, args);
-        buf_.erase(0, end);
+        Consume(end);
         state_ = State::kContent;
         return true;
       }
     }
     if (marked) EmitContent(kMarker);
-    if (end != kNeedMore && end != kInvalid) {
+    if (end != kJsonNeedMore && end != kJsonInvalid) {
       EmitContent(std::string_view(buf_).substr(0, end));
-      buf_.erase(0, end);
+      Consume(end);
     } else if (!marked) {
       EmitContent(buf_);
-      buf_.clear();
+      Consume(buf_.size());
     }
     state_ = State::kContent;
     return true;
@@ -309,14 +274,14 @@ class MistralParser final : public ToolCallParser {
     bool name_ok = true;
     for (char ch : name) name_ok &= IsNameChar(ch);
     if (name_ok && a != std::string::npos && !name.empty()) {
-      const size_t end = ScanJsonContainer(buf_, a + kArgs.size());
-      if (end == kNeedMore && !at_end) return false;
-      if (end != kNeedMore && end != kInvalid) {
+      const size_t end = ScanJson(a + kArgs.size());
+      if (end == kJsonNeedMore && !at_end) return false;
+      if (end != kJsonNeedMore && end != kJsonInvalid) {
         const Json args =
             ParseJson(std::string_view(buf_).substr(a + kArgs.size(), end - a - kArgs.size()));
         if (std::optional<std::string> text = ArgumentsText(args)) {
           EmitCall(std::string(name), *text);
-          buf_.erase(0, end);
+          Consume(end);
           state_ = State::kContent;
           return true;
         }
@@ -337,7 +302,7 @@ class MistralParser final : public ToolCallParser {
         if (!at_end && (rest.empty() || IsPrefixOf(rest, kMarker))) return false;
         if (!rest.empty() && rest[0] == '[' && !rest.starts_with(kMarker)) {
           EmitContent(std::string_view(buf_).substr(0, i));
-          buf_.erase(0, i);
+          Consume(i);
           return TakeArray(at_end, /*marked=*/false);
         }
         state_ = State::kContent;
@@ -350,7 +315,7 @@ class MistralParser final : public ToolCallParser {
           return false;
         }
         EmitContent(std::string_view(buf_).substr(0, p));
-        buf_.erase(0, p + kMarker.size());
+        Consume(p + kMarker.size());
         state_ = State::kAfterMarker;
         return true;
       }
@@ -360,7 +325,7 @@ class MistralParser final : public ToolCallParser {
           if (!at_end) return false;
           EmitContent(kMarker);
           EmitContent(buf_);
-          buf_.clear();
+          Consume(buf_.size());
           state_ = State::kContent;
           return false;
         }
@@ -438,7 +403,7 @@ class DeepSeekV3Parser final : public ToolCallParser {
         return false;
       }
       EmitContent(std::string_view(buf_).substr(0, p));
-      buf_.erase(0, p + kBegin.size());
+      Consume(p + kBegin.size());
       in_section_ = true;
       section_calls_ = 0;
       return true;
@@ -448,12 +413,12 @@ class DeepSeekV3Parser final : public ToolCallParser {
     if (rest.starts_with(kEnd)) {
       if (section_calls_ == 0)
         EmitContent(std::string(kBegin) + std::string(buf_.substr(0, i + kEnd.size())));
-      buf_.erase(0, i + kEnd.size());
+      Consume(i + kEnd.size());
       in_section_ = false;
       return true;
     }
     if (rest.starts_with(kCallBegin)) {
-      const size_t q = buf_.find(kCallEnd, i + kCallBegin.size());
+      const size_t q = FindMarker(kCallEnd, i + kCallBegin.size());
       if (q == std::string::npos && !at_end) return false;
       if (q != std::string::npos) {
         std::string name, args;
@@ -462,21 +427,21 @@ class DeepSeekV3Parser final : public ToolCallParser {
         if (ReadCall(body, &name, &args)) {
           EmitCall(name, args);
           ++section_calls_;
-          buf_.erase(0, q + kCallEnd.size());
+          Consume(q + kCallEnd.size());
           return true;
         }
         Malformed(std::string_view(buf_).substr(0, q + kCallEnd.size()));
-        buf_.erase(0, q + kCallEnd.size());
+        Consume(q + kCallEnd.size());
         return true;
       }
       Malformed(buf_);
-      buf_.clear();
+      Consume(buf_.size());
       return false;
     }
     if (!at_end && (rest.empty() || IsPrefixOf(rest, kEnd) || IsPrefixOf(rest, kCallBegin)))
       return false;
     if (rest.empty() && section_calls_ > 0) {  // the model stopped after its calls
-      buf_.clear();
+      Consume(buf_.size());
       in_section_ = false;
       return false;
     }
@@ -569,7 +534,7 @@ ToolParseOutput ToolCallParser::Add(std::string_view piece) {
 ToolParseOutput ToolCallParser::Finish() {
   while (Step(true)) {
   }
-  if (!buf_.empty()) EmitContent(buf_), buf_.clear();
+  if (!buf_.empty()) EmitContent(buf_), Consume(buf_.size());
   // Trailing whitespace: kept when the output is plain text, dropped after
   // calls (it only followed their markup).
   if (calls_.empty()) out_.content += pending_ws_;
@@ -595,10 +560,59 @@ void ToolCallParser::EmitContent(std::string_view text) {
   pending_ws_ = std::string(text.substr(e));
 }
 
+void ToolCallParser::Consume(size_t n) {
+  buf_.erase(0, n);
+  scan_ = JsonScan{};
+  find_ = MarkerSearch{};
+}
+
+size_t ToolCallParser::FindMarker(std::string_view marker, size_t from) {
+  size_t start = from;
+  if (find_.marker == marker.data() && find_.from == from &&
+      find_.searched_to > from + marker.size())
+    start = find_.searched_to - marker.size() + 1;  // the bytes before cannot start a match
+  const size_t p = buf_.find(marker, start);
+  find_ = MarkerSearch{marker.data(), from, p == std::string::npos ? buf_.size() : from};
+  return p;
+}
+
+size_t ToolCallParser::ScanJson(size_t start) {
+  JsonScan& sc = scan_;
+  if (sc.start != start) sc = JsonScan{start, start};
+  if (sc.result != kJsonNeedMore) return sc.result;
+  const std::string_view s = buf_;
+  size_t& i = sc.pos;
+  if (sc.depth == 0) {  // not opened yet
+    i = SkipSpace(s, i);
+    if (i == s.size()) return kJsonNeedMore;
+    if (s[i] != '{' && s[i] != '[') return sc.result = kJsonInvalid;
+  }
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    if (sc.in_string) {
+      if (sc.escaped)
+        sc.escaped = false;
+      else if (c == '\\')
+        sc.escaped = true;
+      else if (c == '"')
+        sc.in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      sc.in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++sc.depth > kMaxDepth) return sc.result = kJsonInvalid;
+    } else if (c == '}' || c == ']') {
+      if (--sc.depth == 0) return sc.result = i + 1;
+    }
+  }
+  return kJsonNeedMore;
+}
+
 void ToolCallParser::EmitContentUpTo(std::string_view marker, bool at_end) {
   const size_t hold = at_end ? 0 : PartialMarkerTail(buf_, marker);
   EmitContent(std::string_view(buf_).substr(0, buf_.size() - hold));
-  buf_.erase(0, buf_.size() - hold);
+  Consume(buf_.size() - hold);
 }
 
 void ToolCallParser::EmitCall(const std::string& name, const std::string& arguments) {

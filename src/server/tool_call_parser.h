@@ -124,9 +124,38 @@ class ToolCallParser {
   // (everything at the end).
   void EmitContentUpTo(std::string_view marker, bool at_end);
 
-  std::string buf_;  // text not yet decided
+  // Drops the first n bytes of buf_ (decided).
+  void Consume(size_t n);
+  // Where the JSON object or array that starts at buf_[start] (after
+  // whitespace) ends: one past its closing bracket; kJsonNeedMore while it
+  // has not closed; kJsonInvalid when none starts there or it nests deeper
+  // than 128 (model output: the bound keeps the parse of what it found from
+  // recursing without limit). Resumes where the last call stopped while
+  // buf_ only grew, so a long call costs time linear in its length.
+  size_t ScanJson(size_t start);
+  // buf_.find(marker, from), resuming past the bytes an earlier search for
+  // the same marker and start already ruled out (linear in a long call).
+  size_t FindMarker(std::string_view marker, size_t from = 0);
+  static constexpr size_t kJsonNeedMore = static_cast<size_t>(-1);
+  static constexpr size_t kJsonInvalid = static_cast<size_t>(-2);
+
+  std::string buf_;  // text not yet decided; only Consume() shortens it
 
  private:
+  struct JsonScan {
+    size_t start = static_cast<size_t>(-1);  // where the scanned value starts in buf_
+    size_t pos = 0;                          // next byte to scan
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    size_t result = kJsonNeedMore;  // once decided
+  };
+  JsonScan scan_;
+  struct MarkerSearch {
+    const char* marker = nullptr;  // the marker's constant, by address
+    size_t from = 0;
+    size_t searched_to = 0;  // buf_ had no match starting before searched_to - size + 1
+  };
+  MarkerSearch find_;
   IdSource ids_;
   std::string pending_ws_;   // trailing whitespace of the content, held
   bool after_call_ = false;  // no content since the last call: leading whitespace is dropped

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -342,6 +343,37 @@ TEST(ToolCallParserProperties, RandomMarkupIsSplitInvariantAndKeptWhenNotACall) 
     }
   }
   EXPECT_GT(with_calls, 100) << "the random texts should make calls too";
+}
+
+// A call's markup is held until it closes: a 1 MB call fed 4 bytes at a
+// time must cost time linear in its size (rescanning the held text on every
+// piece took minutes), for every format. The bound only tells seconds from
+// minutes.
+TEST(ToolCallParserProperties, ALongCallCostsLinearTime) {
+  const std::string big(1 << 20, 'x');
+  const std::string args = "{\"s\": \"" + big + "\"}";
+  const std::vector<std::pair<ToolCallFormat, std::string>> cases = {
+      {ToolCallFormat::kHermes,
+       "<tool_call>{\"name\": \"f\", \"arguments\": " + args + "}</tool_call>"},
+      {ToolCallFormat::kLlama3, "{\"name\": \"f\", \"parameters\": " + args + "}"},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS]f[ARGS]" + args},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": " + args + "}]"},
+      {ToolCallFormat::kDeepSeekV3, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>" +
+                                        args + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+  };
+  for (const auto& [format, text] : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto parser = ToolCallParser::Create(format, [] { return std::string("id"); });
+    ToolParseOutput all;
+    for (size_t k = 0; k < text.size(); k += 4)
+      AppendToolParseOutput(all, parser->Add(text.substr(k, 4)));
+    AppendToolParseOutput(all, parser->Finish());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 10.0) << ToolCallFormatName(format);
+    EXPECT_EQ(all.content, "") << ToolCallFormatName(format);
+    ASSERT_EQ(parser->calls().size(), 1u) << ToolCallFormatName(format);
+    EXPECT_EQ(parser->calls()[0].arguments, "{\"s\":\"" + big + "\"}");
+  }
 }
 
 }  // namespace
