@@ -193,6 +193,8 @@ int ServeCommand(const Args& args) {
   ServerOptions so;
   so.served_model_name = served_name;
   so.api_key = c.api_key;
+  so.tool_call_parser = c.tool_call_parser;
+  so.reasoning_parser = c.reasoning_parser;
   so.http = http;
   auto server = OpenAiServer::Create(*stack->model, **async, **registry, so, std::move(*listener));
   if (!server.ok()) return Fail(cmd, server.status());

@@ -8,6 +8,8 @@
 
 #include "cli/signals.h"
 #include "model/model.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 
 namespace strata::cli {
 namespace {
@@ -70,6 +72,13 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
         "(0: no cap; else >= --max-request-body-bytes)",
         0, int64_t{1} << 40);
   f.Int("io-threads", &c->io_threads, "HTTP I/O threads", 1, 64);
+  f.String(
+      "tool-call-parser", &c->tool_call_parser,
+      "turn the model's tool-call syntax into message.tool_calls for chat requests with tools: "
+      "auto (by the chat template), llama3, hermes, qwen25, mistral, deepseekv3 (default: none, "
+      "calls stay in the content)");
+  f.String("reasoning-parser", &c->reasoning_parser,
+           "split <think>...</think> into reasoning_content: qwen3, deepseek-r1 (default: none)");
   f.Int("drain-timeout-s", &c->drain_timeout_s,
         "on SIGTERM, how long in-flight requests may take to finish before the rest are aborted", 0,
         24 * 3600);
@@ -196,6 +205,13 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
     problem("--matmul-precision: '" + mf.matmul_precision + "' is not one of fp32, bf16");
   if (mf.isa != "auto" && mf.isa != "avx512" && mf.isa != "avx2" && mf.isa != "scalar")
     problem("--cpu-isa: '" + mf.isa + "' is not one of auto, avx512, avx2, scalar");
+  if (!c.tool_call_parser.empty() && c.tool_call_parser != "auto" &&
+      !ToolCallFormatFromName(c.tool_call_parser))
+    problem("--tool-call-parser: '" + c.tool_call_parser + "' is not one of " +
+            std::string(kToolCallParserNames));
+  if (!c.reasoning_parser.empty() && !ReasoningFormatFromName(c.reasoning_parser))
+    problem("--reasoning-parser: '" + c.reasoning_parser + "' is not one of " +
+            std::string(kReasoningParserNames));
   if (c.max_total_request_body_bytes != 0 &&
       c.max_total_request_body_bytes < c.max_request_body_bytes)
     problem("--max-total-request-body-bytes " + std::to_string(c.max_total_request_body_bytes) +

@@ -46,6 +46,8 @@ struct ServeConfig {
   int64_t max_total_request_body_bytes = int64_t{256} << 20;
   int64_t io_threads = 1;
   int64_t drain_timeout_s = 30;
+  std::string tool_call_parser;  // "": none; else auto or a name (server/tool_call_parser.h)
+  std::string reasoning_parser;  // "": none; else qwen3 or deepseek-r1
   // HiCache: the numeric and bool flags bind into `hicache` directly; these
   // hold the text and int64 flags until ValidateServeConfig resolves them.
   HiCacheOptions hicache;

@@ -259,5 +259,26 @@ TEST(ServeConfigValidationTest, WeightFileBytesSumsTheSafetensorsFiles) {
   EXPECT_EQ(WeightFileBytes("/nonexistent"), 0u);
 }
 
+TEST(ServeConfigValidationTest, ParserNames) {
+  for (const char* name : {"auto", "llama3", "hermes", "qwen25", "mistral", "deepseekv3"}) {
+    const ServePlan p = ValidateServeConfig(Parse({"--tool-call-parser", name}), nullptr,
+                                            Machine(64 * kGB, 32 * kGB));
+    EXPECT_TRUE(p.ok()) << name << ": " << All(p);
+  }
+  for (const char* name : {"qwen3", "deepseek-r1"}) {
+    const ServePlan p = ValidateServeConfig(Parse({"--reasoning-parser", name}), nullptr,
+                                            Machine(64 * kGB, 32 * kGB));
+    EXPECT_TRUE(p.ok()) << name << ": " << All(p);
+  }
+  const ServePlan p =
+      ValidateServeConfig(Parse({"--tool-call-parser", "pythonic", "--reasoning-parser", "qwq"}),
+                          nullptr, Machine(64 * kGB, 32 * kGB));
+  EXPECT_THAT(
+      p.problems,
+      ElementsAre(HasSubstr("--tool-call-parser: 'pythonic' is not one of auto, llama3, hermes, "
+                            "qwen25, mistral, deepseekv3"),
+                  HasSubstr("--reasoning-parser: 'qwq' is not one of qwen3, deepseek-r1")));
+}
+
 }  // namespace
 }  // namespace strata::cli

@@ -252,12 +252,6 @@ MaybeError CheckChatOnlyFields(const Json& body) {
       }
     }
   }
-  bool b = false;
-  // This server parses neither tool calls nor reasoning out of the output
-  // (both stay in the content, as vLLM without its parsers): there is no
-  // list of tool calls to cut to one and no reasoning to leave out.
-  RETURN_IF_API_ERROR(ReadBool(body, "parallel_tool_calls", &b));
-  RETURN_IF_API_ERROR(ReadBool(body, "include_reasoning", &b));
   return std::nullopt;
 }
 
@@ -508,12 +502,16 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
     out->tools = *tools;
   }
   if (const Json* choice = Get(body, "tool_choice")) {
-    if (*choice == "none" || *choice == "auto") return std::nullopt;
+    if (*choice == "none" || *choice == "auto") {
+      out->tool_choice = choice->get<std::string>();
+      return std::nullopt;
+    }
     if (choice->is_string() || choice->is_object()) {
-      return InvalidRequestError("tool_choice",
-                                 "tool_choice " + Shown(*choice) +
-                                     " is not supported by this server (it has no constrained "
-                                     "decoding); use \"auto\" or \"none\"");
+      return InvalidRequestError(
+          "tool_choice", "tool_choice " + Shown(*choice) +
+                             " needs constrained decoding to force a call, which this server does "
+                             "not have yet; use \"auto\" (the model may call a tool, parsed by "
+                             "--tool-call-parser) or \"none\"");
     }
     return WrongType("tool_choice", "a string or an object", *choice);
   }
@@ -551,6 +549,8 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits,
   out->sampling.logprobs = out->logprobs ? out->top_logprobs : -1;
 
   RETURN_IF_API_ERROR(ParseTools(body, out));
+  RETURN_IF_API_ERROR(ReadBool(body, "parallel_tool_calls", &out->parallel_tool_calls));
+  RETURN_IF_API_ERROR(ReadBool(body, "include_reasoning", &out->include_reasoning));
   if (const Json* kwargs = Get(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
     for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
@@ -561,6 +561,11 @@ MaybeError ParseChatFields(const Json& body, const ProtocolLimits& limits,
       }
     }
     out->chat_template_kwargs = *kwargs;
+    if (const Json* thinking = Get(*kwargs, "enable_thinking")) {
+      if (!thinking->is_boolean() && !thinking->is_null())
+        return WrongType("chat_template_kwargs.enable_thinking", "a boolean", *thinking);
+      if (thinking->is_boolean()) out->enable_thinking = thinking->get<bool>();
+    }
   }
   std::optional<std::string> effort;
   RETURN_IF_API_ERROR(ReadString(body, "reasoning_effort", &effort));

@@ -19,8 +19,7 @@
 //   - implemented;
 //   - accepted because it cannot change this server's output
 //     (spaces_between_special_tokens, length_penalty without beam search,
-//     metadata, parallel_tool_calls and include_reasoning without tool-call or
-//     reasoning parsers, priority 0, service_tier "auto"/"default");
+//     metadata, priority 0, service_tier "auto"/"default");
 //   - a 400 when set to anything but its default, because it would change
 //     the output and is not implemented (logit_bias, suffix, beam search,
 //     prompt_logprobs, tool_choice "required", response_format json_schema,
@@ -123,6 +122,16 @@ struct ChatCompletionRequest : GenerationFields {
   // Template variables: the request's chat_template_kwargs, plus
   // reasoning_effort when sent (unless the kwargs set it).
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  // "auto" (the default: the model may call a tool, and --tool-call-parser
+  // parses its calls when tools are sent) or "none" (tools are still
+  // rendered, as vLLM does, but the output is not parsed). "required" and a
+  // named function are a 400 until constrained decoding exists.
+  std::string tool_choice = "auto";
+  bool parallel_tool_calls = true;  // false: only the first parsed call is returned
+  bool include_reasoning = true;  // vLLM: false drops the reasoning a --reasoning-parser splits off
+  // chat_template_kwargs.enable_thinking when sent (a boolean): false means
+  // no reasoning is expected, so everything is content.
+  std::optional<bool> enable_thinking;
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool logprobs = false;

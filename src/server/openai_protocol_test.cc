@@ -267,6 +267,8 @@ TEST(ChatRequest, EveryChatFieldIsRead) {
   EXPECT_EQ(r.tools[0]["function"]["parameters"].dump(), R"({"type":"object","b":1,"a":2})")
       << "tool schemas keep the client's key order";
   EXPECT_EQ(r.chat_template_kwargs.dump(), R"({"enable_thinking":false})");
+  EXPECT_EQ(r.enable_thinking, false);
+  EXPECT_EQ(r.tool_choice, "auto");
   EXPECT_TRUE(r.stream_options.include_usage);
   EXPECT_EQ(r.n, 2);
   EXPECT_THAT(r.stop, ElementsAre("\n\n"));
@@ -553,9 +555,11 @@ TEST(RequestErrors, ChatFields) {
       {ChatBody(R"("tools": [{"type": "function"}])"), "tools[0].function", "must be an object"},
       {ChatBody(R"("tools": [{"function": {"description": "d"}}])"), "tools[0].function.name",
        "is required"},
-      {ChatBody(R"("tool_choice": "required")"), "tool_choice", "not supported"},
+      {ChatBody(R"("tool_choice": "required")"), "tool_choice", "needs constrained decoding"},
       {ChatBody(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice",
-       "not supported"},
+       "needs constrained decoding"},
+      {ChatBody(R"("chat_template_kwargs": {"enable_thinking": "no"})"),
+       "chat_template_kwargs.enable_thinking", "must be a boolean"},
       {ChatBody(R"("tool_choice": 1)"), "tool_choice", "must be a string or an object"},
       {ChatBody(R"("response_format": {"type": "json_object"})"), "response_format",
        "response_format type \"json_object\" is not supported"},
@@ -712,6 +716,19 @@ TEST(KnownFields, FieldsWithoutEffectHereAreAcceptedWithTheirType) {
       Chat(ChatBody(common + R"(, "parallel_tool_calls": false, "include_reasoning": true,
       "modalities": ["text"], "service_tier": "default")"));
   EXPECT_TRUE(r.ignored_fields.empty());
+}
+
+TEST(ChatRequest, ToolChoiceAndParserFields) {
+  ChatCompletionRequest r = Chat(ChatBody(R"("tool_choice": "none", "parallel_tool_calls": false,
+      "include_reasoning": false)"));
+  EXPECT_EQ(r.tool_choice, "none");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_FALSE(r.include_reasoning);
+  EXPECT_EQ(r.enable_thinking, std::nullopt);
+  ChatCompletionRequest d = Chat(ChatBody(""));
+  EXPECT_EQ(d.tool_choice, "auto");
+  EXPECT_TRUE(d.parallel_tool_calls);
+  EXPECT_TRUE(d.include_reasoning);
 }
 
 TEST(KnownFields, ImplementedVllmFields) {

@@ -21,9 +21,19 @@ Json StopReasonJson(const StopReason& reason) {
   return nullptr;
 }
 
-Json FinishReasonJson(FinishReason reason) {
+Json FinishReasonJson(FinishReason reason, bool made_tool_calls = false) {
+  // vLLM: "tool_calls" whenever calls were parsed, even when cut by length.
+  if (made_tool_calls && (reason == FinishReason::kStop || reason == FinishReason::kLength))
+    return "tool_calls";
   const char* name = FinishReasonName(reason);
   return name ? Json(name) : Json(nullptr);
+}
+
+Json ToolCallJson(const ToolCall& call, int index) {
+  return Json{{"id", call.id},
+              {"type", "function"},
+              {"function", Json{{"name", call.name}, {"arguments", call.arguments}}},
+              {"index", index}};
 }
 
 // OpenAI's "bytes": the token's own bytes, so that a text's tokens' bytes
@@ -209,14 +219,20 @@ nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta,
   for (const ChoiceOutput& c : choices) {
     Json message = Json::object();
     message["role"] = role;
-    message["content"] = c.text;
+    message["content"] = c.text.empty() && !c.tool_calls.empty() ? Json(nullptr) : Json(c.text);
     message["refusal"] = nullptr;
     if (c.reasoning_content) message["reasoning_content"] = *c.reasoning_content;
+    if (!c.tool_calls.empty()) {
+      Json calls = Json::array();
+      for (size_t i = 0; i < c.tool_calls.size(); ++i)
+        calls.push_back(ToolCallJson(c.tool_calls[i], static_cast<int>(i)));
+      message["tool_calls"] = std::move(calls);
+    }
     Json choice = Json::object();
     choice["index"] = c.index;
     choice["message"] = std::move(message);
     choice["logprobs"] = logprobs.enabled ? ChatLogprobsJson(c.tokens, logprobs) : Json(nullptr);
-    choice["finish_reason"] = FinishReasonJson(c.finish_reason);
+    choice["finish_reason"] = FinishReasonJson(c.finish_reason, !c.tool_calls.empty());
     choice["stop_reason"] = StopReasonJson(c.stop_reason);
     choice["token_ids"] = TokenIdsJson(c.token_ids);
     cs.push_back(std::move(choice));
@@ -312,23 +328,56 @@ std::string StreamEncoder::Delta(const StreamDelta& d) {
   tokens_[d.index] += static_cast<int64_t>(d.tokens.size());
   const bool with_logprobs = settings_.logprobs.enabled && !d.tokens.empty();
   const bool with_token_ids = settings_.return_token_ids && !d.tokens.empty();
-  if (d.text.empty() && !d.reasoning_content && !with_logprobs && !with_token_ids &&
-      d.finish_reason == FinishReason::kNone) {
+  if (d.text.empty() && !d.reasoning_content && d.tool_calls.empty() && !with_logprobs &&
+      !with_token_ids && d.finish_reason == FinishReason::kNone) {
     return "";
   }
   Json choice = Json::object();
   choice["index"] = d.index;
   if (kind_ == Kind::kChat) {
-    Json delta = Json::object();
-    if (d.reasoning_content) delta["reasoning_content"] = *d.reasoning_content;
-    if (!d.text.empty() || !d.reasoning_content) delta["content"] = d.text;
-    choice["delta"] = std::move(delta);
-    choice["logprobs"] =
-        with_logprobs ? ChatLogprobsJson(d.tokens, settings_.logprobs) : Json(nullptr);
-    choice["finish_reason"] = FinishReasonJson(d.finish_reason);
-    if (d.finish_reason != FinishReason::kNone)
-      choice["stop_reason"] = StopReasonJson(d.stop_reason);
-    if (settings_.return_token_ids) choice["token_ids"] = TokenIdsOf(d.tokens);
+    // The text (and reasoning) first, then one chunk per tool-call event;
+    // logprobs and token ids ride on the first chunk, the finish reason on
+    // the last.
+    std::vector<Json> deltas;
+    Json text = Json::object();
+    if (d.reasoning_content) text["reasoning_content"] = *d.reasoning_content;
+    if (!d.text.empty() || (!d.reasoning_content && d.tool_calls.empty())) text["content"] = d.text;
+    if (!text.empty() || with_logprobs || with_token_ids) deltas.push_back(std::move(text));
+    for (const ToolCallEvent& e : d.tool_calls) {
+      Json call = Json::object();
+      call["index"] = e.index;
+      if (e.kind == ToolCallEvent::Kind::kStart) {
+        call["id"] = e.id;
+        call["type"] = "function";
+        call["function"] = Json{{"name", e.name}, {"arguments", ""}};
+      } else if (e.kind == ToolCallEvent::Kind::kArguments) {
+        call["function"] = Json{{"arguments", e.arguments}};
+      } else {
+        continue;  // the end of a call has no wire form
+      }
+      deltas.push_back(Json{{"tool_calls", Json::array({std::move(call)})}});
+    }
+    if (deltas.empty()) deltas.push_back(Json{{"content", ""}});  // a bare finish
+    std::string out;
+    for (size_t i = 0; i < deltas.size(); ++i) {
+      const bool first = i == 0, last = i + 1 == deltas.size();
+      Json ch = Json::object();
+      ch["index"] = d.index;
+      ch["delta"] = std::move(deltas[i]);
+      ch["logprobs"] =
+          first && with_logprobs ? ChatLogprobsJson(d.tokens, settings_.logprobs) : Json(nullptr);
+      ch["finish_reason"] =
+          last ? FinishReasonJson(d.finish_reason, d.made_tool_calls) : Json(nullptr);
+      if (last && d.finish_reason != FinishReason::kNone)
+        ch["stop_reason"] = StopReasonJson(d.stop_reason);
+      if (settings_.return_token_ids)
+        ch["token_ids"] = first ? TokenIdsOf(d.tokens) : Json::array();
+      Json chunk = Chunk();
+      chunk["choices"] = Json::array({std::move(ch)});
+      if (UsageOnChunks()) chunk["usage"] = UsageFor(d.index);
+      out += SseEvent(chunk);
+    }
+    return out;
   } else {
     int64_t& offset = text_offset_[d.index];
     choice["text"] = d.text;

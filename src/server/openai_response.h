@@ -50,6 +50,7 @@
 #include "engine/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 #include "server/openai_protocol.h"
+#include "server/tool_call_parser.h"
 
 namespace strata {
 
@@ -97,7 +98,11 @@ struct ChoiceOutput {
   int index = 0;     // completions: prompt * n + sample (vLLM); chat: sample
   std::string text;  // completions with echo: the prompt text already prepended
   std::optional<std::string> reasoning_content;  // chat only
-  std::vector<GeneratedToken> tokens;            // for logprobs (may be empty when not asked)
+  // Chat: the calls a --tool-call-parser found. When any, message.tool_calls
+  // carries them, content is null when empty, and finish_reason is
+  // "tool_calls" (unless the choice was aborted), as vLLM does.
+  std::vector<ToolCall> tool_calls;
+  std::vector<GeneratedToken> tokens;  // for logprobs (may be empty when not asked)
   FinishReason finish_reason = FinishReason::kStop;
   StopReason stop_reason;
   // Completions with echo: the text_offset of the first entry of `tokens`:
@@ -152,6 +157,13 @@ struct StreamDelta {
   std::vector<GeneratedToken> tokens;
   FinishReason finish_reason = FinishReason::kNone;
   StopReason stop_reason;
+  // Chat: tool-call events of this step, each sent as its own chunk after
+  // the text: a call's start as {index, id, type, function: {name,
+  // arguments: ""}}, its argument fragments as {index, function:
+  // {arguments}} (OpenAI's stream shape).
+  std::vector<ToolCallEvent> tool_calls;
+  // The choice made tool calls: its finish_reason is "tool_calls".
+  bool made_tool_calls = false;
 };
 
 struct StreamSettings {

@@ -488,3 +488,65 @@ TEST(Stream, StopMatcherFeedsDeltas) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(ChatResponse, ToolCallsGolden) {
+  ChoiceOutput c;
+  c.finish_reason = FinishReason::kStop;
+  c.tool_calls = {{"call_1", "get_weather", R"({"city":"Paris"})"}, {"call_2", "get_time", "{}"}};
+  Json j = ChatCompletionResponseJson(kChatMeta, {c}, Usage{3, 9, std::nullopt}, LogprobOptions{});
+  EXPECT_EQ(
+      j["choices"][0]["message"].dump(),
+      R"({"role":"assistant","content":null,"refusal":null,"tool_calls":[)"
+      R"({"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"},"index":0},)"
+      R"({"id":"call_2","type":"function","function":{"name":"get_time","arguments":"{}"},"index":1}]})");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  c.text = "Checking.";
+  c.finish_reason = FinishReason::kAbort;
+  j = ChatCompletionResponseJson(kChatMeta, {c}, Usage{}, LogprobOptions{});
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Checking.");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "abort") << "an aborted choice says so, calls or not";
+}
+
+TEST(ChatStream, ToolCallDeltasAreOpenAiShaped) {
+  StreamSettings s;
+  StreamEncoder enc(StreamEncoder::Kind::kChat, kChatMeta, s);
+  StreamDelta d;
+  d.text = "Checking.";
+  d.tool_calls = {{ToolCallEvent::Kind::kStart, 0, "call_1", "f", ""},
+                  {ToolCallEvent::Kind::kArguments, 0, "", "", R"({"a":1})"},
+                  {ToolCallEvent::Kind::kEnd, 0, "", "", ""}};
+  d.tokens = {Token(1, 0)};
+  std::vector<std::string> ev = Events(enc.Delta(d));
+  const std::string head =
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)";
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(
+      ev[0],
+      head +
+          R"("choices":[{"index":0,"delta":{"content":"Checking."},"logprobs":null,"finish_reason":null}]})");
+  EXPECT_EQ(
+      ev[1],
+      head +
+          R"("choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",)"
+          R"("function":{"name":"f","arguments":""}}]},"logprobs":null,"finish_reason":null}]})");
+  EXPECT_EQ(
+      ev[2],
+      head + R"("choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":)"
+             R"("{\"a\":1}"}}]},"logprobs":null,"finish_reason":null}]})");
+  StreamDelta fin;
+  fin.finish_reason = FinishReason::kStop;
+  fin.made_tool_calls = true;
+  ev = Events(enc.Delta(fin));
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(
+      ev[0],
+      head +
+          R"("choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"tool_calls",)"
+          R"("stop_reason":null}]})");
+}
+
+}  // namespace
+}  // namespace strata

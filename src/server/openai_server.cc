@@ -13,7 +13,9 @@
 #include "server/http_auth.h"
 #include "server/json_body.h"
 #include "server/openai_response.h"
+#include "server/reasoning_parser.h"
 #include "server/stop_matcher.h"
+#include "server/tool_call_parser.h"
 #include "util/logging.h"
 
 namespace strata {
@@ -77,9 +79,56 @@ struct Choice {
   Status error;
   Clock::time_point last_token;
   bool started_seen = false;
-  std::string echo_text;  // completions with echo: the prompt's text
+  std::string echo_text;                        // completions with echo: the prompt's text
   std::vector<int32_t> prompt_ids, output_ids;  // kept for return_token_ids
+  // Chat with --reasoning-parser / --tool-call-parser: the text after stop
+  // strings goes through these, in this order (Deliver).
+  std::unique_ptr<ReasoningParser> reasoning;
+  std::unique_ptr<ToolCallParser> tools;
+  std::string reasoning_text;       // non-streaming: all of it
+  bool include_reasoning = true;    // the request's include_reasoning
+  bool parallel_tool_calls = true;  // false: calls after the first are dropped
+  bool parsers_finished = false;
+
+  // The calls to report (parallel_tool_calls false: the first only).
+  std::vector<ToolCall> ToolCalls() const {
+    if (!tools) return {};
+    std::vector<ToolCall> calls = tools->calls();
+    if (!parallel_tool_calls && calls.size() > 1) calls.resize(1);
+    return calls;
+  }
 };
+
+// Text that passed the stop strings, through the reasoning and tool-call
+// parsers into the delta and the choice's text. at_end: the output is
+// complete; the parsers give back what they held.
+void Deliver(Choice& c, std::string text, bool at_end, StreamDelta& delta) {
+  std::string reasoning;
+  if (c.reasoning) {
+    ReasoningParser::Output o = c.reasoning->Add(text);
+    if (at_end) {
+      ReasoningParser::Output f = c.reasoning->Finish();
+      o.reasoning += f.reasoning;
+      o.content += f.content;
+    }
+    reasoning = std::move(o.reasoning);
+    text = std::move(o.content);
+  }
+  if (c.tools) {
+    ToolParseOutput o = c.tools->Add(text);
+    if (at_end) AppendToolParseOutput(o, c.tools->Finish());
+    text = std::move(o.content);
+    for (ToolCallEvent& e : o.events)
+      if (c.parallel_tool_calls || e.index == 0) delta.tool_calls.push_back(std::move(e));
+  }
+  if (at_end) c.parsers_finished = true;
+  if (!reasoning.empty() && c.include_reasoning) {
+    delta.reasoning_content = delta.reasoning_content.value_or("") + reasoning;
+    c.reasoning_text += reasoning;
+  }
+  delta.text += text;
+  c.text += text;
+}
 
 }  // namespace
 
@@ -90,6 +139,8 @@ struct OpenAiServer::Impl {
   ServerOptions options;
   std::unique_ptr<HttpServer> http;
   ProtocolLimits limits;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;  // resolved from options.tool_call_parser
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;  // from options.reasoning_parser
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};
 
@@ -201,15 +252,41 @@ StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& 
 
 Status OpenAiServer::Impl::Init() {
   limits.vocab_size = model.config.vocab_size;
-  auto rt = registry.AddCounter("strata_requests_total",
-                                "Generation requests by outcome: ok, rejected (shed by admission control), "
-                                "aborted (client gone, deadline), error.",
-                                {"outcome"});
+  if (options.tool_call_parser == "auto") {
+    tool_format = DetectToolCallFormat(model.chat_template_source);
+    STRATA_LOG(INFO)
+        << "tool-call parser: " << ToolCallFormatName(tool_format)
+        << " (--tool-call-parser auto, chosen by the chat template"
+        << (tool_format == ToolCallFormat::kNone
+                ? ", which writes no known tool-call syntax: tool calls stay in the content)"
+                : ")");
+  } else if (!options.tool_call_parser.empty()) {
+    auto f = ToolCallFormatFromName(options.tool_call_parser);
+    if (!f)
+      return InvalidArgument("--tool-call-parser: '" + options.tool_call_parser +
+                             "' is not one of " + std::string(kToolCallParserNames));
+    tool_format = *f;
+    STRATA_LOG(INFO) << "tool-call parser: " << ToolCallFormatName(tool_format);
+  }
+  if (!options.reasoning_parser.empty()) {
+    auto f = ReasoningFormatFromName(options.reasoning_parser);
+    if (!f)
+      return InvalidArgument("--reasoning-parser: '" + options.reasoning_parser +
+                             "' is not one of " + std::string(kReasoningParserNames));
+    reasoning_format = *f;
+    STRATA_LOG(INFO) << "reasoning parser: " << ReasoningFormatName(reasoning_format);
+  }
+  auto rt = registry.AddCounter(
+      "strata_requests_total",
+      "Generation requests by outcome: ok, rejected (shed by admission control), "
+      "aborted (client gone, deadline), error.",
+      {"outcome"});
   if (!rt.ok()) return rt.status();
   requests_total = *rt;
   for (const char* o : {"ok", "rejected", "aborted", "error"}) requests_total->Get({o});
   auto rj = registry.AddCounter("strata_rejected_requests_total",
-                                "Requests refused by admission control, by the limit they hit.", {"reason"});
+                                "Requests refused by admission control, by the limit they hit.",
+                                {"reason"});
   if (!rj.ok()) return rj.status();
   rejected_total = *rj;
   for (const char* r : {"max_queued_requests", "max_queued_tokens", "max_queue_time", "draining"})
@@ -220,9 +297,12 @@ Status OpenAiServer::Impl::Init() {
   };
   ASSIGN_OR_RETURN(ttft, hist("strata_time_to_first_token_seconds",
                               "From request arrival to its first generated token."));
-  ASSIGN_OR_RETURN(itl, hist("strata_inter_token_latency_seconds", "Time between consecutive tokens of a choice."));
-  ASSIGN_OR_RETURN(e2e, hist("strata_e2e_request_latency_seconds", "From request arrival to its last token."));
-  ASSIGN_OR_RETURN(queue_time, hist("strata_queue_time_seconds", "From request arrival to the start of its prefill."));
+  ASSIGN_OR_RETURN(itl, hist("strata_inter_token_latency_seconds",
+                             "Time between consecutive tokens of a choice."));
+  ASSIGN_OR_RETURN(
+      e2e, hist("strata_e2e_request_latency_seconds", "From request arrival to its last token."));
+  ASSIGN_OR_RETURN(queue_time, hist("strata_queue_time_seconds",
+                                    "From request arrival to the start of its prefill."));
 
   // The transport checks the key when a request's headers arrive (routes
   // are HttpAuth::kApiKey unless marked kPublic below). A transport bound
@@ -233,7 +313,8 @@ Status OpenAiServer::Impl::Init() {
     ASSIGN_OR_RETURN(http, HttpServer::Create(http_options));
   }
   Route();
-  for (int i = 0; i < std::max(1, options.output_threads); ++i) out_threads.emplace_back([this] { OutputLoop(); });
+  for (int i = 0; i < std::max(1, options.output_threads); ++i)
+    out_threads.emplace_back([this] { OutputLoop(); });
   for (int i = 0; i < std::max(1, options.request_threads); ++i)
     req_threads.emplace_back([this] { RequestLoop(); });
   return OkStatus();
@@ -357,13 +438,16 @@ bool OpenAiServer::Impl::Authorized(const HttpRequest& req, HttpResponder& res) 
 }
 
 void OpenAiServer::Impl::Route() {
-  http->Handle("GET", "/health", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
-    if (draining.load()) {
-      res->SendJson(503, R"({"status":"draining"})");
-      return;
-    }
-    res->SendJson(200, R"({"status":"ok"})");
-  }, HttpAuth::kPublic);
+  http->Handle(
+      "GET", "/health",
+      [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
+        if (draining.load()) {
+          res->SendJson(503, R"({"status":"draining"})");
+          return;
+        }
+        res->SendJson(200, R"({"status":"ok"})");
+      },
+      HttpAuth::kPublic);
   // Runs every cache and engine invariant check once the engine is idle:
   // 200 {"integrity":"ok"} or 500 with the first violation; 503 +
   // Retry-After when a check is already pending or the engine stays busy
@@ -384,9 +468,12 @@ void OpenAiServer::Impl::Route() {
                    }
                  });
                });
-  http->Handle("GET", "/metrics", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
-    res->Send(200, {{"Content-Type", std::string(metrics::kContentType)}}, registry.Render());
-  }, HttpAuth::kPublic);
+  http->Handle(
+      "GET", "/metrics",
+      [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
+        res->Send(200, {{"Content-Type", std::string(metrics::kContentType)}}, registry.Render());
+      },
+      HttpAuth::kPublic);
   http->Handle("GET", "/v1/models", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
     HandleModels(std::move(r), std::move(res));
   });
@@ -412,9 +499,11 @@ void OpenAiServer::Impl::Route() {
   });
   // Public so that an unknown path is a 404 with or without a key; the one
   // thing it serves, GET /v1/models/{id}, checks the key itself.
-  http->SetFallback([this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-    HandleUnrouted(std::move(r), std::move(res));
-  }, HttpAuth::kPublic);
+  http->SetFallback(
+      [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+        HandleUnrouted(std::move(r), std::move(res));
+      },
+      HttpAuth::kPublic);
 }
 
 ojson OpenAiServer::Impl::ModelJson() const {
@@ -492,7 +581,8 @@ void OpenAiServer::Impl::HandleDetokenize(HttpRequest& req, HttpResponder& res) 
     return SendError(res, InvalidRequestError("tokens", "\"tokens\" must be a list of token ids"));
   std::vector<int32_t> ids;
   for (const ojson& t : j["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model.config.vocab_size)
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() >= model.config.vocab_size)
       return SendError(
           res, InvalidRequestError("tokens", "token ids must be integers in [0, " +
                                                  std::to_string(model.config.vocab_size) + ")"));
@@ -515,18 +605,32 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   std::vector<std::string> prompt_texts;
   GenerationFields fields;
   int n = 1;
+  // Chat: how each choice's output is split (tool calls, reasoning).
+  ToolCallFormat tools_for_request = ToolCallFormat::kNone;
+  ReasoningStart reasoning_start = ReasoningStart::kNoReasoning;
+  bool include_reasoning = true, parallel_tool_calls = true;
   if (chat) {
     auto creq = ParseChatCompletionRequest(req.body, limits);
     if (!creq.ok()) return CountRequest("error"), SendError(*res, creq.error());
     if (!model.chat_template)
       return CountRequest("error"),
-             SendError(*res, InvalidRequestError("messages", "this model has no chat template; use /v1/completions"));
+             SendError(*res,
+                       InvalidRequestError("messages",
+                                           "this model has no chat template; use /v1/completions"));
     auto text = RenderChatPrompt(*model.chat_template, creq.value(), *model.tokenizer);
     if (!text.ok()) return CountRequest("error"), SendError(*res, text.error());
     prompts.push_back(model.tokenizer->Encode(text.value(), false));
     prompt_texts.push_back(text.value());
     ex->logprobs = LogprobOptionsFor(creq.value(), model.tokenizer.get());
     ex->role = creq.value().response_role;
+    const ChatCompletionRequest& cr = creq.value();
+    // vLLM: calls are parsed only when tools are sent and tool_choice is
+    // "auto"; with "none" the tools are still rendered, the output is not parsed.
+    if (cr.tools.is_array() && !cr.tools.empty() && cr.tool_choice == "auto")
+      tools_for_request = tool_format;
+    reasoning_start = ReasoningStartFor(reasoning_format, text.value(), cr.enable_thinking);
+    include_reasoning = cr.include_reasoning;
+    parallel_tool_calls = cr.parallel_tool_calls;
     fields = creq.value();
   } else {
     auto creq = ParseCompletionRequest(req.body, limits);
@@ -534,7 +638,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     for (const PromptInput& p : creq.value().prompts) {
       if (p.is_tokens) {
         prompts.push_back(p.token_ids);
-        prompt_texts.push_back(creq.value().echo ? model.tokenizer->Decode(p.token_ids, false) : "");
+        prompt_texts.push_back(creq.value().echo ? model.tokenizer->Decode(p.token_ids, false)
+                                                 : "");
       } else {
         prompts.push_back(model.tokenizer->Encode(p.text, creq.value().add_special_tokens));
         prompt_texts.push_back(p.text);
@@ -585,6 +690,12 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
       c.detok = std::make_unique<IncrementalDecoder>(model.tokenizer, fields.skip_special_tokens);
       c.stop = std::make_unique<StopMatcher>(fields.stop, fields.include_stop_str_in_output);
       if (ex->echo) c.echo_text = prompt_texts[p];
+      if (reasoning_start != ReasoningStart::kNoReasoning)
+        c.reasoning = std::make_unique<ReasoningParser>(reasoning_start);
+      if (tools_for_request != ToolCallFormat::kNone)
+        c.tools = ToolCallParser::Create(tools_for_request);
+      c.include_reasoning = include_reasoning;
+      c.parallel_tool_calls = parallel_tool_calls;
       if (ex->return_token_ids) c.prompt_ids = er.prompt;
       ex->choices.push_back(std::move(c));
       requests.push_back(std::move(er));
@@ -621,8 +732,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     ss.prompt_tokens = ex->choices.empty() ? 0 : ex->choices[0].prompt_tokens;
     ss.return_token_ids = ex->return_token_ids;
     for (const Choice& c : ex->choices) ss.prompt_token_ids.push_back(c.prompt_ids);
-    ex->encoder = std::make_unique<StreamEncoder>(chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion,
-                                                  ex->meta, ss);
+    ex->encoder = std::make_unique<StreamEncoder>(
+        chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion, ex->meta, ss);
   }
   in_flight++;
   std::optional<std::string> why;
@@ -636,7 +747,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   std::weak_ptr<Exchange> weak = ex;
   res->OnClose([weak] {
     if (auto e = weak.lock())
-      for (Choice& c : e->choices) c.handle->Cancel();  // handles are thread-safe; the vector is final
+      for (Choice& c : e->choices)
+        c.handle->Cancel();  // handles are thread-safe; the vector is final
   });
   ex_lock.unlock();
   Enqueue(ex);  // output may already be there
@@ -699,13 +811,15 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       c.last_token = now;
       c.completion_tokens++;
       if (ex.return_token_ids) c.output_ids.push_back(t.id);
-      const bool is_stop_token = std::find(c.stop_token_ids.begin(), c.stop_token_ids.end(), t.id) != c.stop_token_ids.end();
+      const bool is_stop_token = std::find(c.stop_token_ids.begin(), c.stop_token_ids.end(),
+                                           t.id) != c.stop_token_ids.end();
       StopMatcher::Result r = c.stop->Add(c.detok->Add(t.id));
-      delta.text += r.text;
-      c.text += r.text;
+      Deliver(c, std::move(r.text), false, delta);
       if (ex.logprobs.enabled) {
-        if (ex.stream) delta.tokens.push_back(t);
-        else c.tokens.push_back(t);
+        if (ex.stream)
+          delta.tokens.push_back(t);
+        else
+          c.tokens.push_back(t);
       } else if (ex.stream) {
         delta.tokens.push_back(GeneratedToken{t.id, 0, {}});
       }
@@ -723,7 +837,8 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       if (!out.error.ok()) {
         c.error = out.error;
         c.reason = FinishReason::kAbort;
-      } else if (out.finish_reason == FinishReason::kLength || out.finish_reason == FinishReason::kStop) {
+      } else if (out.finish_reason == FinishReason::kLength ||
+                 out.finish_reason == FinishReason::kStop) {
         c.reason = out.finish_reason;
       } else {
         c.reason = FinishReason::kAbort;
@@ -731,11 +846,15 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       if (c.error.ok()) {
         std::string rest = c.stop->Add(c.detok->Flush()).text;
         if (!c.stop->stopped()) rest += c.stop->Flush();
-        delta.text += rest;
-        c.text += rest;
+        Deliver(c, std::move(rest), false, delta);
       }
     }
-    if (c.done) delta.finish_reason = c.reason, delta.stop_reason = c.stop_reason;
+    // Finished (EOS, length, a stop string): the parsers give back what they held.
+    if (c.done && c.error.ok() && !c.parsers_finished) Deliver(c, "", true, delta);
+    if (c.done) {
+      delta.finish_reason = c.reason, delta.stop_reason = c.stop_reason;
+      delta.made_tool_calls = !c.ToolCalls().empty();
+    }
     if (ex.stream && c.error.ok()) {
       std::string ev = ex.encoder->Delta(delta);
       if (!ev.empty()) any_output = true;
@@ -784,11 +903,15 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       ChoiceOutput o;
       o.index = c.index;
       o.text = c.text;
+      o.tool_calls = c.ToolCalls();
+      if (c.reasoning && c.reasoning->reasoning_seen() && c.include_reasoning)
+        o.reasoning_content = c.reasoning_text;
       o.tokens = std::move(c.tokens);
       o.finish_reason = c.reason;
       o.stop_reason = c.stop_reason;
       o.echo_offset = ex.echo ? CodePointCount(c.echo_text) : 0;
-      if (ex.return_token_ids) o.prompt_token_ids = c.prompt_ids, o.token_ids = std::move(c.output_ids);
+      if (ex.return_token_ids)
+        o.prompt_token_ids = c.prompt_ids, o.token_ids = std::move(c.output_ids);
       outs.push_back(std::move(o));
     }
     ojson body = ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)

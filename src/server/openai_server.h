@@ -46,10 +46,17 @@ namespace strata {
 
 struct ServerOptions {
   std::string served_model_name;  // what /v1/models lists and requests may name
-  std::string api_key;  // non-empty: /v1/*, /tokenize, /detokenize, /debug/* need "Bearer <key>"
-  HttpServerOptions http;         // used when Create() is given no HttpServer
-  int output_threads = 1;         // detokenize + encode engine output
-  int request_threads = 2;        // parse, render, tokenize, submit (off the I/O threads)
+  std::string api_key;     // non-empty: /v1/*, /tokenize, /detokenize, /debug/* need "Bearer <key>"
+  HttpServerOptions http;  // used when Create() is given no HttpServer
+  int output_threads = 1;  // detokenize + encode engine output
+  int request_threads = 2;  // parse, render, tokenize, submit (off the I/O threads)
+  // --tool-call-parser: "" (none: tool calls stay in the content), "auto"
+  // (by the chat template, DetectToolCallFormat), or a name of
+  // ToolCallFormatFromName. Chat requests with tools and tool_choice "auto"
+  // get message.tool_calls.
+  std::string tool_call_parser;
+  // --reasoning-parser: "" (none) or a name of ReasoningFormatFromName.
+  std::string reasoning_parser;
 };
 
 class OpenAiServer {
@@ -57,7 +64,8 @@ class OpenAiServer {
   // `model`, `engine` and `registry` must outlive the server. `http`: an
   // already-bound, not yet started transport (so that a bad address fails
   // before the model loads), created with options.http and api_key =
-  // options.api_key; null: one is created from those.
+  // options.api_key; null: one is created from those. InvalidArgument for
+  // an unknown parser name.
   static StatusOr<std::unique_ptr<OpenAiServer>> Create(const LoadedModel& model,
                                                         AsyncEngine& engine,
                                                         metrics::Registry& registry,

@@ -143,3 +143,81 @@ test('overload surfaces as APIError 503 with Retry-After', async () => {
     assert.equal(await stopServer(small), 0);
   }
 });
+
+// Tools through --tool-call-parser: the tiny model writes gibberish, never a
+// call, so this checks that the SDK accepts a tools request and its answer,
+// streamed (through its stream helper, which accumulates tool-call deltas)
+// and not; the parsers themselves are tested on canned text in C++.
+test('tools request with --tool-call-parser hermes, streamed and not', async () => {
+  const s = await startServer(['--served-model-name', 'qwen3-tiny', '--tool-call-parser', 'hermes',
+                               '--reasoning-parser', 'qwen3']);
+  try {
+    const c = new OpenAI({ baseURL: `http://127.0.0.1:${s.port}/v1`, apiKey: 'x', maxRetries: 0 });
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Current weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const req = { model: 'qwen3-tiny', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools,
+                  tool_choice: 'auto', max_tokens: 16, temperature: 0 };
+    const r = await c.chat.completions.create(req);
+    const m = r.choices[0].message;
+    assert.ok(typeof m.content === 'string' || (m.content === null && m.tool_calls?.length > 0));
+    for (const call of m.tool_calls ?? []) {
+      assert.equal(call.type, 'function');
+      assert.equal(typeof JSON.parse(call.function.arguments), 'object');
+    }
+    assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+
+    const stream = c.chat.completions.stream({ ...req, stream: true });
+    const final = await stream.finalChatCompletion();
+    assert.equal(final.choices[0].message.content ?? '', m.content ?? '');
+    assert.equal((final.choices[0].message.tool_calls ?? []).length, (m.tool_calls ?? []).length);
+    assert.equal(final.choices[0].finish_reason, r.choices[0].finish_reason);
+
+    await assert.rejects(c.chat.completions.create({ ...req, tool_choice: 'required' }),
+      (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === 'tool_choice' &&
+             /constrained decoding/.test(e.message));
+  } finally {
+    assert.equal(await stopServer(s), 0);
+  }
+});
+
+// The chunks StreamEncoder writes for a tool call (held to these exact bytes
+// by ChatStream.ToolCallDeltasAreOpenAiShaped in openai_response_test.cc),
+// replayed to the SDK's stream helper: it must assemble the call. The tiny
+// model never writes a call, so this is where the streamed shape meets the
+// real client.
+test('the SDK assembles a streamed tool call from our chunk shape', async () => {
+  const { createServer } = await import('node:http');
+  const head = '{"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",';
+  const events = [
+    head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}',
+    head + '"choices":[{"index":0,"delta":{"content":"Checking."},"logprobs":null,"finish_reason":null}]}',
+    head + '"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",' +
+           '"function":{"name":"f","arguments":""}}]},"logprobs":null,"finish_reason":null}]}',
+    head + '"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":' +
+           '"{\\"a\\":1}"}}]},"logprobs":null,"finish_reason":null}]}',
+    head + '"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"tool_calls",' +
+           '"stop_reason":null}]}',
+  ];
+  const http = createServer((req, res) => {
+    res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+    for (const e of events) res.write(`data: ${e}\n\n`);
+    res.end('data: [DONE]\n\n');
+  });
+  await new Promise((r) => http.listen(0, '127.0.0.1', r));
+  try {
+    const c = new OpenAI({ baseURL: `http://127.0.0.1:${http.address().port}/v1`, apiKey: 'x', maxRetries: 0 });
+    const stream = c.chat.completions.stream({ model: 'm', messages: [{ role: 'user', content: 'hi' }],
+      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] });
+    const final = await stream.finalChatCompletion();
+    const m = final.choices[0].message;
+    assert.equal(m.content, 'Checking.');
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.equal(m.tool_calls.length, 1);
+    assert.equal(m.tool_calls[0].id, 'call_1');
+    assert.equal(m.tool_calls[0].type, 'function');
+    assert.equal(m.tool_calls[0].function.name, 'f');
+    assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { a: 1 });
+  } finally {
+    http.close();
+  }
+});

@@ -1,0 +1,259 @@
+// End-to-end tests of --tool-call-parser and --reasoning-parser through the
+// real binary: a bad parser name is exit 78; `auto` picks hermes for a
+// Qwen-style template (logged); chat requests with tools and tool_choice
+// auto/none succeed with well-formed responses, streamed and not, and
+// required/named say constrained decoding is missing. The tiny random model
+// writes gibberish, never a tool call, and no test-only output path exists,
+// so what the parsers do to real calls is tested on canned text
+// (server/tool_call_parser_test.cc); here the wiring: plain text passes the
+// tool-call parser unchanged, and deepseek-r1 (output starts inside the
+// reasoning) moves the whole unclosed output into reasoning_content.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/serve_test_process.h"
+#include "server/http_test_client.h"
+
+namespace {
+
+using namespace strata::http_test;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// Qwen 2.5's tool-calling template, shortened: tools in a system turn, the
+// assistant's calls as <tool_call> JSON, tool results as <tool_response>.
+constexpr const char* kHermesTemplate = R"TPL({%- if tools %}
+{{- '<|im_start|>system\n' }}
+{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}
+{{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+{%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %}
+{{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' and tools %}
+{%- elif message.role == 'assistant' and message.tool_calls %}
+{{- '<|im_start|>assistant' }}{% if message.content %}{{- '\n' + message.content }}{% endif %}
+{%- for tool_call in message.tool_calls %}
+{{- '\n<tool_call>\n{"name": "' + tool_call.function.name + '", "arguments": ' + (tool_call.function.arguments | tojson) + '}\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- elif message.role == 'tool' %}
+{{- '<|im_start|>user\n<tool_response>\n' + message.content + '\n</tool_response><|im_end|>\n' }}
+{%- else %}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %})TPL";
+
+// The qwen3 fixture with the hermes template above (chat_template.jinja wins
+// over tokenizer_config.json): a directory of links in the test's temp dir.
+std::string HermesModel() {
+  static const std::string dir = [] {
+    const fs::path d =
+        fs::path(::testing::TempDir()) / ("hermes_model_" + std::to_string(getpid()));
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(Fixture("qwen3"))) {
+      if (e.path().filename() == "chat_template.jinja") continue;
+      const fs::path link = d / e.path().filename();
+      if (!fs::exists(link)) fs::create_symlink(e.path(), link);
+    }
+    std::ofstream(d / "chat_template.jinja") << kHermesTemplate;
+    return d.string();
+  }();
+  return dir;
+}
+
+const json kTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "description": "Current weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+
+json ChatBody(const std::string& tool_choice, bool stream) {
+  json body = {{"model", "m"},
+               {"messages", json::parse(R"([{"role": "user", "content": "Weather in Paris?"},
+                   {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                   {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+                   {"role": "user", "content": "And in Rome?"}])")},
+               {"tools", kTools},
+               {"max_tokens", 24},
+               {"temperature", 0},
+               {"stream", stream}};
+  if (!tool_choice.empty()) body["tool_choice"] = tool_choice;
+  return body;
+}
+
+// A well-formed chat message: content a string (or null with tool calls),
+// every tool call with an id, type function, a name and JSON object arguments.
+void ExpectWellFormedMessage(const json& choice) {
+  const json& m = choice["message"];
+  EXPECT_EQ(m["role"], "assistant");
+  const bool calls = m.contains("tool_calls");
+  EXPECT_TRUE(m["content"].is_string() || (calls && m["content"].is_null())) << m.dump();
+  if (calls) {
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    for (const json& c : m["tool_calls"]) {
+      EXPECT_TRUE(c["id"].get<std::string>().starts_with("call_"));
+      EXPECT_EQ(c["type"], "function");
+      EXPECT_TRUE(json::parse(c["function"]["arguments"].get<std::string>()).is_object());
+    }
+  } else {
+    EXPECT_THAT(std::string(choice["finish_reason"]), ::testing::AnyOf("stop", "length"));
+  }
+}
+
+// A streamed chat response's content and tool calls, reassembled from its
+// events (and every event checked to be JSON, ending in [DONE]).
+struct Streamed {
+  std::string content, reasoning, finish_reason;
+  json tool_calls = json::array();
+};
+Streamed Reassemble(const std::string& sse) {
+  Streamed s;
+  size_t pos = 0;
+  std::string last;
+  while ((pos = sse.find("data: ", pos)) != std::string::npos) {
+    const size_t end = sse.find("\n\n", pos);
+    last = sse.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (last == "[DONE]") break;
+    const json ev = json::parse(last);
+    for (const json& ch : ev["choices"]) {
+      const json& d = ch["delta"];
+      if (d.contains("content") && d["content"].is_string())
+        s.content += d["content"].get<std::string>();
+      if (d.contains("reasoning_content")) s.reasoning += d["reasoning_content"].get<std::string>();
+      for (const json& tc : d.value("tool_calls", json::array())) {
+        const size_t i = tc["index"];
+        if (i == s.tool_calls.size())
+          s.tool_calls.push_back(
+              {{"id", tc["id"]}, {"name", tc["function"]["name"]}, {"arguments", ""}});
+        s.tool_calls[i]["arguments"] = s.tool_calls[i]["arguments"].get<std::string>() +
+                                       tc["function"]["arguments"].get<std::string>();
+      }
+      if (!ch["finish_reason"].is_null()) s.finish_reason = ch["finish_reason"];
+    }
+  }
+  EXPECT_EQ(last, "[DONE]");
+  return s;
+}
+
+TEST(ToolCallsE2E, BadParserNamesExit78) {
+  Server s({"--model-path", Fixture("qwen3"), "--tool-call-parser", "hermes2"});
+  EXPECT_EQ(s.WaitExit(std::chrono::seconds(10)), 78);
+  EXPECT_THAT(s.Log(),
+              HasSubstr("--tool-call-parser: 'hermes2' is not one of auto, llama3, hermes, qwen25, "
+                        "mistral, deepseekv3"));
+  Server r({"--model-path", Fixture("qwen3"), "--reasoning-parser", "r1"});
+  EXPECT_EQ(r.WaitExit(std::chrono::seconds(10)), 78);
+  EXPECT_THAT(r.Log(), HasSubstr("--reasoning-parser: 'r1' is not one of qwen3, deepseek-r1"));
+}
+
+TEST(ToolCallsE2E, AutoPicksHermesForAQwenTemplateAndNoneForPlainChatMl) {
+  Server s(
+      {"--model-path", HermesModel(), "--served-model-name", "m", "--tool-call-parser", "auto"});
+  ASSERT_GT(s.port(), 0) << s.Log();
+  EXPECT_THAT(
+      s.Log(),
+      HasSubstr("tool-call parser: hermes (--tool-call-parser auto, chosen by the chat template)"));
+  Server p(
+      {"--model-path", Fixture("qwen3"), "--served-model-name", "m", "--tool-call-parser", "auto"});
+  ASSERT_GT(p.port(), 0) << p.Log();
+  EXPECT_THAT(p.Log(), HasSubstr("tool-call parser: none (--tool-call-parser auto"));
+}
+
+TEST(ToolCallsE2E, ToolRequestsAreWellFormedStreamedAndNot) {
+  Server plain({"--model-path", HermesModel(), "--served-model-name", "m"});
+  Server s(
+      {"--model-path", HermesModel(), "--served-model-name", "m", "--tool-call-parser", "auto"});
+  ASSERT_GT(plain.port(), 0) << plain.Log();
+  ASSERT_GT(s.port(), 0) << s.Log();
+  // The raw output, without a parser.
+  Response raw = plain.PostJson("/v1/chat/completions", ChatBody("auto", false).dump());
+  ASSERT_EQ(raw.status, 200) << raw.body;
+  const std::string raw_text = json::parse(raw.body)["choices"][0]["message"]["content"];
+
+  for (const std::string choice : {"", "auto", "none"}) {
+    SCOPED_TRACE("tool_choice '" + choice + "'");
+    Response r = s.PostJson("/v1/chat/completions", ChatBody(choice, false).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    ExpectWellFormedMessage(j["choices"][0]);
+    if (raw_text.find("<tool_call>") == std::string::npos) {
+      // Gibberish without markup passes the parser unchanged.
+      EXPECT_EQ(j["choices"][0]["message"]["content"], raw_text);
+      EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls"));
+    }
+    Response st = s.PostJson("/v1/chat/completions", ChatBody(choice, true).dump());
+    ASSERT_EQ(st.status, 200) << st.body;
+    const Streamed streamed = Reassemble(st.body);
+    const json& m = j["choices"][0]["message"];
+    EXPECT_EQ(streamed.content, m["content"].is_string() ? m["content"].get<std::string>() : "");
+    EXPECT_EQ(streamed.tool_calls.size(), m.value("tool_calls", json::array()).size());
+    EXPECT_EQ(streamed.finish_reason, j["choices"][0]["finish_reason"]);
+  }
+  for (const std::string forced :
+       {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
+    json body = ChatBody("", false);
+    body["tool_choice"] = json::parse(forced);
+    Response r = s.PostJson("/v1/chat/completions", body.dump());
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_THAT(r.body, HasSubstr("constrained decoding"));
+    EXPECT_THAT(r.body, HasSubstr("\"param\":\"tool_choice\""));
+  }
+}
+
+TEST(ToolCallsE2E, ReasoningParserSplitsTheOutput) {
+  Server plain({"--model-path", HermesModel(), "--served-model-name", "m"});
+  Server r1({"--model-path", HermesModel(), "--served-model-name", "m", "--reasoning-parser",
+             "deepseek-r1"});
+  Server q3(
+      {"--model-path", HermesModel(), "--served-model-name", "m", "--reasoning-parser", "qwen3"});
+  ASSERT_GT(plain.port(), 0) << plain.Log();
+  ASSERT_GT(r1.port(), 0) << r1.Log();
+  ASSERT_GT(q3.port(), 0) << q3.Log();
+  json body = {{"model", "m"},
+               {"messages", {{{"role", "user"}, {"content", "Think first."}}}},
+               {"max_tokens", 16},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  Response raw = plain.PostJson("/v1/chat/completions", body.dump());
+  ASSERT_EQ(raw.status, 200) << raw.body;
+  const std::string text = json::parse(raw.body)["choices"][0]["message"]["content"];
+  ASSERT_EQ(text.find("</think>"), std::string::npos)
+      << "the fixture's gibberish closed a think block";
+
+  // deepseek-r1: the output starts inside the reasoning and never closes it.
+  Response a = r1.PostJson("/v1/chat/completions", body.dump());
+  ASSERT_EQ(a.status, 200) << a.body;
+  const json am = json::parse(a.body)["choices"][0]["message"];
+  EXPECT_EQ(am["reasoning_content"], text.starts_with("<think>") ? text.substr(7) : text);
+  EXPECT_EQ(am["content"], "");
+  body["stream"] = true;
+  Response as = r1.PostJson("/v1/chat/completions", body.dump());
+  ASSERT_EQ(as.status, 200);
+  const Streamed s = Reassemble(as.body);
+  EXPECT_EQ(s.reasoning, am["reasoning_content"]);
+  EXPECT_EQ(s.content, "");
+  // enable_thinking false: no reasoning expected, everything is content.
+  body["stream"] = false;
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  Response off = r1.PostJson("/v1/chat/completions", body.dump());
+  ASSERT_EQ(off.status, 200);
+  EXPECT_EQ(json::parse(off.body)["choices"][0]["message"]["content"], text);
+  EXPECT_FALSE(json::parse(off.body)["choices"][0]["message"].contains("reasoning_content"));
+  // qwen3: output that does not open <think> is all content.
+  body.erase("chat_template_kwargs");
+  Response q = q3.PostJson("/v1/chat/completions", body.dump());
+  ASSERT_EQ(q.status, 200);
+  if (!text.starts_with("<think>")) {
+    EXPECT_EQ(json::parse(q.body)["choices"][0]["message"]["content"], text);
+    EXPECT_FALSE(json::parse(q.body)["choices"][0]["message"].contains("reasoning_content"));
+  }
+}
+
+}  // namespace
