@@ -15,6 +15,8 @@ int DemoModelCommand(const Args& args);
 int BenchCommand(const Args& args);
 int CheckCommand(const Args& args);       // strata check (cmd_check.cc)
 int SystemdCommand(const Args& args);     // strata systemd (cmd_systemd.cc)
+int LaunchCommand(const Args& args);      // strata launch (cmd_launch.cc)
+int StatusCommand(const Args& args);      // strata status (cmd_status.cc)
 int BenchServeCommand(const Args& args);  // strata bench serve (cmd_bench_serve.cc)
 
 }  // namespace strata::cli

@@ -1,0 +1,113 @@
+// strata status: one screen of a running `strata launch`: per service its
+// state, pid, restarts, uptime, health (GET /health now) and the last error
+// line of its output, from the launcher's GET /v1/services. --json prints
+// that JSON as is. Exit 0 when every service is running, 1 otherwise, 69
+// (EX_UNAVAILABLE) when the launcher cannot be reached.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/deploy_config.h"
+#include "cli/supervisor.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr int kExitUnavailable = 69;  // sysexits.h EX_UNAVAILABLE
+
+std::string Uptime(double s) {
+  if (s <= 0) return "-";
+  const int64_t t = static_cast<int64_t>(s);
+  char buf[32];
+  if (t < 60)
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(t));
+  else if (t < 3600)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(t / 60),
+                  static_cast<long long>(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(t / 3600),
+                  static_cast<long long>(t / 60 % 60));
+  return buf;
+}
+
+}  // namespace
+
+int StatusCommand(const Args& args) {
+  const std::string cmd = "status";
+  std::string url = "http://127.0.0.1:" + std::to_string(kDefaultLauncherPort);
+  bool json = false;
+  FlagSet f(cmd,
+            "Shows a running `strata launch`: per service its state (running, starting, backoff, "
+            "crashloop, config-error, stopped), pid, restarts, uptime, health and the last error "
+            "line of its log. Exit 0 when every service is running, 1 otherwise, 69 when the "
+            "launcher cannot be reached.\n\n"
+            "  strata status [--launcher http://127.0.0.1:8090] [--json]");
+  f.String("launcher", &url, "the launcher's address (its [launcher] port)");
+  f.Bool("json", &json, "print the launcher's GET /v1/services JSON");
+  if (Status s = f.Parse(args); !s.ok()) return UsageError(cmd, s);
+  if (f.help_requested()) {
+    std::printf("%s", f.Help().c_str());
+    return kExitOk;
+  }
+  // http://host:port[/]
+  std::string rest = url;
+  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  std::string host = rest;
+  int port = static_cast<int>(kDefaultLauncherPort);
+  if (auto colon = rest.rfind(':');
+      colon != std::string::npos && rest.find(']', colon) == std::string::npos) {
+    host = rest.substr(0, colon);
+    port = std::atoi(rest.c_str() + colon + 1);
+  }
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.empty() || port <= 0 || port > 65535 || rest.find('/') != std::string::npos)
+    return UsageError(cmd, InvalidArgument("--launcher " + url +
+                                           ": give http://HOST:PORT, e.g. http://127.0.0.1:8090"));
+
+  auto r = HttpGetOnce(host, port, "/v1/services", std::chrono::seconds(5));
+  if (!r.ok() || r->status != 200) {
+    std::fprintf(stderr,
+                 "strata status: cannot reach the launcher at %s: %s (is `strata launch` running? "
+                 "give its [launcher] port with --launcher http://127.0.0.1:PORT)\n",
+                 url.c_str(),
+                 r.ok() ? ("GET /v1/services answered " + std::to_string(r->status)).c_str()
+                        : r.status().message().c_str());
+    return kExitUnavailable;
+  }
+  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("services") || !j["services"].is_array()) {
+    std::fprintf(stderr, "strata status: %s/v1/services did not answer a launcher's JSON\n",
+                 url.c_str());
+    return kExitUnavailable;
+  }
+  bool all_running = !j["services"].empty();
+  for (const auto& s : j["services"]) all_running &= s.value("state", "") == "running";
+  if (json) {
+    std::printf("%s\n", r->body.c_str());
+    return all_running ? kExitOk : kExitFailure;
+  }
+  std::printf("%-20s %-13s %8s %8s %8s %-7s %s\n", "SERVICE", "STATE", "PID", "RESTARTS", "UPTIME",
+              "HEALTH", "LAST ERROR");
+  for (const auto& s : j["services"]) {
+    const int pid = s.value("pid", 0);
+    const int sport = s.value("port", 0);
+    std::string health = "-";
+    if (pid > 0 && sport > 0) {
+      auto h = HttpGetOnce(s.value("host", std::string("127.0.0.1")), sport, "/health",
+                           std::chrono::seconds(2));
+      health = h.ok() && h->status == 200 ? "ok" : h.ok() ? std::to_string(h->status) : "down";
+    }
+    std::printf("%-20s %-13s %8s %8lld %8s %-7s %s\n", s.value("name", std::string()).c_str(),
+                s.value("state", std::string()).c_str(),
+                pid > 0 ? std::to_string(pid).c_str() : "-",
+                static_cast<long long>(s.value("restarts", int64_t{0})),
+                Uptime(s.value("uptime_s", 0.0)).c_str(), health.c_str(),
+                s.value("last_error", std::string()).c_str());
+  }
+  return all_running ? kExitOk : kExitFailure;
+}
+
+}  // namespace strata::cli

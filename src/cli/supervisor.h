@@ -1,0 +1,146 @@
+// The supervisor behind `strata launch`: runs the services of a deployment
+// as child processes, in order, each gated on readiness (GET /health 200 on
+// its port) before the next starts; restarts a failed one with exponential
+// backoff; never restarts one that exited 78 (EX_CONFIG: state config-error);
+// stops restarting one that crash-loops (state crashloop); writes each
+// child's stdout+stderr to <log-dir>/<name>.log with size-based rotation and
+// keeps its last lines in memory as the reason shown by `strata status`.
+//
+// Rules (docs/architecture/cli.md, "strata launch"):
+//   - a failure is an exit with a code other than 0 and 78, a death by a
+//     signal, or readiness not reached within ready_timeout (then SIGKILL);
+//   - the restart delay of the n-th failure in a row is
+//     backoff_initial * 2^(n-1), capped at backoff_max; a run that stayed
+//     running (healthy) for backoff_reset resets n;
+//   - crash loop: crashloop_burst failures in a row, each after less than
+//     crashloop_interval of *running time* since its start. The backoff wait
+//     between them does not count, so "5 failures in 10 s" can happen with a
+//     10 s first backoff (systemd's wall-clock window could never see it);
+//     a run that lasted crashloop_interval or longer starts the count anew;
+//   - exit 0 (the service stopped by itself or by someone else's SIGTERM):
+//     state stopped, not restarted (systemd's Restart=on-failure).
+//
+// Time: every method takes no clock; Poll() reads std::chrono::steady_clock.
+// Thread-safety: Poll(), Stop() and the constructor from one thread (the
+// launcher's main loop); Snapshot(), ServicesJson() and RenderMetrics() from
+// any thread (the launcher's HTTP threads) — they take the one mutex.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/deploy_config.h"
+#include "metrics/metrics.h"
+
+namespace strata::cli {
+
+enum class ServiceState { kStarting, kRunning, kBackoff, kCrashloop, kConfigError, kStopped };
+// "starting", "running", "backoff", "crashloop", "config-error", "stopped".
+const char* ServiceStateName(ServiceState s);
+
+// One child to supervise.
+struct SupervisedService {
+  std::string name;
+  std::string role = "colocated";  // the strata_service_up label (serve's registry role)
+  std::vector<std::string> argv;   // argv[0] is the program (execv, no PATH search)
+  std::string host = "127.0.0.1";
+  int port = 0;  // GET /health here gates readiness; 0: running once started
+  std::chrono::milliseconds drain_timeout{35'000};  // SIGTERM to SIGKILL at stop
+};
+
+struct SupervisorOptions {
+  std::string log_dir = "strata-logs";
+  uint64_t max_log_bytes = uint64_t{10} << 20;  // then name.log -> name.log.1 -> ...
+  int log_files = 3;                            // name.log, name.log.1, name.log.2
+  int tail_lines = 20;                          // kept in memory per service
+  int64_t crashloop_burst = 5;
+  std::chrono::milliseconds crashloop_interval{10'000};
+  std::chrono::milliseconds backoff_initial{10'000};
+  std::chrono::milliseconds backoff_max{300'000};
+  std::chrono::milliseconds backoff_reset{600'000};
+  std::chrono::milliseconds ready_timeout{300'000};  // weights of a large model load slowly
+  std::chrono::milliseconds health_interval{200};    // between /health probes while starting
+
+  // The [launcher] table's settings (seconds) as options.
+  static SupervisorOptions FromLauncher(const LauncherConfig& c);
+};
+
+// What `strata status` shows of one service.
+struct ServiceStatus {
+  std::string name, role, host;
+  ServiceState state = ServiceState::kStopped;
+  pid_t pid = 0;  // 0 when no process runs
+  int port = 0;
+  int64_t restarts = 0;
+  double uptime_s = 0;                // of the running process; 0 when none
+  double start_time_s = 0;            // Unix time of the last start; 0 before the first
+  std::optional<int> last_exit_code;  // 128 + signal for a death by signal
+  std::string last_error;             // the last error-looking line of its output
+  std::vector<std::string> log_tail;  // its last lines
+};
+
+// One blocking HTTP/1.1 GET (Connection: close) of http://host:port/target,
+// for the readiness probe and `strata status`. Unavailable (naming
+// host:port and why) when nothing answers within `timeout`.
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+StatusOr<HttpReply> HttpGetOnce(const std::string& host, int port, const std::string& target,
+                                std::chrono::milliseconds timeout);
+
+class Supervisor {
+ public:
+  // Creates log_dir (an error names it) and the metric families. Starts nothing.
+  static StatusOr<std::unique_ptr<Supervisor>> Create(SupervisorOptions options,
+                                                      std::vector<SupervisedService> services);
+  ~Supervisor();  // Stop()
+
+  // One step: reads the children's output into their logs (waiting up to
+  // `wait` for some), reaps exits, probes /health of starting services,
+  // starts the next service once the one before it is no longer starting,
+  // and restarts those whose backoff is over. Call in a loop.
+  void Poll(std::chrono::milliseconds wait);
+  // Stops every service in reverse order: SIGTERM, up to its drain_timeout,
+  // then SIGKILL. Afterwards every service is stopped. Idempotent.
+  void Stop();
+
+  std::vector<ServiceStatus> Snapshot() const;
+  // {"services":[{"name","state","pid","restarts","uptime_s","last_exit_code",
+  //  "last_error","port","host","role","log_tail"}]}
+  std::string ServicesJson() const;
+  // strata_service_{up,restarts_total,crashloop,last_exit_code,start_time_seconds}.
+  std::string RenderMetrics() const;
+
+ private:
+  struct Child;
+  Supervisor(SupervisorOptions options, std::unique_ptr<metrics::Registry> registry);
+  void Launch(Child& c);
+  void Exited(Child& c, int wait_status);
+  void Fail(Child& c, int code, const std::string& why);
+  void ReadOutput(Child& c, bool until_eof);
+  void UpdateMetricsLocked(Child& c);
+  ServiceStatus StatusLocked(const Child& c) const;
+
+  const SupervisorOptions options_;
+  std::unique_ptr<metrics::Registry> registry_;
+  metrics::Family<metrics::Gauge>* up_ = nullptr;
+  metrics::Family<metrics::Counter>* restarts_ = nullptr;
+  metrics::Family<metrics::Gauge>* crashloop_ = nullptr;
+  metrics::Family<metrics::Gauge>* exit_code_ = nullptr;
+  metrics::Family<metrics::Gauge>* start_time_ = nullptr;
+  mutable std::mutex mu_;  // guards the children's status fields
+  std::vector<std::unique_ptr<Child>> children_;
+  size_t gate_ = 0;  // services [0, gate_] may start; advances past one not starting
+  bool stopped_ = false;
+};
+
+}  // namespace strata::cli
