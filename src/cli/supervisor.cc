@@ -235,24 +235,31 @@ Supervisor::~Supervisor() {
     if (c->log_fd >= 0) close(c->log_fd);
 }
 
-// Appends to the child's log, rotating name.log -> name.log.1 -> ... when it
-// would pass max_log_bytes.
+// Appends to the child's log; a file never passes max_log_bytes: when the
+// next piece would, the file rotates (name.log -> name.log.1 -> ...; the
+// oldest is dropped) at the last line end that fits.
 static void WriteLog(const SupervisorOptions& o, std::string_view data, const std::string& path,
                      int& fd, uint64_t& bytes) {
-  if (fd < 0) return;
-  if (bytes > 0 && bytes + data.size() > o.max_log_bytes) {
-    close(fd);
-    for (int k = o.log_files - 1; k >= 1; --k) {
-      const std::string from = k == 1 ? path : path + "." + std::to_string(k - 1);
-      ::rename(from.c_str(), (path + "." + std::to_string(k)).c_str());
+  while (!data.empty() && fd >= 0) {
+    const uint64_t max = o.max_log_bytes > 0 ? o.max_log_bytes : UINT64_MAX;  // 0: no rotation
+    const uint64_t room = max > bytes ? max - bytes : 0;
+    size_t take = data.size();
+    if (take > room) {
+      const size_t nl = room > 0 ? data.substr(0, room).rfind('\n') : std::string_view::npos;
+      take = nl != std::string_view::npos ? nl + 1 : (bytes == 0 ? room : 0);
     }
-    if (o.log_files <= 1) ::unlink(path.c_str());
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    bytes = 0;
-    if (fd < 0) return;
-  }
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (take == 0) {  // rotate, then write into the new file
+      close(fd);
+      for (int k = o.log_files - 1; k >= 1; --k) {
+        const std::string from = k == 1 ? path : path + "." + std::to_string(k - 1);
+        ::rename(from.c_str(), (path + "." + std::to_string(k)).c_str());
+      }
+      if (o.log_files <= 1) ::unlink(path.c_str());
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+      bytes = 0;
+      continue;
+    }
+    const ssize_t n = ::write(fd, data.data(), take);
     if (n <= 0) return;
     data.remove_prefix(static_cast<size_t>(n));
     bytes += static_cast<uint64_t>(n);

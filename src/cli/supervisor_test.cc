@@ -1,0 +1,240 @@
+// Tests of the supervisor's rules with fake children: /bin/sh scripts that
+// print a line and exit with a chosen code (fault injection), or sleep. The
+// real `strata serve` under `strata launch` is in launch_e2e_test.cc.
+#include "cli/supervisor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+SupervisedService Sh(const std::string& name, const std::string& script) {
+  SupervisedService s;
+  s.name = name;
+  s.argv = {"/bin/sh", "-c", script};
+  s.drain_timeout = milliseconds(2000);
+  return s;
+}
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/supervisor_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    tmp_ = tmpl;
+    opt_.log_dir = tmp_ + "/logs";
+    opt_.crashloop_burst = 3;
+    opt_.crashloop_interval = milliseconds(10'000);
+    opt_.backoff_initial = milliseconds(10);
+    opt_.backoff_max = milliseconds(40);
+    opt_.backoff_reset = milliseconds(600'000);
+  }
+  void TearDown() override {
+    sup_.reset();
+    fs::remove_all(tmp_);
+  }
+  Supervisor& Start(std::vector<SupervisedService> services) {
+    auto s = Supervisor::Create(opt_, std::move(services));
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    sup_ = std::move(*s);
+    return *sup_;
+  }
+  // Polls until `pred` holds for service i (false after 20 s: a hang).
+  template <typename P>
+  bool PollUntil(size_t i, P pred) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      sup_->Poll(milliseconds(10));
+      if (pred(sup_->Snapshot()[i])) return true;
+    }
+    return false;
+  }
+  void PollFor(milliseconds d) {
+    const auto end = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < end) sup_->Poll(milliseconds(10));
+  }
+
+  std::string tmp_;
+  SupervisorOptions opt_;
+  std::unique_ptr<Supervisor> sup_;
+};
+
+TEST_F(SupervisorTest, AConfigErrorIsNeverRestartedAndKeepsItsMessage) {
+  Supervisor& s = Start({Sh(
+      "prefill", "echo 'strata serve: invalid configuration: --hicache-size 9000 GB'; exit 78")});
+  ASSERT_TRUE(
+      PollUntil(0, [](const ServiceStatus& st) { return st.state == ServiceState::kConfigError; }));
+  PollFor(milliseconds(300));  // many backoffs long
+  const ServiceStatus st = s.Snapshot()[0];
+  EXPECT_EQ(st.state, ServiceState::kConfigError);
+  EXPECT_EQ(st.restarts, 0);
+  EXPECT_EQ(st.last_exit_code, 78);
+  EXPECT_EQ(st.pid, 0);
+  EXPECT_THAT(st.last_error, HasSubstr("--hicache-size 9000 GB"));
+  EXPECT_THAT(s.RenderMetrics(),
+              HasSubstr("strata_service_last_exit_code{service=\"prefill\"} 78"));
+  EXPECT_THAT(s.RenderMetrics(), HasSubstr("strata_service_crashloop{service=\"prefill\"} 0"));
+}
+
+TEST_F(SupervisorTest, ACrashLoopStopsAfterTheBurstWithItsLastErrorLine) {
+  Supervisor& s = Start({Sh("w", "echo loading; echo 'error: weights missing' >&2; exit 66")});
+  ASSERT_TRUE(
+      PollUntil(0, [](const ServiceStatus& st) { return st.state == ServiceState::kCrashloop; }));
+  PollFor(milliseconds(300));
+  const ServiceStatus st = s.Snapshot()[0];
+  EXPECT_EQ(st.state, ServiceState::kCrashloop);
+  EXPECT_EQ(st.restarts, 2);  // 3 starts = the burst
+  EXPECT_EQ(st.last_error, "error: weights missing");
+  const std::string m = s.RenderMetrics();
+  EXPECT_THAT(m, HasSubstr("strata_service_crashloop{service=\"w\"} 1"));
+  EXPECT_THAT(m, HasSubstr("strata_service_restarts_total{service=\"w\"} 2"));
+  EXPECT_THAT(m, HasSubstr("strata_service_up{service=\"w\",role=\"colocated\"} 0"));
+  EXPECT_THAT(m, HasSubstr("strata_service_last_exit_code{service=\"w\"} 66"));
+  EXPECT_THAT(Read(opt_.log_dir + "/w.log"), HasSubstr("crash loop (3 failures in a row"));
+  // The JSON of the status API.
+  auto j = nlohmann::json::parse(s.ServicesJson());
+  ASSERT_EQ(j["services"].size(), 1u);
+  const auto& w = j["services"][0];
+  EXPECT_EQ(w["name"], "w");
+  EXPECT_EQ(w["state"], "crashloop");
+  EXPECT_EQ(w["pid"], 0);
+  EXPECT_EQ(w["restarts"], 2);
+  EXPECT_EQ(w["last_exit_code"], 66);
+  EXPECT_EQ(w["last_error"], "error: weights missing");
+  EXPECT_EQ(w["port"], 0);
+  EXPECT_TRUE(w.contains("uptime_s"));
+}
+
+TEST_F(SupervisorTest, TheBackoffDoublesUpToItsCap) {
+  opt_.crashloop_burst = 6;
+  Start({Sh("w", "exit 1")});
+  ASSERT_TRUE(
+      PollUntil(0, [](const ServiceStatus& st) { return st.state == ServiceState::kCrashloop; }));
+  const std::string log = Read(opt_.log_dir + "/w.log");
+  const size_t a = log.find("restarting in 0.01 s"), b = log.find("restarting in 0.02 s"),
+               c = log.find("restarting in 0.04 s"), d = log.rfind("restarting in 0.04 s");
+  EXPECT_TRUE(a < b && b < c && c < d) << log;  // 10, 20, 40, 40 (capped), 40 ms
+  EXPECT_EQ(log.find("restarting in 0.08 s"), std::string::npos) << log;
+}
+
+TEST_F(SupervisorTest, FailuresAfterLongRunsAreNotACrashLoop) {
+  opt_.crashloop_burst = 2;
+  opt_.crashloop_interval = milliseconds(50);
+  Supervisor& s = Start({Sh("slow", "sleep 0.15; exit 1")});
+  ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) { return st.restarts >= 3; }));
+  EXPECT_NE(s.Snapshot()[0].state, ServiceState::kCrashloop);
+  // The same failures quicker than the interval are one.
+  opt_.crashloop_interval = milliseconds(10'000);
+  Supervisor& q = Start({Sh("slow", "sleep 0.15; exit 1")});
+  ASSERT_TRUE(
+      PollUntil(0, [](const ServiceStatus& st) { return st.state == ServiceState::kCrashloop; }));
+  EXPECT_EQ(q.Snapshot()[0].restarts, 1);
+}
+
+TEST_F(SupervisorTest, AKilledServiceIsRestarted) {
+  Supervisor& s = Start({Sh("w", "exec sleep 60")});
+  ASSERT_TRUE(PollUntil(
+      0, [](const ServiceStatus& st) { return st.state == ServiceState::kRunning && st.pid > 0; }));
+  const pid_t first = s.Snapshot()[0].pid;
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(PollUntil(0, [&](const ServiceStatus& st) {
+    return st.state == ServiceState::kRunning && st.pid > 0 && st.pid != first;
+  }));
+  const ServiceStatus st = s.Snapshot()[0];
+  EXPECT_EQ(st.restarts, 1);
+  EXPECT_EQ(st.last_exit_code, 128 + SIGKILL);
+  EXPECT_THAT(s.RenderMetrics(),
+              HasSubstr("strata_service_up{service=\"w\",role=\"colocated\"} 1"));
+}
+
+TEST_F(SupervisorTest, ExitZeroIsStoppedNotRestarted) {
+  Supervisor& s = Start({Sh("w", "exit 0")});
+  ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) { return st.last_exit_code.has_value(); }));
+  PollFor(milliseconds(200));
+  EXPECT_EQ(s.Snapshot()[0].state, ServiceState::kStopped);
+  EXPECT_EQ(s.Snapshot()[0].restarts, 0);
+}
+
+TEST_F(SupervisorTest, StartsWaitForTheOneBeforeToBeReady) {
+  // "first" listens nowhere, so it stays starting until ready_timeout kills it.
+  opt_.ready_timeout = milliseconds(500);
+  opt_.crashloop_burst = 1;
+  SupervisedService first = Sh("first", "exec sleep 60");
+  first.port = 1;  // nothing answers /health there
+  Supervisor& s = Start({first, Sh("second", "exec sleep 60")});
+  PollFor(milliseconds(200));
+  EXPECT_EQ(s.Snapshot()[0].state, ServiceState::kStarting);
+  EXPECT_EQ(s.Snapshot()[1].pid, 0);  // not started yet
+  EXPECT_EQ(s.Snapshot()[1].start_time_s, 0);
+  ASSERT_TRUE(
+      PollUntil(1, [](const ServiceStatus& st) { return st.state == ServiceState::kRunning; }));
+  const ServiceStatus f = s.Snapshot()[0];
+  EXPECT_EQ(f.state, ServiceState::kCrashloop);
+  EXPECT_THAT(f.last_error, HasSubstr("not healthy within 0.5 s (GET /health on 127.0.0.1:1)"));
+}
+
+TEST_F(SupervisorTest, StopDrainsInReverseOrderAndKillsWhatDoesNotStop) {
+  const std::string order = tmp_ + "/order";
+  auto polite = [&](const std::string& name) {
+    return Sh(name, "trap 'echo " + name + " >> " + order +
+                        "; exit 0' TERM; while :; do sleep 0.05; done");
+  };
+  SupervisedService stubborn = Sh("stubborn", "trap '' TERM; while :; do sleep 0.05; done");
+  stubborn.drain_timeout = milliseconds(300);
+  Supervisor& s = Start({polite("a"), polite("b"), stubborn});
+  ASSERT_TRUE(
+      PollUntil(2, [](const ServiceStatus& st) { return st.state == ServiceState::kRunning; }));
+  PollFor(milliseconds(100));  // the traps are set
+  s.Stop();
+  EXPECT_EQ(Read(order), "b\na\n");
+  for (const ServiceStatus& st : s.Snapshot()) {
+    EXPECT_EQ(st.state, ServiceState::kStopped) << st.name;
+    EXPECT_EQ(st.pid, 0) << st.name;
+  }
+  EXPECT_EQ(s.Snapshot()[2].last_exit_code, 128 + SIGKILL);
+  EXPECT_THAT(Read(opt_.log_dir + "/stubborn.log"), HasSubstr("drain timeout passed; SIGKILL"));
+}
+
+TEST_F(SupervisorTest, LogsRotateBySize) {
+  opt_.max_log_bytes = 2000;
+  opt_.log_files = 3;
+  Supervisor& s = Start({Sh("w", "i=0; while [ $i -lt 1000 ]; do echo line-$i; i=$((i+1)); done")});
+  ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) { return st.last_exit_code.has_value(); }));
+  const std::string log = opt_.log_dir + "/w.log";
+  EXPECT_TRUE(fs::exists(log));
+  EXPECT_TRUE(fs::exists(log + ".1"));
+  EXPECT_TRUE(fs::exists(log + ".2"));
+  EXPECT_FALSE(fs::exists(log + ".3"));
+  for (const std::string& f : {log, log + ".1", log + ".2"}) EXPECT_LE(fs::file_size(f), 2000u);
+  EXPECT_THAT(Read(log + ".1") + Read(log), HasSubstr("line-999\n"));  // the newest two
+  EXPECT_EQ(s.Snapshot()[0].log_tail.back(), "line-999");
+}
+
+TEST_F(SupervisorTest, AnUnwritableLogDirIsRefusedWithItsName) {
+  opt_.log_dir = "/proc/strata-no-such/logs";
+  auto s = Supervisor::Create(opt_, {Sh("w", "exit 0")});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("[launcher] log-dir '/proc/strata-no-such/logs'"));
+}
+
+}  // namespace
+}  // namespace strata::cli
