@@ -1,0 +1,262 @@
+// End-to-end tests of `strata launch` and `strata status` through the real
+// binary, with the launcher's timing knobs set small in the TOML: the
+// incident's file is refused before anything starts (exit 78); a service
+// that fails at every start is a crash loop after the burst, is not
+// restarted again and `strata status` shows its last error line; a healthy
+// service killed once is restarted and healthy again; SIGTERM stops
+// everything and the launcher exits 0.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "cli/supervisor.h"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A port nobody listens on right now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+template <typename F>
+bool Eventually(F cond, std::chrono::seconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return cond();
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/launch_e2e_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    tmp_ = tmpl;
+    port_ = FreePort();
+  }
+  void TearDown() override {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);  // its children die with it (PR_SET_PDEATHSIG)
+      waitpid(pid_, nullptr, 0);
+    }
+    fs::remove_all(tmp_);
+  }
+  std::string Launcher() const {
+    return "[launcher]\nport = " + std::to_string(port_) + "\nlog-dir = \"" + tmp_ +
+           "/logs\"\ncrashloop-burst = 3\ncrashloop-interval-s = 10\nbackoff-initial-s = 1\n"
+           "backoff-max-s = 2\nbackoff-reset-s = 600\n";
+  }
+  static std::string Service(const std::string& name, const std::string& model, int port,
+                             const std::string& more = "") {
+    return "[[service]]\nname = \"" + name + "\"\ncommand = \"serve\"\nmodel-path = \"" + model +
+           "\"\nport = " + std::to_string(port) + "\nthreads = 1\n" + more;
+  }
+  static std::string Model() {
+    return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default";
+  }
+  std::string File(const std::string& text) {
+    const std::string path = tmp_ + "/deploy.toml";
+    std::ofstream(path) << text;
+    return path;
+  }
+  // `strata launch FILE` in the background, its output in tmp_/launch.log.
+  void Launch(const std::string& file) {
+    log_ = tmp_ + "/launch.log";
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      setenv("STRATA_HOME", (tmp_ + "/home").c_str(), 1);
+      execl(STRATA_BINARY, STRATA_BINARY, "launch", file.c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  int WaitExit(std::chrono::seconds timeout) {
+    int st = 0;
+    Eventually([&] { return exited_ || (exited_ = waitpid(pid_, &st, WNOHANG) == pid_); }, timeout);
+    if (exited_ && code_ == -1) code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -100 - WTERMSIG(st);
+    return exited_ ? code_ : -2;
+  }
+  // The launcher's GET /v1/services (null while it does not answer).
+  nlohmann::json Services() {
+    auto r = HttpGetOnce("127.0.0.1", port_, "/v1/services", std::chrono::seconds(2));
+    if (!r.ok() || r->status != 200) return nullptr;
+    return nlohmann::json::parse(r->body);
+  }
+  nlohmann::json Svc(const std::string& name) {
+    nlohmann::json j = Services();
+    if (j.is_object())
+      for (auto& s : j["services"])
+        if (s["name"] == name) return s;
+    return nullptr;
+  }
+  bool WaitState(const std::string& name, const std::string& state, std::chrono::seconds t) {
+    return Eventually(
+        [&] {
+          auto s = Svc(name);
+          return s.is_object() && s["state"] == state;
+        },
+        t);
+  }
+  std::string Metrics() {
+    auto r = HttpGetOnce("127.0.0.1", port_, "/metrics", std::chrono::seconds(2));
+    return r.ok() ? r->body : "";
+  }
+  Result Run(const std::vector<std::string>& args) {
+    std::string cmd = STRATA_BINARY;
+    for (const auto& a : args) cmd += " '" + a + "'";
+    cmd += " 2>" + tmp_ + "/run.err";
+    Result r;
+    FILE* p = popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+    const int st = pclose(p);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.err = Read(tmp_ + "/run.err");
+    return r;
+  }
+
+  std::string tmp_, log_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int code_ = -1;
+};
+
+TEST_F(LaunchTest, TheIncidentsFileIsRefusedBeforeAnythingStarts) {
+  Launch(File(Launcher() + Service("decode", Model(), FreePort()) +
+              Service("prefill", Model(), FreePort(),
+                      "enable-hierarchical-cache = true\nhicache-size = 100000\n")));
+  EXPECT_EQ(WaitExit(std::chrono::seconds(60)), 78) << Read(log_);
+  const std::string out = Read(log_);
+  EXPECT_THAT(out, HasSubstr("service 'prefill': the HiCache host tier does not fit"));
+  EXPECT_THAT(out, HasSubstr("nothing started"));
+  EXPECT_FALSE(fs::exists(tmp_ + "/logs")) << "a service was started";
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("strata launch: supervising")));
+}
+
+TEST_F(LaunchTest, AServiceFailingAtEveryStartIsACrashLoopWithItsErrorLine) {
+  // config.json is valid, so validation passes; the process then exits 66
+  // at every start (the rest of the model is missing).
+  const std::string broken = tmp_ + "/broken-model";
+  fs::create_directories(broken);
+  fs::copy_file(Model() + "/config.json", broken + "/config.json");
+  Launch(File(Launcher() + Service("broken", broken, FreePort())));
+  ASSERT_TRUE(WaitState("broken", "crashloop", std::chrono::seconds(90))) << Read(log_);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // longer than the backoff cap
+  nlohmann::json s = Svc("broken");
+  EXPECT_EQ(s["state"], "crashloop");
+  EXPECT_EQ(s["restarts"], 2);  // 3 starts: the burst; not restarted again
+  EXPECT_EQ(s["pid"], 0);
+  EXPECT_EQ(s["last_exit_code"], 66);
+  EXPECT_THAT(s["last_error"].get<std::string>(), HasSubstr("tokenizer.json is missing"));
+  const std::string m = Metrics();
+  EXPECT_THAT(m, HasSubstr("strata_service_crashloop{service=\"broken\"} 1"));
+  EXPECT_THAT(m, HasSubstr("strata_service_up{service=\"broken\",role=\"colocated\"} 0"));
+  EXPECT_THAT(m, HasSubstr("strata_service_restarts_total{service=\"broken\"} 2"));
+  EXPECT_THAT(m, HasSubstr("strata_service_last_exit_code{service=\"broken\"} 66"));
+  EXPECT_THAT(Read(tmp_ + "/logs/broken.log"), HasSubstr("crash loop (3 failures in a row"));
+
+  // strata status: one screen with the state and the error line; exit 1.
+  Result r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_)});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("crashloop"));
+  EXPECT_THAT(r.out, HasSubstr("tokenizer.json is missing"));
+  r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_), "--json"});
+  EXPECT_EQ(r.code, 1);
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["services"][0]["state"], "crashloop");
+
+  kill(pid_, SIGTERM);
+  EXPECT_EQ(WaitExit(std::chrono::seconds(60)), 0) << Read(log_);
+}
+
+TEST_F(LaunchTest, AKilledServiceIsRestartedAndSigtermStopsEverything) {
+  const int a = FreePort(), b = FreePort();
+  Launch(File(Launcher() + Service("chat", Model(), a) + Service("chat2", Model(), b)));
+  ASSERT_TRUE(WaitState("chat2", "running", std::chrono::seconds(120))) << Read(log_);
+  ASSERT_TRUE(WaitState("chat", "running", std::chrono::seconds(5)));
+  Result r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_)});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" ok "));
+
+  const int first = Svc("chat")["pid"];
+  ASSERT_GT(first, 0);
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto s = Svc("chat");
+        return s.is_object() && s["state"] == "running" && s["pid"] != first;
+      },
+      std::chrono::seconds(120)))
+      << Read(tmp_ + "/logs/chat.log");
+  nlohmann::json s = Svc("chat");
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["last_exit_code"], 128 + SIGKILL);
+  EXPECT_EQ(Svc("chat2")["restarts"], 0);
+  auto health = HttpGetOnce("127.0.0.1", a, "/health", std::chrono::seconds(5));
+  ASSERT_TRUE(health.ok()) << health.status().message();
+  EXPECT_EQ(health->status, 200);
+  EXPECT_THAT(Metrics(), HasSubstr("strata_service_restarts_total{service=\"chat\"} 1"));
+  EXPECT_THAT(Metrics(), HasSubstr("strata_service_up{service=\"chat\",role=\"colocated\"} 1"));
+
+  const int p1 = Svc("chat")["pid"], p2 = Svc("chat2")["pid"];
+  kill(pid_, SIGTERM);
+  EXPECT_EQ(WaitExit(std::chrono::seconds(90)), 0) << Read(log_);
+  EXPECT_NE(kill(p1, 0), 0);  // reaped by the launcher: gone
+  EXPECT_NE(kill(p2, 0), 0);
+  EXPECT_THAT(Read(log_), HasSubstr("every service stopped; exiting"));
+  EXPECT_THAT(Read(tmp_ + "/logs/chat.log"), HasSubstr("strata serve: drained; exiting"));
+  // Nothing listens any more.
+  EXPECT_FALSE(HttpGetOnce("127.0.0.1", a, "/health", std::chrono::seconds(1)).ok());
+  r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_)});
+  EXPECT_EQ(r.code, 69);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach the launcher at http://127.0.0.1:"));
+}
+
+}  // namespace
+}  // namespace strata::cli
