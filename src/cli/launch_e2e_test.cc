@@ -199,6 +199,14 @@ TEST_F(LaunchTest, AServiceFailingAtEveryStartIsACrashLoopWithItsErrorLine) {
   EXPECT_THAT(m, HasSubstr("strata_service_restarts_total{service=\"broken\"} 2"));
   EXPECT_THAT(m, HasSubstr("strata_service_last_exit_code{service=\"broken\"} 66"));
   EXPECT_THAT(Read(tmp_ + "/logs/broken.log"), HasSubstr("crash loop (3 failures in a row"));
+  // The exposition passes Prometheus' own linter.
+  if (system("command -v promtool >/dev/null 2>&1") == 0) {
+    std::ofstream(tmp_ + "/metrics.txt") << m;
+    const std::string cmd =
+        "promtool check metrics < " + tmp_ + "/metrics.txt > " + tmp_ + "/promtool.out 2>&1";
+    EXPECT_EQ(system(cmd.c_str()), 0) << Read(tmp_ + "/promtool.out");
+    EXPECT_EQ(Read(tmp_ + "/promtool.out"), "");
+  }
 
   // strata status: one screen with the state and the error line; exit 1.
   Result r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_)});
