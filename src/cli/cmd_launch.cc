@@ -95,12 +95,6 @@ int LaunchCommand(const Args& args) {
 
   // Signals are taken on this thread; block them before any thread starts.
   ServeSignals signals = ServeSignals::Install("strata launch");
-  auto sup = Supervisor::Create(SupervisorOptions::FromLauncher(d->launcher), std::move(services));
-  if (!sup.ok()) {
-    std::fprintf(stderr, "strata launch: invalid configuration: %s\n",
-                 sup.status().message().c_str());
-    return kExitConfig;
-  }
   HttpServerOptions http;
   http.host = "127.0.0.1";
   http.port = static_cast<int>(d->launcher.port);
@@ -110,6 +104,12 @@ int LaunchCommand(const Args& args) {
                  "strata launch: invalid configuration: [launcher] port: %s (stop what listens "
                  "there, or give [launcher] port another value)\n",
                  server.status().message().c_str());
+    return kExitConfig;
+  }
+  auto sup = Supervisor::Create(SupervisorOptions::FromLauncher(d->launcher), std::move(services));
+  if (!sup.ok()) {
+    std::fprintf(stderr, "strata launch: invalid configuration: %s\n",
+                 sup.status().message().c_str());
     return kExitConfig;
   }
   Supervisor* s = sup->get();

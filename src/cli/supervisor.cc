@@ -297,6 +297,11 @@ void Supervisor::Launch(Child& c) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
+    // Nothing else of the launcher: Asio's sockets are not close-on-exec, and
+    // a child holding the launcher's listening socket would keep its port
+    // after the launcher is gone.
+    if (close_range(3, ~0U, 0) != 0)
+      for (long fd = 3, max = sysconf(_SC_OPEN_MAX); fd < max; ++fd) close(static_cast<int>(fd));
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     execv(argv[0], argv.data());
     const std::string msg =
@@ -397,12 +402,12 @@ void Supervisor::Exited(Child& c, int wait_status) {
     UpdateMetricsLocked(c);
   }
   if (!stopped_ && code != 0 && code != kExitConfig)
-    Fail(c, code, line);
+    Failed(c, line);
   else
     WriteLog(options_, "strata launch: " + line + "\n", c.log_path, c.log_fd, c.log_bytes);
 }
 
-void Supervisor::Fail(Child& c, int /*code*/, const std::string& why) {
+void Supervisor::Failed(Child& c, const std::string& why) {
   const auto now = Clock::now();
   std::string line = why;
   {

@@ -125,7 +125,7 @@ class Supervisor {
   Supervisor(SupervisorOptions options, std::unique_ptr<metrics::Registry> registry);
   void Launch(Child& c);
   void Exited(Child& c, int wait_status);
-  void Fail(Child& c, int code, const std::string& why);
+  void Failed(Child& c, const std::string& why);  // backoff or crashloop
   void ReadOutput(Child& c, bool until_eof);
   void UpdateMetricsLocked(Child& c);
   ServiceStatus StatusLocked(const Child& c) const;

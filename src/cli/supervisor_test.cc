@@ -3,10 +3,12 @@
 // real `strata serve` under `strata launch` is in launch_e2e_test.cc.
 #include "cli/supervisor.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -227,6 +229,21 @@ TEST_F(SupervisorTest, LogsRotateBySize) {
   for (const std::string& f : {log, log + ".1", log + ".2"}) EXPECT_LE(fs::file_size(f), 2000u);
   EXPECT_THAT(Read(log + ".1") + Read(log), HasSubstr("line-999\n"));  // the newest two
   EXPECT_EQ(s.Snapshot()[0].log_tail.back(), "line-999");
+}
+
+TEST_F(SupervisorTest, ChildrenInheritNoDescriptorButTheirOutput) {
+  // Asio's sockets are not close-on-exec: a child holding the launcher's
+  // listening socket kept its port after the launcher was gone.
+  const int fd = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(dup2(fd, 100), 100);
+  close(fd);
+  Supervisor& s =
+      Start({Sh("w", "if [ -e /proc/$$/fd/100 ]; then echo leaked; else echo clean; fi; exit 0")});
+  ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) { return st.last_exit_code.has_value(); }));
+  close(100);
+  ASSERT_FALSE(s.Snapshot()[0].log_tail.empty());
+  EXPECT_EQ(s.Snapshot()[0].log_tail.back(), "clean");
 }
 
 TEST_F(SupervisorTest, AnUnwritableLogDirIsRefusedWithItsName) {
