@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -108,7 +109,7 @@ StatusOr<HttpReply> HttpGetOnce(const std::string& host, int port, const std::st
           body_at += 4;
           const std::string head = Lower(raw.substr(0, body_at));
           if (auto cl = head.find("\r\ncontent-length:"); cl != std::string::npos)
-            want = body_at + std::stoul(head.substr(cl + 17));
+            want = body_at + std::strtoul(head.c_str() + cl + 17, nullptr, 10);
         }
       }
       if (body_at == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
