@@ -20,7 +20,7 @@
 //   - exit 0 (the service stopped by itself or by someone else's SIGTERM):
 //     state stopped, not restarted (systemd's Restart=on-failure).
 //
-// Time: every method takes no clock; Poll() reads std::chrono::steady_clock.
+// Time: Poll() reads std::chrono::steady_clock (tests set the durations small).
 // Thread-safety: Poll(), Stop() and the constructor from one thread (the
 // launcher's main loop); Snapshot(), ServicesJson() and RenderMetrics() from
 // any thread (the launcher's HTTP threads) — they take the one mutex.

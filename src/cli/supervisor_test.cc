@@ -138,6 +138,16 @@ TEST_F(SupervisorTest, TheBackoffDoublesUpToItsCap) {
   EXPECT_EQ(log.find("restarting in 0.08 s"), std::string::npos) << log;
 }
 
+TEST_F(SupervisorTest, AHealthyRunLongerThanBackoffResetResetsTheBackoff) {
+  opt_.crashloop_burst = 100;
+  opt_.backoff_reset = milliseconds(50);
+  Start({Sh("w", "sleep 0.1; exit 1")});
+  ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) { return st.restarts >= 3; }));
+  const std::string log = Read(opt_.log_dir + "/w.log");
+  EXPECT_THAT(log, HasSubstr("restarting in 0.01 s"));
+  EXPECT_EQ(log.find("restarting in 0.02 s"), std::string::npos) << log;
+}
+
 TEST_F(SupervisorTest, FailuresAfterLongRunsAreNotACrashLoop) {
   opt_.crashloop_burst = 2;
   opt_.crashloop_interval = milliseconds(50);
