@@ -1,8 +1,9 @@
 // strata status: one screen of a running `strata launch`: per service its
-// state, pid, restarts, uptime, health (GET /health now) and the last error
-// line of its output, from the launcher's GET /v1/services. --json prints
-// that JSON as is. Exit 0 when every service is running, 1 otherwise, 69
-// (EX_UNAVAILABLE) when the launcher cannot be reached.
+// state, pid, restarts, uptime, health (GET /health now), queue depth (its
+// strata_queued_requests) and the last error line of its output, from the
+// launcher's GET /v1/services. --json prints that JSON as is. Exit 0 when
+// every service is running, 1 otherwise, 69 (EX_UNAVAILABLE) when the
+// launcher cannot be reached.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,19 @@ std::string Uptime(double s) {
     std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(t / 3600),
                   static_cast<long long>(t / 60 % 60));
   return buf;
+}
+
+// The value of strata_queued_requests in a service's /metrics ("-" if absent).
+std::string QueueDepth(const std::string& host, int port) {
+  auto m = HttpGetOnce(host, port, "/metrics", std::chrono::seconds(2));
+  if (!m.ok() || m->status != 200) return "-";
+  const std::string name = "\nstrata_queued_requests";
+  const size_t at = m->body.find(name);
+  if (at == std::string::npos) return "-";
+  const size_t end = m->body.find('\n', at + 1);
+  const std::string line = m->body.substr(at + 1, end == std::string::npos ? end : end - at - 1);
+  const size_t sp = line.rfind(' ');
+  return sp == std::string::npos ? "-" : line.substr(sp + 1);
 }
 
 }  // namespace
@@ -89,22 +103,23 @@ int StatusCommand(const Args& args) {
     std::printf("%s\n", r->body.c_str());
     return all_running ? kExitOk : kExitFailure;
   }
-  std::printf("%-20s %-13s %8s %8s %8s %-7s %s\n", "SERVICE", "STATE", "PID", "RESTARTS", "UPTIME",
-              "HEALTH", "LAST ERROR");
+  std::printf("%-20s %-13s %8s %8s %8s %-7s %6s %s\n", "SERVICE", "STATE", "PID", "RESTARTS",
+              "UPTIME", "HEALTH", "QUEUE", "LAST ERROR");
   for (const auto& s : j["services"]) {
     const int pid = s.value("pid", 0);
     const int sport = s.value("port", 0);
-    std::string health = "-";
+    std::string health = "-", queue = "-";
     if (pid > 0 && sport > 0) {
-      auto h = HttpGetOnce(s.value("host", std::string("127.0.0.1")), sport, "/health",
-                           std::chrono::seconds(2));
+      const std::string shost = s.value("host", std::string("127.0.0.1"));
+      auto h = HttpGetOnce(shost, sport, "/health", std::chrono::seconds(2));
       health = h.ok() && h->status == 200 ? "ok" : h.ok() ? std::to_string(h->status) : "down";
+      if (h.ok()) queue = QueueDepth(shost, sport);
     }
-    std::printf("%-20s %-13s %8s %8lld %8s %-7s %s\n", s.value("name", std::string()).c_str(),
+    std::printf("%-20s %-13s %8s %8lld %8s %-7s %6s %s\n", s.value("name", std::string()).c_str(),
                 s.value("state", std::string()).c_str(),
                 pid > 0 ? std::to_string(pid).c_str() : "-",
                 static_cast<long long>(s.value("restarts", int64_t{0})),
-                Uptime(s.value("uptime_s", 0.0)).c_str(), health.c_str(),
+                Uptime(s.value("uptime_s", 0.0)).c_str(), health.c_str(), queue.c_str(),
                 s.value("last_error", std::string()).c_str());
   }
   return all_running ? kExitOk : kExitFailure;

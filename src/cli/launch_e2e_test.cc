@@ -230,7 +230,8 @@ TEST_F(LaunchTest, AKilledServiceIsRestartedAndSigtermStopsEverything) {
   ASSERT_TRUE(WaitState("chat", "running", std::chrono::seconds(5)));
   Result r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_)});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr(" ok "));
+  EXPECT_THAT(r.out, HasSubstr(" QUEUE "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("chat +running +[0-9]+ +0 +[0-9hms]+ +ok +0 "));
 
   const int first = Svc("chat")["pid"];
   ASSERT_GT(first, 0);
