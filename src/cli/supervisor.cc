@@ -305,9 +305,12 @@ void Supervisor::Launch(Child& c) {
       for (long fd = 3, max = sysconf(_SC_OPEN_MAX); fd < max; ++fd) close(static_cast<int>(fd));
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     execv(argv[0], argv.data());
-    const std::string msg =
-        std::string("strata launch: cannot run ") + argv[0] + ": " + std::strerror(errno) + "\n";
-    (void)!::write(2, msg.data(), msg.size());
+    // Only async-signal-safe calls between fork and exec (other threads may
+    // hold the allocator's lock): no std::string here.
+    const char* why = std::strerror(errno);
+    for (const char* part : {"strata launch: cannot run ", static_cast<const char*>(argv[0]), ": ",
+                             why, " (exit 127)\n"})
+      (void)!::write(2, part, std::strlen(part));
     _exit(127);
   }
   close(fds[1]);

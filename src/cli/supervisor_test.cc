@@ -256,6 +256,18 @@ TEST_F(SupervisorTest, ChildrenInheritNoDescriptorButTheirOutput) {
   EXPECT_EQ(s.Snapshot()[0].log_tail.back(), "clean");
 }
 
+TEST_F(SupervisorTest, AProgramThatCannotRunSaysSo) {
+  SupervisedService s;
+  s.name = "w";
+  s.argv = {"/nonexistent/strata", "serve"};
+  Supervisor& sup = Start({s});
+  ASSERT_TRUE(
+      PollUntil(0, [](const ServiceStatus& st) { return st.state == ServiceState::kCrashloop; }));
+  EXPECT_EQ(sup.Snapshot()[0].last_exit_code, 127);
+  EXPECT_THAT(sup.Snapshot()[0].last_error,
+              HasSubstr("cannot run /nonexistent/strata: No such file or directory"));
+}
+
 TEST_F(SupervisorTest, AnUnwritableLogDirIsRefusedWithItsName) {
   opt_.log_dir = "/proc/strata-no-such/logs";
   auto s = Supervisor::Create(opt_, {Sh("w", "exit 0")});
