@@ -397,6 +397,11 @@ void AsyncEngine::Loop() {
         cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || integrity_done_; });
       }
       if (stop_) break;
+      // What leaves the inbox stays counted as queued until Publish() below
+      // recounts it from the engine: otherwise a Submit in between sees a
+      // queue shorter by the whole batch and admits past the limit.
+      published_.queued_requests += static_cast<int64_t>(inbox_.size());
+      published_.queued_tokens += inbox_tokens_;
       batch.swap(inbox_);
       inbox_tokens_ = 0;
     }

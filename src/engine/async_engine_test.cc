@@ -80,7 +80,12 @@ TEST(AsyncEngineTest, BurstAboveQueueLimitIsShedAndAdmittedOnesComplete) {
     }
   }
   EXPECT_GT(rejected, 20);
-  EXPECT_LE(admitted.size(), 6u);  // 4 queued + what the engine had already started
+  // 4 queued + the one running, + any that finished while this thread was
+  // descheduled mid-burst (a loaded machine: each freed a place in line).
+  size_t finished_during_burst = 0;
+  for (auto& h : admitted)
+    if (h->finished()) ++finished_during_burst;
+  EXPECT_LE(admitted.size(), 6u + finished_during_burst);
   for (auto& h : admitted) {
     ASSERT_TRUE(WaitFinished(*h));
     RequestOutput out = h->Take();
