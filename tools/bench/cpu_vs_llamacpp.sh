@@ -17,8 +17,10 @@
 # (best kept); the table shows medians over --rounds.
 #
 # Needs: cmake, ninja, a C++ compiler, node + npm, /usr/bin/python3 with numpy
-# (Debian python3-numpy) to write the models once (~1 GB + ~2.5 GB, each twice:
-# safetensors and GGUF). Defaults take ~15 minutes on 2 cores.
+# (Debian python3-numpy; installed with apt-get when missing, as root) to write
+# the models once (~1 GB + ~2.5 GB, each twice: safetensors and GGUF). The
+# npm lock records every optional platform package, also those the registry
+# here lacks, so `npm ci` accepts it. Defaults take ~15 minutes on 2 cores.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -54,6 +56,18 @@ LLAMA_DIR="$ROOT/tools/bench/llama_cpp"
 mkdir -p "$MODELS"
 LOG="$MODELS/bench.log"
 : >"$LOG"
+
+# make_shape_model.py needs numpy in the system python (Debian's python3-numpy);
+# a fresh machine lacks it, so install it here rather than fail halfway.
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
+    echo "cpu_vs_llamacpp.sh: /usr/bin/python3 has no numpy; install it (Debian: apt-get install python3-numpy) and rerun" >&2
+    exit 1
+  fi
+  echo "installing python3-numpy (apt) for make_shape_model.py" >&2
+  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3-numpy; } >>"$LOG" 2>&1 ||
+    { echo "cpu_vs_llamacpp.sh: apt-get install python3-numpy failed; see $LOG" >&2; exit 1; }
+fi
 
 if [[ $SKIP_BUILD == 0 ]]; then
   echo "building strata (Release) in $BUILD" >&2
