@@ -12,7 +12,8 @@
 #
 # Strata runs once per --precisions entry (its --matmul-precision: fp32 is the
 # exact default; bf16 rounds activations to bf16 and uses AMX for prefill, the
-# same arithmetic as llama.cpp's BF16 matmuls, which round activations too).
+# same arithmetic as llama.cpp's BF16 matmuls, which round activations too;
+# default "fp32 bf16" where the CPU has AVX512_BF16, else "fp32").
 # Each engine process warms up on a short request, then times --repeats runs
 # (best kept); the table shows medians over --rounds.
 #
@@ -30,7 +31,7 @@ SHAPES="qwen2.5-0.5b llama-3.2-1b"
 THREADS="1 2"
 ROUNDS=2
 REPEATS=1
-PRECISIONS="fp32 bf16"
+PRECISIONS=""
 PROMPT=512
 GEN=64
 SKIP_BUILD=0
@@ -46,10 +47,17 @@ while [[ $# -gt 0 ]]; do
     --models-dir) MODELS="$2"; shift 2 ;;
     --build-dir) BUILD="$(realpath -m "$2")"; shift 2 ;;
     --skip-build) SKIP_BUILD=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown flag '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+
+# Strata's bf16 matmul needs AVX512_BF16 (the backend refuses it otherwise):
+# by default run it only where the CPU has it.
+if [[ -z $PRECISIONS ]]; then
+  PRECISIONS="fp32"
+  grep -qw avx512_bf16 /proc/cpuinfo && PRECISIONS="fp32 bf16"
+fi
 
 STRATA="$BUILD/strata"
 LLAMA_DIR="$ROOT/tools/bench/llama_cpp"
