@@ -246,6 +246,10 @@ int BenchCommand(const Args& args) {
     reqs.push_back(std::move(req));
     auto res = e->Generate(std::move(reqs));
     if (!res.ok()) return Fail(cmd, res.status());
+    // And after it: the probe is a lower bound on the machine's bandwidth at
+    // that moment, so the best of both sides of the run is the roofline.
+    if (mf.device == "cpu")
+      best_bw = std::max(best_bw, MeasureReadBandwidth(size_t{1} << 30, threads));
     const EngineStats& after = e->stats();
     const double pt = after.prefill_seconds - before.prefill_seconds;
     const double dt = after.decode_seconds - before.decode_seconds;
