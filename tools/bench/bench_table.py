@@ -5,7 +5,10 @@ Each input line is one engine run:
   {"shape", "threads", "round", "engine", "prefill_tok_s", "decode_tok_s",
    "bw_gb_s", "weight_bytes", "loadavg", "cpu_share" (optional)}
 A run's roofline is its own adjacent bandwidth / weight bytes (batch-1 decode
-reads every weight once per token); the table shows medians over rounds.
+reads every weight once per token), and its decode read GB/s is weight bytes x
+decode tok/s: what the engine streamed, to hold against the probe (a value
+above the probe's means the probe is not the machine's limit). The table shows
+medians over rounds.
 """
 
 import json
@@ -20,9 +23,9 @@ def main(path):
         groups.setdefault((r["shape"], r["threads"]), {}).setdefault(r["engine"], []).append(r)
     med = statistics.median
     print("| shape | threads | engine | prefill tok/s | decode tok/s | read bw GB/s "
-          "| decode roofline tok/s | decode / roofline | vs llama.cpp (prefill, decode) | runs | load avg "
+          "| decode reads GB/s | decode roofline tok/s | decode / roofline | vs llama.cpp (prefill, decode) | runs | load avg "
           "| CPU share |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (shape, threads), by_engine in groups.items():
         stats = {}
         for engine, rs in by_engine.items():
@@ -31,6 +34,7 @@ def main(path):
                 "prefill": med(r["prefill_tok_s"] for r in rs),
                 "decode": med(r["decode_tok_s"] for r in rs),
                 "bw": med(r["bw_gb_s"] for r in rs),
+                "reads": med(r["decode_tok_s"] * r["weight_bytes"] / 1e9 for r in rs),
                 "roof": med(roof),
                 "ratio": med(r["decode_tok_s"] / x for r, x in zip(rs, roof)),
                 "n": len(rs),
@@ -44,7 +48,7 @@ def main(path):
             if peer and engine != "llama.cpp":
                 vs = f"{s['prefill'] / peer['prefill']:.2f}×, {s['decode'] / peer['decode']:.2f}×"
             print(f"| {shape} | {threads} | {engine} | {s['prefill']:.1f} | {s['decode']:.2f} "
-                  f"| {s['bw']:.1f} | {s['roof']:.2f} | {s['ratio']:.2f} | {vs} | {s['n']} "
+                  f"| {s['bw']:.1f} | {s['reads']:.1f} | {s['roof']:.2f} | {s['ratio']:.2f} | {vs} | {s['n']} "
                   f"| {s['load'][0]:.1f}–{s['load'][1]:.1f} "
                   f"| {med(s['share']) if s['share'] else float('nan'):.2f} |")
 

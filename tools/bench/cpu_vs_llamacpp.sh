@@ -12,13 +12,16 @@
 #
 # Strata runs once per --precisions entry (its --matmul-precision: fp32 is the
 # exact default; bf16 rounds activations to bf16 and uses AMX for prefill, the
-# same arithmetic as llama.cpp's BF16 matmuls, which round activations too).
+# same arithmetic as llama.cpp's BF16 matmuls, which round activations too;
+# default "fp32 bf16" where the CPU has AVX512_BF16, else "fp32").
 # Each engine process warms up on a short request, then times --repeats runs
 # (best kept); the table shows medians over --rounds.
 #
 # Needs: cmake, ninja, a C++ compiler, node + npm, /usr/bin/python3 with numpy
-# (Debian python3-numpy) to write the models once (~1 GB + ~2.5 GB, each twice:
-# safetensors and GGUF). Defaults take ~15 minutes on 2 cores.
+# (Debian python3-numpy; installed with apt-get when missing, as root) to write
+# the models once (~1 GB + ~2.5 GB, each twice: safetensors and GGUF). The
+# npm lock records every optional platform package, also those the registry
+# here lacks, so `npm ci` accepts it. Defaults take ~15 minutes on 2 cores.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -28,7 +31,7 @@ SHAPES="qwen2.5-0.5b llama-3.2-1b"
 THREADS="1 2"
 ROUNDS=2
 REPEATS=1
-PRECISIONS="fp32 bf16"
+PRECISIONS=""
 PROMPT=512
 GEN=64
 SKIP_BUILD=0
@@ -44,16 +47,35 @@ while [[ $# -gt 0 ]]; do
     --models-dir) MODELS="$2"; shift 2 ;;
     --build-dir) BUILD="$(realpath -m "$2")"; shift 2 ;;
     --skip-build) SKIP_BUILD=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown flag '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+
+# Strata's bf16 matmul needs AVX512_BF16 (the backend refuses it otherwise):
+# by default run it only where the CPU has it.
+if [[ -z $PRECISIONS ]]; then
+  PRECISIONS="fp32"
+  grep -qw avx512_bf16 /proc/cpuinfo && PRECISIONS="fp32 bf16"
+fi
 
 STRATA="$BUILD/strata"
 LLAMA_DIR="$ROOT/tools/bench/llama_cpp"
 mkdir -p "$MODELS"
 LOG="$MODELS/bench.log"
 : >"$LOG"
+
+# make_shape_model.py needs numpy in the system python (Debian's python3-numpy);
+# a fresh machine lacks it, so install it here rather than fail halfway.
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
+    echo "cpu_vs_llamacpp.sh: /usr/bin/python3 has no numpy; install it (Debian: apt-get install python3-numpy) and rerun" >&2
+    exit 1
+  fi
+  echo "installing python3-numpy (apt) for make_shape_model.py" >&2
+  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3-numpy; } >>"$LOG" 2>&1 ||
+    { echo "cpu_vs_llamacpp.sh: apt-get install python3-numpy failed; see $LOG" >&2; exit 1; }
+fi
 
 if [[ $SKIP_BUILD == 0 ]]; then
   echo "building strata (Release) in $BUILD" >&2
