@@ -1,0 +1,113 @@
+// KvTransport: the data plane of PD disaggregation. The decode server
+// registers its KV pool memory for remote writes and publishes a descriptor
+// (through the bootstrap handshake, disagg/bootstrap.h); the prefill server
+// connects to it from that descriptor and writes computed KV pages straight
+// into the decode's pages with one-sided puts, in batches, as prefill chunks
+// finish. Nothing here knows about requests, rooms or pages: it moves byte
+// ranges between registered regions. disagg/kv_sender.h turns page ids of a
+// KvLayout into WriteOps.
+//
+// Implementations: UcxTransport (ucx_transport.h; UCX 1.13 from Debian, the
+// transports chosen by UCX_TLS as UCX users expect: tcp across hosts,
+// shm/cma on one host). A CUDA IPC transport (GPU to GPU on one host) is a
+// later implementation of the same interface.
+//
+// Failure model: every Write completes exactly once, with OK or an error
+// that names what happened (kUnavailable "peer lost: ..." when the peer's
+// process died or its connection broke; kDeadlineExceeded never — deadlines
+// belong to the caller, who calls Disconnect to give up). After Disconnect
+// returns, no callback of that peer runs and no write of that peer touches
+// local memory any more. A peer that died is noticed from the transport's
+// own error reports (UCX's peer error handling), within seconds.
+//
+// Thread-safety: every method is thread-safe. Completions run on the
+// transport's own progress thread: they must not block and must not call
+// back into the transport except Write/Disconnect.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "util/status.h"
+
+namespace strata::disagg {
+
+// A memory region registered with the transport (index in registration
+// order, starting at 0). A receiver's regions are what a descriptor
+// exports; a sender's regions are the sources of its writes.
+using RegionId = int;
+// A connected peer (a receiver this sender writes into). Never reused
+// within one transport's lifetime.
+using PeerId = uint64_t;
+
+// One contiguous write: `length` bytes from local region `src_region` at
+// byte `src_offset` to the peer's region `dst_region` at `dst_offset`.
+struct WriteOp {
+  RegionId src_region = 0;
+  uint64_t src_offset = 0;
+  RegionId dst_region = 0;
+  uint64_t dst_offset = 0;
+  uint64_t length = 0;
+};
+
+struct TransportStats {
+  uint64_t bytes_written = 0;   // completed OK
+  uint64_t writes_ok = 0;       // Write() batches completed OK
+  uint64_t writes_failed = 0;   // completed with an error
+  int64_t peers = 0;            // connected now
+};
+
+class KvTransport {
+ public:
+  virtual ~KvTransport() = default;
+
+  // "ucx" (what --disaggregation-transfer-backend names).
+  virtual std::string name() const = 0;
+
+  // Registers [base, base + length) for use in writes: as a source (sender)
+  // or as a destination peers may write into (receiver). Called at startup,
+  // once per pool group, before LocalDescriptor/Connect. REQUIRES: the
+  // memory outlives the transport.
+  virtual StatusOr<RegionId> RegisterRegion(void* base, size_t length) = 0;
+
+  // Opaque bytes a peer passes to Connect to write into this process's
+  // registered regions (for UCX: the worker address and each region's
+  // packed remote key, base and length). Stable for the transport's life.
+  virtual StatusOr<std::string> LocalDescriptor() = 0;
+
+  // Connects to the receiver that produced `descriptor`. Fails with
+  // InvalidArgument for a descriptor that does not parse (named as such),
+  // Unavailable when the peer cannot be reached.
+  virtual StatusOr<PeerId> Connect(const std::string& descriptor) = 0;
+
+  // Drops the peer: fails its writes still in flight (with kCancelled,
+  // "disconnected"), then releases its endpoint and remote keys. Idempotent;
+  // unknown ids are ignored. Blocks until no completion of the peer runs.
+  virtual void Disconnect(PeerId peer) = 0;
+
+  // Posts `ops` as one batch (the transport may merge or split them);
+  // `done` runs once, on the progress thread, when every op has landed in
+  // the peer's memory (remote completion: after OK the receiver may read
+  // the bytes) or with the first error. Never blocks on the network.
+  // Errors before posting (unknown peer, an op outside a region) are
+  // returned and `done` is not called.
+  virtual Status Write(PeerId peer, std::span<const WriteOp> ops,
+                       std::function<void(Status)> done) = 0;
+
+  virtual TransportStats stats() const = 0;
+};
+
+struct TransportOptions {
+  std::string backend = "ucx";  // --disaggregation-transfer-backend
+};
+
+// The transport --disaggregation-transfer-backend names; InvalidArgument
+// listing the known names otherwise, Unavailable when the transport's
+// library fails to initialise (with its message).
+StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(const TransportOptions& options);
+
+}  // namespace strata::disagg
