@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "cache/kv_layout.h"
 #include "util/logging.h"
@@ -42,10 +43,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend));
   if (options.hicache.enabled) {
     if (options.disable_radix_cache)
-      return InvalidArgument("the hierarchical cache needs the radix prefix cache (drop --disable-radix-cache)");
+      return InvalidArgument(
+          "the hierarchical cache needs the radix prefix cache (drop --disable-radix-cache)");
     RETURN_IF_ERROR(e->CreateHiCache(layout));
   } else if (!options.disable_radix_cache) {
-    e->radix_ = std::make_unique<RadixTree>(RadixTreeConfig{options.page_size}, &e->pool_->allocator());
+    e->radix_ =
+        std::make_unique<RadixTree>(RadixTreeConfig{options.page_size}, &e->pool_->allocator());
   }
   e->runner_ = std::make_unique<ModelRunner>(*model.model, backend, *e->pool_,
                                              model.model->max_batch_tokens());
@@ -102,7 +105,8 @@ Status Engine::CreateHiCache(const KvLayout& layout) {
   int64_t host_pages = options_.hicache_host_pages;
   if (host_pages <= 0) {
     if (o.size_gb > 0) {
-      host_pages = static_cast<int64_t>(o.size_gb * 1e9 / static_cast<double>(layout.BytesPerPage()));
+      host_pages =
+          static_cast<int64_t>(o.size_gb * 1e9 / static_cast<double>(layout.BytesPerPage()));
     } else {
       host_pages = static_cast<int64_t>(o.ratio * static_cast<double>(pool_->num_pages()));
     }
@@ -110,8 +114,9 @@ Status Engine::CreateHiCache(const KvLayout& layout) {
   // A host tier no larger than the device pool is allowed from a size (the
   // plan warns); a ratio must exceed 1 (the plan refuses it).
   if (host_pages < 1 || host_pages > kMaxKvPages)
-    return InvalidArgument("the HiCache host pool of " + std::to_string(host_pages) + " pages must be in [1, " +
-                           std::to_string(kMaxKvPages) + "] (check --hicache-ratio / --hicache-size)");
+    return InvalidArgument("the HiCache host pool of " + std::to_string(host_pages) +
+                           " pages must be in [1, " + std::to_string(kMaxKvPages) +
+                           "] (check --hicache-ratio / --hicache-size)");
   ASSIGN_OR_RETURN(host_pool_, HostKvPool::Create(layout, host_pages, o.numa_node, &backend_));
   radix_ = std::make_unique<RadixTree>(RadixTreeConfig{options_.page_size}, &pool_->allocator(),
                                        &host_pool_->allocator());
@@ -122,12 +127,15 @@ Status Engine::CreateHiCache(const KvLayout& layout) {
     fo.max_bytes = static_cast<uint64_t>(o.storage_max_gb * 1e9);
     fo.namespace_id = ModelFingerprint(model_, layout);
     auto st = FileStorage::Open(fo, layout);
-    if (!st.ok()) return st.status().Annotate("opening the HiCache storage tier (--hicache-storage-path)");
+    if (!st.ok())
+      return st.status().Annotate("opening the HiCache storage tier (--hicache-storage-path)");
     storage = std::move(st).value();
   } else if (!o.storage_backend.empty()) {
-    return InvalidArgument("--hicache-storage-backend " + o.storage_backend + ": the only backend is 'file'");
+    return InvalidArgument("--hicache-storage-backend " + o.storage_backend +
+                           ": the only backend is 'file'");
   }
-  hicache_ = std::make_unique<HiCache>(o, *pool_, *host_pool_, *radix_, backend_, std::move(storage));
+  hicache_ =
+      std::make_unique<HiCache>(o, *pool_, *host_pool_, *radix_, backend_, std::move(storage));
   return OkStatus();
 }
 
@@ -141,12 +149,14 @@ Status Engine::Validate(const EngineRequest& r) const {
                              std::to_string(model_.config.vocab_size) + ")");
   if (plen >= context_length_)
     return InvalidArgument("the prompt has " + std::to_string(plen) +
-                           " tokens; this model's context length is " + std::to_string(context_length_) +
+                           " tokens; this model's context length is " +
+                           std::to_string(context_length_) +
                            " (the prompt plus at least one generated token must fit)");
   const int64_t pool_tokens = pool_->num_pages() * options_.page_size;
   if (plen + 1 > pool_tokens)
-    return InvalidArgument("the prompt has " + std::to_string(plen) + " tokens; the KV cache holds " +
-                           std::to_string(pool_tokens) + " (raise --max-total-tokens)");
+    return InvalidArgument("the prompt has " + std::to_string(plen) +
+                           " tokens; the KV cache holds " + std::to_string(pool_tokens) +
+                           " (raise --max-total-tokens)");
   return OkStatus();
 }
 
@@ -155,7 +165,8 @@ void Engine::Add(EngineRequest request, std::shared_ptr<RequestHandle> handle) {
   s->tokens = s->req.prompt;
   s->prompt_len = static_cast<int64_t>(s->tokens.size());
   const int64_t pool_tokens = pool_->num_pages() * options_.page_size;
-  s->limit = std::min({context_length_, pool_tokens, s->prompt_len + std::max(0, s->req.params.max_tokens)});
+  s->limit = std::min(
+      {context_length_, pool_tokens, s->prompt_len + std::max(0, s->req.params.max_tokens)});
   if (s->req.params.UsesPenalties()) s->history.AddPromptTokens(s->req.prompt);
   scheduler_->Add(std::move(s));
 }
@@ -180,7 +191,9 @@ EngineLoad Engine::load() const {
   return l;
 }
 
-void Engine::AbortAll(FinishReason reason, const Status& error) { scheduler_->FinishAll(reason, error); }
+void Engine::AbortAll(FinishReason reason, const Status& error) {
+  scheduler_->FinishAll(reason, error);
+}
 
 void Engine::Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits) {
   scheduler_->Computed(batch);
@@ -194,14 +207,26 @@ void Engine::Postprocess(const ScheduledBatch& batch, const std::vector<float>& 
     stats_.generated_tokens++;
     s.tokens.push_back(r.token_id);
     if (s.req.params.UsesPenalties()) s.history.AddOutputToken(r.token_id);
-    s.handle->Push(GeneratedToken{r.token_id, r.logprob, std::move(r.top_logprobs)});
+    GeneratedToken token{r.token_id, r.logprob, std::move(r.top_logprobs)};
     const auto& p = s.req.params;
     const auto& eos = model_.eos_token_ids;
     const bool is_eos = !p.ignore_eos && std::find(eos.begin(), eos.end(), r.token_id) != eos.end();
-    const bool is_stop =
-        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token_id) != p.stop_token_ids.end();
-    if (is_eos || is_stop) scheduler_->Finish(s, FinishReason::kStop);
-    else if (static_cast<int64_t>(s.tokens.size()) >= s.limit) scheduler_->Finish(s, FinishReason::kLength);
+    const bool is_stop = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token_id) !=
+                         p.stop_token_ids.end();
+    FinishReason finish = FinishReason::kNone;
+    if (is_eos || is_stop)
+      finish = FinishReason::kStop;
+    else if (static_cast<int64_t>(s.tokens.size()) >= s.limit)
+      finish = FinishReason::kLength;
+    if (s.req.kv_export) {
+      // PD prefill: the first token goes to the decode with the KV; this
+      // request ends once the decode has both.
+      scheduler_->StartTransfer(s, token, finish);
+      s.handle->Push(std::move(token));
+      continue;
+    }
+    s.handle->Push(std::move(token));
+    if (finish != FinishReason::kNone) scheduler_->Finish(s, finish);
   }
   scheduler_->Reap();
 }
@@ -216,10 +241,17 @@ Status Engine::Step() {
       hicache_->WaitAny(std::chrono::milliseconds(2));
       return OkStatus();
     }
+    if (scheduler_->WaitingOnHandoff()) {
+      // PD: only waits on the other server (its pages, its KV, our writes):
+      // the loop comes straight back after a short pause.
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      return OkStatus();
+    }
     if (scheduler_->HasWork()) {
-      Status err = Internal("scheduler made no progress: " + std::to_string(scheduler_->num_running()) +
-                            " running, " + std::to_string(scheduler_->num_waiting()) + " waiting, " +
-                            std::to_string(pool_->allocator().num_free()) + " free pages");
+      Status err =
+          Internal("scheduler made no progress: " + std::to_string(scheduler_->num_running()) +
+                   " running, " + std::to_string(scheduler_->num_waiting()) + " waiting, " +
+                   std::to_string(pool_->allocator().num_free()) + " free pages");
       AbortAll(FinishReason::kError, err);
       return err;
     }
@@ -227,8 +259,10 @@ Status Engine::Step() {
   }
   int64_t prompt_toks = 0, decode_toks = 0;
   for (size_t i = 0; i < batch.items.size(); ++i) {
-    if (batch.seqs[i]->state == RequestState::kDecoding) decode_toks += 1;
-    else prompt_toks += batch.items[i].num_tokens;
+    if (batch.seqs[i]->state == RequestState::kDecoding)
+      decode_toks += 1;
+    else
+      prompt_toks += batch.items[i].num_tokens;
   }
   const auto t0 = std::chrono::steady_clock::now();
   Status st = runner_->Run(batch.items, &logits_);
@@ -240,9 +274,12 @@ Status Engine::Step() {
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.prefill_tokens += prompt_toks;
   stats_.decode_tokens += decode_toks;
-  if (decode_toks == 0) stats_.prefill_seconds += dt;
-  else if (prompt_toks == 0) stats_.decode_seconds += dt;
-  else stats_.mixed_seconds += dt;
+  if (decode_toks == 0)
+    stats_.prefill_seconds += dt;
+  else if (prompt_toks == 0)
+    stats_.decode_seconds += dt;
+  else
+    stats_.mixed_seconds += dt;
   stats_.steps++;
   const SchedulerStats& ss = scheduler_->stats();
   stats_.preemptions = ss.preemptions;

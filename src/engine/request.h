@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@
 #include "util/status.h"
 
 namespace strata {
+
+class KvExport;  // engine/kv_handoff.h
+class KvImport;
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
@@ -53,6 +57,11 @@ struct EngineRequest {
   // Called from the engine thread after new output is available. Must not
   // block. Optional.
   std::function<void()> notify;
+  // PD disaggregation (engine/kv_handoff.h): a prefill server's request
+  // sends its KV to a decode (kv_export); a decode server's receives it
+  // (kv_import). At most one is set; neither for colocated serving.
+  std::shared_ptr<KvExport> kv_export;
+  std::shared_ptr<KvImport> kv_import;
 };
 
 struct GeneratedToken {
@@ -68,10 +77,10 @@ struct RequestOutput {
   FinishReason finish_reason = FinishReason::kNone;
   Status error;  // set when the request failed (e.g. queue timeout: kUnavailable)
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t cached_tokens = 0;      // prompt tokens served from the prefix cache
   int64_t completion_tokens = 0;  // total so far
-  bool started = false;  // the engine began computing this request
-  SteadyTime started_at;  // when prefill started (valid when started)
+  bool started = false;           // the engine began computing this request
+  SteadyTime started_at;          // when prefill started (valid when started)
 };
 
 class RequestHandle {

@@ -62,17 +62,17 @@ inline constexpr int kMaxLogprobs = 20;
 inline constexpr float kGreedyTemperature = 1e-5f;
 
 struct SamplingParams {
-  float temperature = 1.f;  // < kGreedyTemperature (e.g. 0): greedy
-  int top_k = -1;           // -1 or 0: off
-  float top_p = 1.f;        // (0, 1]; 1: off
-  float min_p = 0.f;        // [0, 1]; 0: off
-  float repetition_penalty = 1.f;  // > 0; 1: off. Prompt and output tokens.
-  float frequency_penalty = 0.f;   // [-2, 2]; output tokens only
-  float presence_penalty = 0.f;    // [-2, 2]; output tokens only
-  std::optional<uint64_t> seed;    // unset: a random seed per request
+  float temperature = 1.f;              // < kGreedyTemperature (e.g. 0): greedy
+  int top_k = -1;                       // -1 or 0: off
+  float top_p = 1.f;                    // (0, 1]; 1: off
+  float min_p = 0.f;                    // [0, 1]; 0: off
+  float repetition_penalty = 1.f;       // > 0; 1: off. Prompt and output tokens.
+  float frequency_penalty = 0.f;        // [-2, 2]; output tokens only
+  float presence_penalty = 0.f;         // [-2, 2]; output tokens only
+  std::optional<uint64_t> seed;         // unset: a random seed per request
   std::vector<int32_t> stop_token_ids;  // finish on these (besides EOS), enforced by the engine
   bool ignore_eos = false;              // keep generating past EOS, enforced by the engine
-  int logprobs = -1;  // -1: none; N >= 0: the sampled token's logprob plus the top N
+  int logprobs = -1;    // -1: none; N >= 0: the sampled token's logprob plus the top N
   int max_tokens = 16;  // output tokens at most (vLLM's default), enforced by the engine
 
   bool IsGreedy() const { return temperature < kGreedyTemperature; }
@@ -127,7 +127,8 @@ struct SampleResult {
 
 // Steps 2 and 3 above, in place: the penalties of params over history.
 // Ids in history outside [0, vocab) are ignored.
-void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits, int64_t vocab);
+void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits,
+                    int64_t vocab);
 
 struct TokenProb {
   int32_t token_id = 0;
@@ -152,7 +153,15 @@ class Sampler {
   // the kept tokens with their renormalised probabilities, in draw order.
   // Draws nothing. For tests and debugging; greedy params give the argmax
   // with probability 1.
-  std::vector<TokenProb> Distribution(const float* logits, int64_t vocab, const TokenHistory& history);
+  std::vector<TokenProb> Distribution(const float* logits, int64_t vocab,
+                                      const TokenHistory& history);
+
+  // Advances the random stream past one Sample() that happened elsewhere
+  // (PD: the prefill sampled the first token with the same seed), so a
+  // seeded request draws the same tokens as when served in one process.
+  void SkipSample() {
+    if (!params_.IsGreedy()) (void)NextUniform();
+  }
 
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }
@@ -190,9 +199,9 @@ class Sampler {
   uint64_t rng_[4] = {};
   // Scratch reused across steps (grown to the vocabulary on first use).
   std::vector<float> penalized_;
-  std::vector<float> values_;        // top-k selection for large k
-  std::vector<float> weights_;       // dense weights, padded to whole vectors
-  std::vector<double> block_mass_;   // sums of weights_ per kWeightBlock tokens
+  std::vector<float> values_;       // top-k selection for large k
+  std::vector<float> weights_;      // dense weights, padded to whole vectors
+  std::vector<double> block_mass_;  // sums of weights_ per kWeightBlock tokens
   std::vector<Candidate> candidates_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/kv_handoff.h"
 #include "util/logging.h"
 
 namespace strata {
@@ -26,6 +27,8 @@ const char* RequestStateName(RequestState state) {
       return "decoding";
     case RequestState::kAwaitingKv:
       return "awaiting_kv";
+    case RequestState::kTransferring:
+      return "transferring";
     case RequestState::kFinished:
       return "finished";
   }
@@ -38,18 +41,26 @@ Sequence::Sequence(EngineRequest r, std::shared_ptr<RequestHandle> h, int page_s
       table(page_size),
       sampler(req.params, std::nullopt) {}
 
-Scheduler::Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix, HiCache* hicache)
+Scheduler::Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix,
+                     HiCache* hicache)
     : options_(options), pool_(pool), radix_(radix), hicache_(hicache) {
   STRATA_CHECK(!hicache_ || radix_) << "HiCache needs the radix prefix cache";
 }
 
 Scheduler::~Scheduler() {
   // Pages go back before the pool and tree disappear.
+  const Status down = Unavailable("aborted: the server is shutting down");
   for (auto& s : running_) {
     if (s->state == RequestState::kLoadingPrefix) hicache_->WaitLoadBack(s->load_ticket);
+    if (s->req.kv_import) s->req.kv_import->Abort(down);
+    if (s->req.kv_export) s->req.kv_export->Abort(down);
     ReleaseKv(*s, false);
   }
-  for (auto& s : waiting_) ReleaseKv(*s, false);
+  for (auto& s : waiting_) {
+    if (s->req.kv_import) s->req.kv_import->Abort(down);
+    if (s->req.kv_export) s->req.kv_export->Abort(down);
+    ReleaseKv(*s, false);
+  }
 }
 
 void Scheduler::Add(std::unique_ptr<Sequence> seq) {
@@ -97,6 +108,17 @@ void Scheduler::ReleaseKv(Sequence& s, bool cache_prefix) {
 void Scheduler::Finish(Sequence& s, FinishReason reason, Status error) {
   if (s.finished()) return;
   const bool was_waiting = s.state == RequestState::kWaiting;
+  // A handoff still open ends here too (one that completed or failed was
+  // dropped by AdvanceHandoffs). Only shutdown and waiting requests reach
+  // this with an import holding pages: a cancelled kAwaitingKv request
+  // waits in AdvanceHandoffs until nothing writes into its pages.
+  if (s.req.kv_import || s.req.kv_export) {
+    const Status why = error.ok() ? Aborted("aborted: the request ended on this server") : error;
+    if (s.req.kv_import) s.req.kv_import->Abort(why);
+    if (s.req.kv_export) s.req.kv_export->Abort(why);
+    s.req.kv_import.reset();
+    s.req.kv_export.reset();
+  }
   if (s.state == RequestState::kLoadingPrefix) {
     // The copy writes into this request's pages: they are freed only after it.
     hicache_->WaitLoadBack(s.load_ticket);
@@ -144,8 +166,8 @@ bool Scheduler::ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt
     if (!may_preempt) return false;
     Sequence* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-      if (it->get() != &s && !(*it)->finished() && (*it)->computed > 0 &&
-          (*it)->state != RequestState::kLoadingPrefix) {
+      if (it->get() != &s && (*it)->computed > 0 &&
+          ((*it)->state == RequestState::kPrefilling || (*it)->state == RequestState::kDecoding)) {
         victim = it->get();
         break;
       }
@@ -291,8 +313,21 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
   batch->items.clear();
   batch->seqs.clear();
   const auto now = std::chrono::steady_clock::now();
-  for (auto& s : running_)
-    if (s->handle->cancelled() || now > s->req.deadline) Finish(*s, FinishReason::kAbort);
+  for (auto& s : running_) {
+    if (!s->handle->cancelled() && now <= s->req.deadline) continue;
+    if (s->state == RequestState::kAwaitingKv) {
+      // The prefill may be writing into its pages: they are freed when the
+      // import says nothing writes any more (AdvanceHandoffs).
+      if (!s->import_aborted) {
+        s->import_aborted = true;
+        s->req.kv_import->Abort(s->handle->cancelled()
+                                    ? Aborted("aborted: the client went away")
+                                    : Aborted("aborted: the request's deadline passed"));
+      }
+      continue;
+    }
+    Finish(*s, FinishReason::kAbort);
+  }
   for (auto& s : waiting_) {
     if (s->handle->cancelled() || now > s->req.deadline) {
       Finish(*s, FinishReason::kAbort);
@@ -308,6 +343,8 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
     hicache_->Poll();
     AdvanceLoads();
   }
+  AdvanceHandoffs(now);
+  Reap();
 
   const int64_t cap = options_.max_batch_tokens;
   int64_t used = 0;
@@ -346,6 +383,10 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
     }
   }
 
+  // PD decode: requests whose KV comes from a prefill take a running slot
+  // and their pages now, but no compute budget.
+  AdmitImports();
+
   // 2. Prefill: continue running prefills, then admit waiting requests in
   //    order, under the prompt-token budget. Never preempts.
   int64_t budget = std::min<int64_t>(options_.chunked_prefill_size, cap - used);
@@ -361,6 +402,12 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
   for (size_t i = 0; i < waiting_.size() && budget > 0 &&
                      static_cast<int32_t>(running_.size()) < options_.max_running_requests;) {
     Sequence& s = *waiting_[i];
+    // PD: an import left waiting (no slot); an export whose decode has not
+    // said where to write yet (the bootstrap wait) lets the others pass.
+    if (s.finished() || s.req.kv_import || (s.req.kv_export && !s.req.kv_export->Ready())) {
+      ++i;
+      continue;
+    }
     if (AwaitPrefetch(s, now)) {
       ++i;
       continue;
@@ -395,6 +442,7 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
     }
     if (!s.reported_start) {  // first admission, not a re-admission after preemption
       s.reported_start = true;
+      s.started_cached = s.computed;
       s.handle->SetStarted(s.prompt_len, s.computed);
     }
     waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
@@ -413,7 +461,155 @@ void Scheduler::Computed(const ScheduledBatch& batch) {
     s.table.SetNumTokens(s.computed);
     if (s.state != RequestState::kPrefilling) continue;
     CachePrefix(s, s.computed);
+    if (s.req.kv_export) ExportPages(s);
     if (s.computed == static_cast<int64_t>(s.tokens.size())) s.state = RequestState::kDecoding;
+  }
+}
+
+bool Scheduler::WaitingOnHandoff() const {
+  for (const auto& s : running_)
+    if (s->state == RequestState::kAwaitingKv || s->state == RequestState::kTransferring)
+      return true;
+  for (const auto& s : waiting_)
+    if (s->req.kv_export || s->req.kv_import) return true;
+  return false;
+}
+
+void Scheduler::ExportPages(Sequence& s) {
+  const int64_t whole = s.computed / options_.page_size;
+  if (whole <= s.exported_pages) return;
+  const auto& pages = s.table.pages();
+  s.req.kv_export->PagesComputed(
+      s.exported_pages, std::span<const int32_t>(pages.data() + s.exported_pages,
+                                                 static_cast<size_t>(whole - s.exported_pages)));
+  s.exported_pages = whole;
+}
+
+void Scheduler::StartTransfer(Sequence& s, const GeneratedToken& first, FinishReason finish) {
+  STRATA_CHECK(s.req.kv_export && s.state == RequestState::kDecoding && s.computed == s.prompt_len)
+      << "StartTransfer on request " << s.req.id << " in state " << RequestStateName(s.state);
+  const int64_t total = (s.prompt_len + options_.page_size - 1) / options_.page_size;
+  FirstToken ft;
+  ft.token = first.id;
+  ft.logprob = first.logprob;
+  ft.top_logprobs = first.top;
+  ft.prompt_tokens = s.prompt_len;
+  ft.cached_tokens = s.started_cached;
+  ft.finish = finish;
+  const auto& pages = s.table.pages();
+  s.req.kv_export->Complete(s.exported_pages,
+                            std::span<const int32_t>(pages.data() + s.exported_pages,
+                                                     static_cast<size_t>(total - s.exported_pages)),
+                            ft);
+  s.exported_pages = total;
+  s.transfer_finish = finish;
+  s.state = RequestState::kTransferring;
+}
+
+void Scheduler::AdvanceHandoffs(std::chrono::steady_clock::time_point now) {
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (s.state == RequestState::kTransferring) {
+      Status err;
+      const HandoffState st = s.req.kv_export->Poll(&err);
+      if (st == HandoffState::kPending) continue;
+      s.req.kv_export.reset();
+      if (st == HandoffState::kDone)
+        Finish(s, s.transfer_finish == FinishReason::kNone ? FinishReason::kLength
+                                                           : s.transfer_finish);
+      else
+        Finish(s, FinishReason::kError, std::move(err));
+      continue;
+    }
+    if (s.state != RequestState::kAwaitingKv) continue;
+    FirstToken ft;
+    Status err;
+    const HandoffState st = s.req.kv_import->Poll(&ft, &err);
+    if (st == HandoffState::kPending) continue;
+    s.req.kv_import.reset();
+    if (s.import_aborted) {  // cancelled meanwhile: nothing writes now; its KV is not used
+      Finish(s, FinishReason::kAbort);
+      continue;
+    }
+    if (st == HandoffState::kFailed) {
+      Finish(s, FinishReason::kError, std::move(err));
+      continue;
+    }
+    // The prompt's KV is in the pages: the request goes on as if it had
+    // computed its prompt and sampled the first token here.
+    s.computed = s.prompt_len;
+    s.table.SetNumTokens(s.computed);
+    CachePrefix(s, s.computed);
+    s.tokens.push_back(ft.token);
+    if (s.req.params.UsesPenalties()) s.history.AddOutputToken(ft.token);
+    s.sampler.SkipSample();
+    if (!s.reported_start) {
+      s.reported_start = true;
+      s.handle->SetStarted(s.prompt_len, ft.cached_tokens);
+    }
+    s.handle->Push(GeneratedToken{ft.token, ft.logprob, std::move(ft.top_logprobs)});
+    s.state = RequestState::kDecoding;
+    if (ft.finish != FinishReason::kNone)
+      Finish(s, ft.finish);
+    else if (static_cast<int64_t>(s.tokens.size()) >= s.limit)
+      Finish(s, FinishReason::kLength);
+  }
+  for (auto& sp : waiting_) {
+    Sequence& s = *sp;
+    if (!s.req.kv_export || s.finished()) continue;
+    Status err;
+    if (s.req.kv_export->Poll(&err) != HandoffState::kFailed) continue;
+    s.req.kv_export.reset();
+    Finish(s, FinishReason::kError, std::move(err));
+  }
+  (void)now;
+}
+
+void Scheduler::AdmitImports() {
+  PageAllocator& alloc = pool_.allocator();
+  for (size_t i = 0; i < waiting_.size();) {
+    Sequence& s = *waiting_[i];
+    if (!s.req.kv_import || s.finished()) {
+      ++i;
+      continue;
+    }
+    if (static_cast<int32_t>(running_.size()) >= options_.max_running_requests) break;
+    // The decode's own cache: only device-resident pages count (a host
+    // copy-back would race the prefill's writes for nothing).
+    if (radix_) {
+      auto m = radix_->MatchPrefix(std::span<const int32_t>(s.tokens.data(), s.tokens.size() - 1));
+      if (m.num_tokens > 0) {
+        radix_->Lock(m.handle);
+        s.prefix = m.handle;
+        s.prefix_locked = true;
+        s.table.AdoptSharedPrefix(m.pages, alloc);
+        s.computed = m.num_tokens;
+        s.cached_len = m.num_tokens;
+        if (hicache_) hicache_->OnMatched(m.handle);
+      }
+    }
+    if (!ReservePages(s, s.prompt_len, /*may_preempt=*/false)) {
+      const int64_t need = s.table.PagesNeeded(s.prompt_len);
+      ReleaseKv(s, false);
+      Finish(s, FinishReason::kError,
+             Unavailable("kv_full: the decode server has no free KV pages for this request's " +
+                         std::to_string(s.prompt_len) + " prompt tokens (" + std::to_string(need) +
+                         " pages needed, " + std::to_string(alloc.num_free()) +
+                         " free); retry later"));
+      ++i;
+      continue;
+    }
+    waiting_tokens_ -= static_cast<int64_t>(s.tokens.size());
+    s.state = RequestState::kAwaitingKv;
+    const int64_t first_page = s.computed / options_.page_size;
+    const auto& pages = s.table.pages();
+    s.req.kv_import->Reserved(
+        first_page,
+        std::span<const int32_t>(pages.data() + first_page,
+                                 pages.size() - static_cast<size_t>(first_page)),
+        s.prompt_len);
+    running_.push_back(std::move(waiting_[i]));
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
   }
 }
 
@@ -422,14 +618,25 @@ Status Scheduler::CheckIntegrity() const {
     if (s->state == RequestState::kLoadingPrefix) {
       if (!hicache_ || !s->prefix_locked || s->load_end <= s->computed ||
           s->table.capacity() < s->load_end ||
-          static_cast<int64_t>(s->load_host_pages.size()) * options_.page_size != s->load_end - s->computed)
-        return Internal("request " + s->req.id +
-                        " is loading a prefix without a locked host match and reserved pages for it");
+          static_cast<int64_t>(s->load_host_pages.size()) * options_.page_size !=
+              s->load_end - s->computed)
+        return Internal(
+            "request " + s->req.id +
+            " is loading a prefix without a locked host match and reserved pages for it");
       continue;
     }
-    if (s->state != RequestState::kPrefilling && s->state != RequestState::kDecoding)
+    if (s->state != RequestState::kPrefilling && s->state != RequestState::kDecoding &&
+        s->state != RequestState::kAwaitingKv && s->state != RequestState::kTransferring)
       return Internal("running request " + s->req.id + " is in state " +
                       RequestStateName(s->state));
+    if (s->state == RequestState::kAwaitingKv &&
+        (!s->req.kv_import || s->table.capacity() < s->prompt_len))
+      return Internal("request " + s->req.id +
+                      " awaits KV without an import and pages for its prompt");
+    if (s->state == RequestState::kTransferring &&
+        (!s->req.kv_export || s->computed != s->prompt_len || s->table.capacity() < s->prompt_len))
+      return Internal("request " + s->req.id +
+                      " transfers KV without an export and its prompt's pages");
     if (s->table.capacity() < s->computed)
       return Internal("request " + s->req.id + ": page table smaller than its computed tokens");
     for (int32_t p : s->table.pages())

@@ -20,8 +20,13 @@
 //   tier, a waiting request whose prompt continues in storage first waits
 //   in the queue for that prefetch (--hicache-storage-prefetch-policy), then
 //   is admitted with the prefetched pages as host hits.
-//   kAwaitingKv (PD decode: pages reserved, the prefill server writes them)
-//   is the state of the issue that adds that path; nothing enters it yet.
+//   PD disaggregation (engine/kv_handoff.h has the whole contract):
+//   prefill: kWaiting (not admitted until the decode's pages are known) ──▶
+//            kPrefilling ──first token──▶ kTransferring ──KV delivered──▶ kFinished
+//   decode:  kWaiting ──pages reserved (or fail: kv_full)──▶ kAwaitingKv
+//            ──KV and first token arrived──▶ kDecoding
+//   Neither kAwaitingKv nor kTransferring is ever preempted: a remote
+//   process writes into (or reads from) their pages.
 //
 // Prefix sharing: a prefilling sequence inserts its prompt's whole pages
 // into the radix tree as each chunk completes (and locks them), not only
@@ -58,7 +63,8 @@ enum class RequestState {
   kLoadingPrefix,  // HiCache load-back of a host-resident prefix (not yet entered)
   kPrefilling,     // admitted; prompt chunks computing
   kDecoding,       // one token per step
-  kAwaitingKv,     // PD decode: waiting for the prefill's KV (not yet entered)
+  kAwaitingKv,     // PD decode: pages reserved, the prefill writes them
+  kTransferring,   // PD prefill: first token sampled, KV writes draining
   kFinished,
 };
 const char* RequestStateName(RequestState state);
@@ -96,6 +102,13 @@ struct Sequence {
   std::chrono::steady_clock::time_point prefetch_deadline{};
   bool prefetch_checked = false;
   int64_t storage_tokens = 0;
+  // PD: prompt pages handed to req.kv_export so far; cached tokens at
+  // admission (the usage number the prefill reports); the first token's
+  // finish decision while kTransferring; an abort sent to req.kv_import.
+  int64_t exported_pages = 0;
+  int64_t started_cached = 0;
+  FinishReason transfer_finish = FinishReason::kNone;
+  bool import_aborted = false;
 
   // Tokens still to compute before the next sample.
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - computed; }
@@ -129,7 +142,8 @@ class Scheduler {
  public:
   // `radix` may be null (prefix caching off); `hicache` may be null (no host
   // tier; REQUIRES radix when set). All must outlive the scheduler.
-  Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix, HiCache* hicache = nullptr);
+  Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix,
+            HiCache* hicache = nullptr);
   // Gives back every page still held.
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -141,6 +155,14 @@ class Scheduler {
   // True when a request waits for a HiCache load-back or prefetch: an empty
   // batch is then a wait for the copy, not a stall.
   bool WaitingOnHiCache() const;
+  // True when a request waits on a PD handoff (the decode's pages, the
+  // prefill's KV, writes draining): an empty batch is then a wait too.
+  bool WaitingOnHandoff() const;
+  // PD prefill: the first token of `seq` (kDecoding, req.kv_export set) was
+  // just sampled and appended to seq.tokens; hands the rest of its prompt
+  // to the export and moves it to kTransferring (finish: what the token
+  // decided, kNone when the request would go on).
+  void StartTransfer(Sequence& seq, const GeneratedToken& first, FinishReason finish);
 
   // Finishes cancelled and expired requests, then picks the next batch:
   // one decode token per decoding sequence (oldest first; preempting the
@@ -189,6 +211,13 @@ class Scheduler {
   // HiCache: after Admit, starts copying the host part of the prefix into
   // reserved device pages. False if the pages cannot be had now.
   bool StartLoad(Sequence& s);
+  // PD: polls exports and imports, applies arrivals and failures.
+  void AdvanceHandoffs(std::chrono::steady_clock::time_point now);
+  // PD decode: admits waiting imports (prefix match, whole-prompt
+  // reservation, Reserved()) while running slots last.
+  void AdmitImports();
+  // PD prefill: hands newly whole prompt pages to the export.
+  void ExportPages(Sequence& s);
 
   SchedulerOptions options_;
   KvPool& pool_;
