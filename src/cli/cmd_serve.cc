@@ -20,6 +20,7 @@
 #include "cli/common.h"
 #include "cli/serve_config.h"
 #include "cli/signals.h"
+#include "disagg/pd_role.h"
 #include "engine/async_engine.h"
 #include "metrics/metrics.h"
 #include "server/openai_server.h"
@@ -181,9 +182,34 @@ int ServeCommand(const Args& args) {
         cmd, Internal("the engine allocated " + std::to_string((*engine)->pool().num_pages()) +
                       " KV pages; startup validation planned " + std::to_string(plan.device_pages) +
                       " (KvLayoutForConfig and Model::kv_layout disagree)"));
-  auto registry = metrics::Registry::Create({{"model", served_name}, {"role", "colocated"}});
+  const bool pd_mode = c.disaggregation_mode != "null";
+  auto registry = metrics::Registry::Create(
+      {{"model", served_name}, {"role", pd_mode ? c.disaggregation_mode : "colocated"}});
   if (!registry.ok()) return Fail(cmd, registry.status());
   (void)metrics::AddBuildInfo(**registry);
+  // PD: the bootstrap endpoint and the KV transport over the engine's pool
+  // (which lives as long as the engine). Destroyed after the engine stops.
+  std::unique_ptr<disagg::PdRole> pd;
+  if (pd_mode) {
+    disagg::PdOptions po;
+    po.mode = c.disaggregation_mode;
+    po.bootstrap_host =
+        c.disaggregation_bootstrap_host.empty() ? c.host : c.disaggregation_bootstrap_host;
+    po.bootstrap_port = static_cast<int>(c.disaggregation_bootstrap_port);
+    po.transfer_backend = c.disaggregation_transfer_backend;
+    po.model = served_name;
+    po.bootstrap_timeout = std::chrono::milliseconds(c.disaggregation_bootstrap_timeout_ms);
+    po.transfer_timeout = std::chrono::milliseconds(c.disaggregation_transfer_timeout_ms);
+    po.heartbeat_interval = std::chrono::milliseconds(c.disaggregation_heartbeat_interval_ms);
+    po.peer_timeout = std::chrono::milliseconds(c.disaggregation_peer_timeout_ms);
+    auto role = disagg::PdRole::Create(po, (*engine)->pool(), **registry);
+    if (!role.ok()) {
+      if (role.status().code() == StatusCode::kUnavailable && po.mode == "prefill")
+        return ConfigError("--disaggregation-bootstrap-port: " + role.status().message());
+      return Fail(cmd, role.status());
+    }
+    pd = std::move(*role);
+  }
   AdmissionOptions adm;
   adm.max_queued_requests = c.max_queued_requests;
   adm.max_queued_tokens = c.max_queued_tokens;
@@ -196,6 +222,7 @@ int ServeCommand(const Args& args) {
   so.tool_call_parser = c.tool_call_parser;
   so.reasoning_parser = c.reasoning_parser;
   so.http = http;
+  so.pd = pd.get();
   auto server = OpenAiServer::Create(*stack->model, **async, **registry, so, std::move(*listener));
   if (!server.ok()) return Fail(cmd, server.status());
   if (Status s = (*server)->Start(); !s.ok()) return Fail(cmd, s);
@@ -207,11 +234,23 @@ int ServeCommand(const Args& args) {
                static_cast<long>(snap.pages_total), static_cast<long>(c.page_size),
                static_cast<long>(c.max_running_requests), static_cast<long>(c.max_queued_requests),
                static_cast<long>(c.max_queued_tokens), static_cast<long>(c.max_queue_time_ms));
+  if (pd) {
+    std::string where;
+    if (pd->mode() == "prefill")
+      where = ", bootstrap on " +
+              (c.disaggregation_bootstrap_host.empty() ? c.host : c.disaggregation_bootstrap_host) +
+              ":" + std::to_string(pd->bootstrap_port());
+    std::fprintf(stderr, "strata serve: PD %s role, instance %s%s\n", pd->mode().c_str(),
+                 pd->instance_id().c_str(), where.c_str());
+  }
   std::fflush(stderr);
 
   ServeSignals::Event ev;
   while (ev.kind == ServeSignals::Kind::kNone) ev = signals.Next(std::chrono::milliseconds(-1));
-  return Shutdown(signals, ev, **server, **async, std::chrono::seconds(c.drain_timeout_s));
+  const int code =
+      Shutdown(signals, ev, **server, **async, std::chrono::seconds(c.drain_timeout_s));
+  pd.reset();  // the engine stopped: no request holds a handoff any more
+  return code;
 }
 
 }  // namespace strata::cli

@@ -120,6 +120,34 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
         "allocate and bind the host tier on this NUMA node (-1: the nodes this process may "
         "allocate from, Mems_allowed_list in /proc/self/status)",
         -1, 4095);
+
+  // PD disaggregation (SGLang's names where SGLang has the flag).
+  f.String("disaggregation-mode", &c->disaggregation_mode,
+           "null (colocated: prefill and decode here), prefill or decode (one half of a PD pair "
+           "behind `strata router`)");
+  f.Int("disaggregation-bootstrap-port", &c->disaggregation_bootstrap_port,
+        "prefill: the port decode servers connect to (the bootstrap handshake; 0: any free port, "
+        "shown in /server_info)",
+        0, 65535);
+  f.String("disaggregation-bootstrap-host", &c->disaggregation_bootstrap_host,
+           "prefill: the address the bootstrap port listens on (default: --host)");
+  f.String("disaggregation-transfer-backend", &c->disaggregation_transfer_backend,
+           "how KV pages move from prefill to decode: ucx (its transports by UCX_TLS: tcp across "
+           "hosts, shm/cma on one host)");
+  f.Int("disaggregation-bootstrap-timeout-ms", &c->disaggregation_bootstrap_timeout_ms,
+        "prefill: how long a request waits for its decode to register its pages before it fails "
+        "(bootstrap_timeout)",
+        1, int64_t{1} << 31);
+  f.Int("disaggregation-transfer-timeout-ms", &c->disaggregation_transfer_timeout_ms,
+        "how long a room may take from the decode's page registration to the KV and first token "
+        "delivered, the prefill's queueing included (transfer_timeout)",
+        1, int64_t{1} << 31);
+  f.Int("disaggregation-heartbeat-interval-ms", &c->disaggregation_heartbeat_interval_ms,
+        "PD peers send a heartbeat this often", 10, 600000);
+  f.Int("disaggregation-peer-timeout-ms", &c->disaggregation_peer_timeout_ms,
+        "a PD peer silent for this long is lost: its rooms fail (peer_lost) and its connection is "
+        "dropped; must exceed --disaggregation-heartbeat-interval-ms",
+        20, 3600000);
 }
 
 FlagSet MakeServeFlagSet(ServeConfig* config) {
@@ -209,6 +237,31 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
       !ToolCallFormatFromName(c.tool_call_parser))
     problem("--tool-call-parser: '" + c.tool_call_parser + "' is not one of " +
             std::string(kToolCallParserNames));
+  if (c.disaggregation_mode != "null" && c.disaggregation_mode != "prefill" &&
+      c.disaggregation_mode != "decode")
+    problem("--disaggregation-mode: '" + c.disaggregation_mode +
+            "' is not one of null, prefill, decode");
+  if (c.disaggregation_transfer_backend != "ucx")
+    problem("--disaggregation-transfer-backend: '" + c.disaggregation_transfer_backend +
+            "' is not one of ucx");
+  if (c.disaggregation_peer_timeout_ms <= c.disaggregation_heartbeat_interval_ms)
+    problem("--disaggregation-peer-timeout-ms " + std::to_string(c.disaggregation_peer_timeout_ms) +
+            " must exceed --disaggregation-heartbeat-interval-ms " +
+            std::to_string(c.disaggregation_heartbeat_interval_ms) +
+            " (a peer would be declared lost between two heartbeats)");
+  if (c.disaggregation_mode == "prefill" && c.disaggregation_bootstrap_port != 0 &&
+      c.disaggregation_bootstrap_port == c.port)
+    problem("--disaggregation-bootstrap-port " + std::to_string(c.disaggregation_bootstrap_port) +
+            " is also --port: give the bootstrap endpoint its own port (default 8998)");
+  if (c.disaggregation_mode == "null") {
+    for (const char* flag :
+         {"disaggregation-bootstrap-port", "disaggregation-bootstrap-host",
+          "disaggregation-transfer-backend", "disaggregation-bootstrap-timeout-ms",
+          "disaggregation-transfer-timeout-ms"})
+      if (c.Given(flag))
+        problem(std::string("--") + flag +
+                " applies only to a PD role: add --disaggregation-mode prefill or decode");
+  }
   if (!c.reasoning_parser.empty() && !ReasoningFormatFromName(c.reasoning_parser))
     problem("--reasoning-parser: '" + c.reasoning_parser + "' is not one of " +
             std::string(kReasoningParserNames));

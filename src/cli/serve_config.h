@@ -55,6 +55,15 @@ struct ServeConfig {
   std::string hicache_prefetch_policy = "best_effort";
   int64_t hicache_prefetch_timeout_ms = kDefaultPrefetchTimeoutMs;
   int64_t numa_node = -1;
+  // PD disaggregation (SGLang's flag names; docs/architecture/disagg.md).
+  std::string disaggregation_mode = "null";  // null (colocated), prefill, decode
+  int64_t disaggregation_bootstrap_port = 8998;
+  std::string disaggregation_bootstrap_host;  // "": the --host value
+  std::string disaggregation_transfer_backend = "ucx";
+  int64_t disaggregation_bootstrap_timeout_ms = 30000;
+  int64_t disaggregation_transfer_timeout_ms = 120000;
+  int64_t disaggregation_heartbeat_interval_ms = 1000;
+  int64_t disaggregation_peer_timeout_ms = 5000;
   // Names (without --) of the flags given on the command line; set by
   // RecordGivenFlags after FlagSet::Parse.
   std::vector<std::string> given;

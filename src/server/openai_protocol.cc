@@ -68,7 +68,10 @@ const std::set<std::string>& CommonKeys() {
                                              "service_tier",
                                              "length_penalty",
                                              "cache_salt",
-                                             "return_token_ids"};
+                                             "return_token_ids",
+                                             "bootstrap_host",
+                                             "bootstrap_port",
+                                             "bootstrap_room"};
   return keys;
 }
 
@@ -324,6 +327,35 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
     out->request_id = *s;
   }
   RETURN_IF_API_ERROR(ReadBool(body, "return_token_ids", &out->return_token_ids));
+
+  // PD disaggregation: the router adds all three (SGLang's names).
+  {
+    std::optional<std::string> host;
+    std::optional<int64_t> port, room;
+    RETURN_IF_API_ERROR(ReadString(body, "bootstrap_host", &host));
+    RETURN_IF_API_ERROR(ReadInt(body, "bootstrap_port", &port));
+    RETURN_IF_API_ERROR(ReadInt(body, "bootstrap_room", &room));
+    if (host || port || room) {
+      if (!host || !port || !room)
+        return InvalidRequestError(
+            !host   ? "bootstrap_host"
+            : !port ? "bootstrap_port"
+                    : "bootstrap_room",
+            "bootstrap_host, bootstrap_port and bootstrap_room come together "
+            "(the router of a prefill/decode pair sets them)");
+      if (host->empty() || host->size() > 255)
+        return InvalidRequestError("bootstrap_host",
+                                   "bootstrap_host must be a host name or address");
+      if (*port < 1 || *port > 65535)
+        return InvalidRequestError(
+            "bootstrap_port", "bootstrap_port must be in [1, 65535], got " + std::to_string(*port));
+      if (*room < 0)
+        return InvalidRequestError("bootstrap_room",
+                                   "bootstrap_room must be >= 0, got " + std::to_string(*room));
+      out->bootstrap =
+          BootstrapFields{*host, static_cast<int>(*port), static_cast<uint64_t>(*room)};
+    }
+  }
 
   std::optional<int64_t> n;
   RETURN_IF_API_ERROR(ReadInt(body, "n", &n));

@@ -65,6 +65,12 @@ struct StreamOptions {
 };
 
 // Fields both endpoints share.
+struct BootstrapFields {
+  std::string host;
+  int port = 0;
+  uint64_t room = 0;  // choice k of the request uses room + k
+};
+
 struct GenerationFields {
   bool is_chat = false;
   std::string model;  // "" when absent
@@ -93,6 +99,9 @@ struct GenerationFields {
   // vLLM: choices carry the prompt's and the output's token ids
   // (prompt_token_ids, token_ids).
   bool return_token_ids = false;
+  // PD disaggregation (docs/architecture/disagg.md): where the prefill's
+  // bootstrap endpoint is and the request's room; all three or none.
+  std::optional<BootstrapFields> bootstrap;
   std::vector<std::string> ignored_fields;  // unknown top-level keys, sorted
 };
 

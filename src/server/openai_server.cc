@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,18 @@
 
 namespace strata {
 namespace {
+
+// PD: the failure reason a handoff's error starts with ("kv_full",
+// "peer_lost", ...; disagg/bootstrap.h FailureReasonName), or "".
+std::string PdFailureReason(const Status& error) {
+  const std::string& m = error.message();
+  for (const char* r :
+       {"kv_full", "bootstrap_timeout", "transfer_timeout", "peer_lost", "aborted", "rejected"}) {
+    const size_t n = std::strlen(r);
+    if (m.size() > n && m.compare(0, n, r) == 0 && m[n] == ':') return r;
+  }
+  return "";
+}
 
 using Clock = std::chrono::steady_clock;
 using ojson = nlohmann::ordered_json;
@@ -656,6 +669,19 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   n = fields.n;
   ex->n = n;
   ex->stream = fields.stream;
+  if (options.pd) {
+    if (!fields.bootstrap)
+      return CountRequest("error"),
+             SendError(
+                 *res,
+                 InvalidRequestError(
+                     "bootstrap_room",
+                     "this server is the " + options.pd->mode() +
+                         " half of a prefill/decode pair: send requests through `strata router` "
+                         "(bootstrap_host, bootstrap_port and bootstrap_room are missing)"));
+    if (options.pd->mode() == "prefill")
+      ex->stream = false;  // the router reads the decode's stream
+  }
   ex->meta = NewResponseMeta(chat ? "chatcmpl-" : "cmpl-", options.served_model_name);
   if (fields.request_id) ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + *fields.request_id;
   ex->return_token_ids = fields.return_token_ids;
@@ -679,6 +705,16 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
       // n > 1 with a fixed seed: vary it per choice so choices differ but replay.
       if (er.params.seed && k > 0) er.params.seed = *er.params.seed + static_cast<uint64_t>(k);
       er.arrival = arrival;
+      if (options.pd) {
+        disagg::RoomAddress a{fields.bootstrap->host, fields.bootstrap->port,
+                              fields.bootstrap->room + static_cast<uint64_t>(ex->choices.size())};
+        auto h = options.pd->NewHandoff(a, er.id, arrival);
+        if (!h.ok())
+          return CountRequest("error"),
+                 SendError(*res, InvalidRequestError("bootstrap_room", h.status().message()));
+        er.kv_export = std::move(h->kv_export);
+        er.kv_import = std::move(h->kv_import);
+      }
       std::weak_ptr<Exchange> weak = ex;
       er.notify = [this, weak] {
         if (auto e = weak.lock()) Enqueue(e);
@@ -876,7 +912,19 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     for (Choice& c : ex.choices) c.handle->Cancel();
     ApiError e = ApiErrorFromStatus(failed->error);
     HttpHeaders h;
-    if (e.http_status == 503) {
+    const std::string pd_reason = options.pd ? PdFailureReason(failed->error) : "";
+    if (pd_reason == "kv_full") {
+      e.code = "kv_full";
+      h.emplace_back("Retry-After", "1");
+      rejected_total->Get({"kv_full"}).Inc();
+      CountRequest("rejected");
+    } else if (!pd_reason.empty()) {
+      // The other half of the pair failed: a gateway error naming why.
+      e.http_status = 502;
+      e.type = "server_error";
+      e.code = pd_reason;
+      CountRequest("error");
+    } else if (e.http_status == 503) {
       h.emplace_back("Retry-After", "1");
       rejected_total->Get({"max_queue_time"}).Inc();
       CountRequest("rejected");

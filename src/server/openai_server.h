@@ -3,12 +3,11 @@
 // tokenizer and chat template, and the AsyncEngine.
 //
 //   GET  /health             200 when ready; 503 while draining
-//   GET  /metrics            Prometheus text
-//   GET  /v1/models
-//   GET  /v1/models/{id}     the model object, or 404 model_not_found
-//   POST /v1/completions, /v1/chat/completions  (stream or not)
-//   POST /tokenize, /detokenize                   (vLLM's shapes)
-//   GET  /debug/integrity    (API key) KV cache / prefix cache invariants, checked
+//   GET  /server_info        role, disaggregation mode and bootstrap port (public; alias
+//   /get_server_info) GET  /metrics            Prometheus text GET  /v1/models GET  /v1/models/{id}
+//   the model object, or 404 model_not_found POST /v1/completions, /v1/chat/completions  (stream or
+//   not) POST /tokenize, /detokenize                   (vLLM's shapes) GET  /debug/integrity (API
+//   key) KV cache / prefix cache invariants, checked
 //                            by the engine thread when idle, one check at a time;
 //                            503 + Retry-After while one is pending or the engine stays busy
 //
@@ -36,6 +35,7 @@
 #include <string>
 #include <string_view>
 
+#include "disagg/pd_role.h"
 #include "engine/async_engine.h"
 #include "metrics/metrics.h"
 #include "model/model_dir.h"
@@ -57,6 +57,12 @@ struct ServerOptions {
   std::string tool_call_parser;
   // --reasoning-parser: "" (none) or a name of ReasoningFormatFromName.
   std::string reasoning_parser;
+  // --disaggregation-mode prefill|decode: the role whose handoffs requests
+  // get (docs/architecture/disagg.md); null: colocated. Must outlive the
+  // server and the engine's requests (destroy it after AsyncEngine::Stop).
+  // Generation requests then need the router's bootstrap fields (400
+  // without); a prefill answers non-streaming once its part is done.
+  disagg::PdRole* pd = nullptr;
 };
 
 class OpenAiServer {
