@@ -229,6 +229,7 @@ class PrefillRole final : public RoleBase {
     FailureReason reason = FailureReason::kAborted;
     bool tell_decode = false;
     bool released = false;  // the engine request ended
+    bool polled = false;    // the engine saw it (it was admitted to the queue)
   };
 
   class Export final : public KvExport {
@@ -538,6 +539,7 @@ class PrefillRole final : public RoleBase {
   HandoffState PollRoom(const std::shared_ptr<Room>& rp, Status* error) {
     std::lock_guard<std::mutex> lock(mu_);
     Room& r = *rp;
+    r.polled = true;
     const auto now = Clock::now();
     if (!r.failed && !r.ready && now > r.arrival + options_.bootstrap_timeout)
       FailLocked(r, FailureReason::kBootstrapTimeout,
@@ -563,8 +565,12 @@ class PrefillRole final : public RoleBase {
   // until the bootstrap timeout, answering late messages.
   void Release(const std::shared_ptr<Room>& rp) {
     std::lock_guard<std::mutex> lock(mu_);
+    // Never polled: the server refused it before the engine queued it
+    // (admission limits, a bad request), which the decode hears as rejected.
     if (!rp->failed && !rp->done_sent)
-      FailLocked(*rp, FailureReason::kAborted, "the prefill request ended", true);
+      FailLocked(*rp, rp->polled ? FailureReason::kAborted : FailureReason::kRejected,
+                 rp->polled ? "the prefill request ended" : "the prefill refused the request (admission limits)",
+                 true);
     rp->has_request = false;
     rp->released = true;
     rp->arrival = Clock::now();

@@ -1,0 +1,356 @@
+// PD disaggregation through the real binary: `strata serve
+// --disaggregation-mode prefill` and `... decode` child processes on
+// 127.0.0.1, the bootstrap handshake over TCP and the KV pages over real
+// UCX. The test plays the router's part (the same body plus the bootstrap
+// fields to both servers, the decode's response read); router_e2e_test runs
+// the same pair behind `strata router`.
+//
+// What is checked: outputs and logprobs equal to one colocated server (text
+// and chat, streaming and not, page sizes 1 and 16); and after every
+// failure — kv_full, a bootstrap timeout, kill -9 of either side, a
+// stalled (SIGSTOPped) prefill, a client gone mid-stream, a burst far above
+// the limits — a named error, both servers at 0 active pages with
+// /debug/integrity passing, and a following request served.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "cli/serve_test_process.h"
+
+namespace strata::http_test {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+int BootstrapPort(const Server& s) {
+  std::smatch m;
+  std::string l = s.Log();
+  static const std::regex re("bootstrap on [^ ]+:(\\d+)");
+  return std::regex_search(l, m, re) ? std::stoi(m[1]) : 0;
+}
+
+// The value of the first series of `name` whose labels contain `label`.
+double Series(Server& s, const std::string& name, const std::string& label = "") {
+  Response r = s.Request(Get("/metrics"));
+  std::istringstream in(r.body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    if (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ') continue;
+    if (!label.empty() && line.find(label) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+double ActivePages(Server& s) { return Series(s, "strata_kv_pages_used", "state=\"active\""); }
+
+void ExpectClean(Server& s, const char* who) {
+  EXPECT_TRUE(Eventually([&] { return ActivePages(s) == 0; }, 20s)) << who << " holds pages: " << ActivePages(s);
+  Response r = s.Request(Get("/debug/integrity"), 20s);
+  EXPECT_EQ(r.status, 200) << who << ": " << r.body;
+}
+
+std::vector<std::string> Common(int page_size) {
+  return {"--model-path", Fixture("qwen3"), "--served-model-name", "m", "--page-size", std::to_string(page_size),
+          "--chunked-prefill-size", "16", "--disaggregation-heartbeat-interval-ms", "200",
+          "--disaggregation-peer-timeout-ms", "1500"};
+}
+
+std::vector<std::string> With(std::vector<std::string> a, std::initializer_list<std::string> more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+struct Pair {
+  explicit Pair(int page_size = 16, std::initializer_list<std::string> prefill_extra = {},
+                std::initializer_list<std::string> decode_extra = {}) {
+    prefill = std::make_unique<Server>(
+        With(With(Common(page_size), {"--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0"}),
+             prefill_extra));
+    decode = std::make_unique<Server>(With(With(Common(page_size), {"--disaggregation-mode", "decode"}), decode_extra));
+    EXPECT_GT(prefill->port(), 0) << prefill->Log();
+    EXPECT_GT(decode->port(), 0) << decode->Log();
+    EXPECT_TRUE(Eventually([&] { return (bootstrap_port = BootstrapPort(*prefill)) > 0; }, 10s)) << prefill->Log();
+  }
+  std::unique_ptr<Server> prefill, decode;
+  int bootstrap_port = 0;
+};
+
+std::atomic<uint64_t> next_room{1000};
+
+json WithRoom(json body, int bootstrap_port, uint64_t room) {
+  body["bootstrap_host"] = "127.0.0.1";
+  body["bootstrap_port"] = bootstrap_port;
+  body["bootstrap_room"] = room;
+  return body;
+}
+
+struct PdResult {
+  Response prefill, decode;
+};
+
+// The router's part: both requests at once; the decode's answer is the client's.
+PdResult SendPd(Pair& p, const std::string& path, const json& body, std::chrono::milliseconds timeout = 60s) {
+  const json b = WithRoom(body, p.bootstrap_port, next_room++);
+  PdResult r;
+  std::thread t([&] { r.prefill = p.prefill->PostJson(path, b.dump(), "", timeout); });
+  r.decode = p.decode->PostJson(path, b.dump(), "", timeout);
+  t.join();
+  return r;
+}
+
+// The parts of a response that must not differ between PD and colocated.
+json Essence(const Response& r, bool stream) {
+  if (!stream) {
+    json j = json::parse(r.body, nullptr, false);
+    if (j.is_discarded()) return r.body;
+    json out = j["choices"];
+    for (auto& c : out) c.erase("index");
+    return out;
+  }
+  // SSE: the concatenated text / content and the last finish_reason.
+  std::string text;
+  json finish;
+  std::istringstream in(r.body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    json e = json::parse(line.substr(6), nullptr, false);
+    if (e.is_discarded() || !e.contains("choices")) continue;
+    for (auto& c : e["choices"]) {
+      if (c.contains("text")) text += c["text"].get<std::string>();
+      if (c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string())
+        text += c["delta"]["content"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    }
+  }
+  return json{{"text", text}, {"finish_reason", finish}};
+}
+
+const char* kLongText =
+    "The quick brown fox jumps over the lazy dog while the operator watches the queue depth "
+    "climb past every limit they had ever configured, and the prefill server keeps going. ";
+
+class PdOutputsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PdOutputsTest, GreedyOutputsAndLogprobsEqualColocated) {
+  const int page = GetParam();
+  Server colocated(Common(page));
+  Pair pd(page);
+  ASSERT_GT(colocated.port(), 0);
+  std::string prompt;
+  for (int i = 0; i < 3; ++i) prompt += kLongText;
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 2}}},
+      {"/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 5}, {"temperature", 0}}},
+      {"/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}}},
+      {"/v1/chat/completions",
+       {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 10}, {"temperature", 0},
+        {"logprobs", true}, {"top_logprobs", 2}}},
+  };
+  for (bool stream : {false, true}) {
+    for (const auto& [path, body0] : cases) {
+      json body = body0;
+      body["stream"] = stream;
+      Response want = colocated.PostJson(path, body.dump(), "", 60s);
+      ASSERT_EQ(want.status, 200) << want.body;
+      PdResult got = SendPd(pd, path, body);
+      ASSERT_EQ(got.decode.status, 200) << got.decode.body << "\nprefill: " << got.prefill.body;
+      EXPECT_EQ(got.prefill.status, 200) << got.prefill.body;
+      EXPECT_EQ(Essence(got.decode, stream), Essence(want, stream)) << path << " stream=" << stream;
+    }
+  }
+  // The decode's own prefix cache: the same prompt again transfers fewer pages.
+  const double pages_before = Series(*pd.prefill, "strata_kv_transfer_pages_total");
+  json body = cases[0].second;
+  PdResult again = SendPd(pd, "/v1/completions", body);
+  ASSERT_EQ(again.decode.status, 200) << again.decode.body;
+  const double pages_after = Series(*pd.prefill, "strata_kv_transfer_pages_total");
+  const int prompt_pages = static_cast<int>(json::parse(again.decode.body)["usage"]["prompt_tokens"].get<int>() + page - 1) / page;
+  EXPECT_LE(pages_after - pages_before, 1) << "prompt of " << prompt_pages << " pages sent again";
+  EXPECT_GT(Series(*pd.prefill, "strata_kv_transfer_bytes_total"), 0);
+  ExpectClean(*pd.prefill, "prefill");
+  ExpectClean(*pd.decode, "decode");
+}
+
+INSTANTIATE_TEST_SUITE_P(PageSizes, PdOutputsTest, ::testing::Values(16, 1));
+
+TEST(PdRoleTest, RequestsWithoutBootstrapFieldsAreRefused) {
+  Pair pd;
+  Response r = pd.decode->PostJson("/v1/completions", R"({"prompt":"hi","max_tokens":2})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("strata router"), std::string::npos) << r.body;
+  r = pd.prefill->PostJson("/v1/completions", R"({"prompt":"hi","max_tokens":2,"bootstrap_room":1})");
+  EXPECT_EQ(r.status, 400) << r.body;
+}
+
+TEST(PdFailureTest, PrefillWithoutItsDecodeFailsWithBootstrapTimeout) {
+  Pair pd(16, {"--disaggregation-bootstrap-timeout-ms", "800"});
+  json b = WithRoom({{"prompt", "hello"}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
+  Response r = pd.prefill->PostJson("/v1/completions", b.dump(), "", 30s);
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_NE(r.body.find("bootstrap_timeout"), std::string::npos) << r.body;
+  EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"bootstrap_timeout\""), 1);
+  ExpectClean(*pd.prefill, "prefill");
+}
+
+TEST(PdFailureTest, DecodeWithoutFreePagesAnswersKvFullAtOnce) {
+  // 8 pages of 16 tokens; the first request holds 5 while its KV never comes.
+  Pair pd(16, {"--disaggregation-bootstrap-timeout-ms", "1500"}, {"--max-total-tokens", "128"});
+  std::string prompt;
+  for (int i = 0; i < 2; ++i) prompt += kLongText;
+  json a = WithRoom({{"prompt", prompt}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
+  Response ra;
+  std::thread t([&] { ra = pd.decode->PostJson("/v1/completions", a.dump(), "", 30s); });
+  ASSERT_TRUE(Eventually([&] { return ActivePages(*pd.decode) > 0; }, 10s));
+  json b = WithRoom({{"prompt", prompt}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
+  Response rb = pd.decode->PostJson("/v1/completions", b.dump(), "", 10s);
+  EXPECT_EQ(rb.status, 503) << rb.body;
+  EXPECT_NE(rb.body.find("kv_full"), std::string::npos) << rb.body;
+  EXPECT_FALSE(rb.headers["retry-after"].empty());
+  t.join();
+  // The router's request for room a never reached the prefill: it gives up
+  // on the registration after its bootstrap timeout and tells the decode.
+  EXPECT_EQ(ra.status, 502) << ra.body;
+  EXPECT_NE(ra.body.find("bootstrap_timeout"), std::string::npos) << ra.body;
+  ExpectClean(*pd.prefill, "prefill");
+  ExpectClean(*pd.decode, "decode");
+  PdResult ok = SendPd(pd, "/v1/completions", {{"prompt", "fine"}, {"max_tokens", 3}});
+  EXPECT_EQ(ok.decode.status, 200) << ok.decode.body;
+}
+
+TEST(PdFailureTest, PrefillKilledMidRequestFailsTheDecodeAtOnceAndARestartedPrefillServes) {
+  auto pd = std::make_unique<Pair>();
+  pd->prefill->Signal(SIGSTOP);  // it accepts the requests but computes nothing
+  json b = WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd->bootstrap_port, next_room++);
+  Response r;
+  std::thread t([&] { r = pd->decode->PostJson("/v1/completions", b.dump(), "", 30s); });
+  ASSERT_TRUE(Eventually([&] { return ActivePages(*pd->decode) > 0; }, 10s)) << "decode never reserved";
+  const auto t0 = std::chrono::steady_clock::now();
+  pd->prefill->Signal(SIGKILL);
+  t.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_NE(r.body.find("peer_lost"), std::string::npos) << r.body;
+  EXPECT_LT(took, 10) << "noticed only late";
+  ExpectClean(*pd->decode, "decode");
+  // A new prefill on the same bootstrap port: the decode uses it, no restart.
+  Server prefill2(With(Common(16), {"--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
+                                    std::to_string(pd->bootstrap_port)}));
+  ASSERT_GT(prefill2.port(), 0) << prefill2.Log();
+  pd->prefill.reset();
+  json c = WithRoom({{"prompt", "again"}, {"max_tokens", 3}}, pd->bootstrap_port, next_room++);
+  Response rp;
+  std::thread tp([&] { rp = prefill2.PostJson("/v1/completions", c.dump(), "", 30s); });
+  Response rd = pd->decode->PostJson("/v1/completions", c.dump(), "", 30s);
+  tp.join();
+  EXPECT_EQ(rd.status, 200) << rd.body << "\n" << pd->decode->Log();
+  EXPECT_EQ(rp.status, 200) << rp.body;
+  ExpectClean(prefill2, "prefill2");
+}
+
+TEST(PdFailureTest, DecodeKilledMidRequestEndsThePrefillsRequest) {
+  Pair pd;
+  pd.decode->Signal(SIGSTOP);
+  const json b = WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
+  Response rp;
+  std::thread t([&] { rp = pd.prefill->PostJson("/v1/completions", b.dump(), "", 60s); });
+  std::this_thread::sleep_for(300ms);
+  pd.decode->Signal(SIGKILL);
+  t.join();
+  EXPECT_EQ(rp.status, 502) << rp.body;
+  ExpectClean(*pd.prefill, "prefill");
+  // A new decode works with the same prefill.
+  Server decode2(With(Common(16), {"--disaggregation-mode", "decode"}));
+  ASSERT_GT(decode2.port(), 0);
+  const json c = WithRoom({{"prompt", "again"}, {"max_tokens", 3}}, pd.bootstrap_port, next_room++);
+  Response r2p;
+  std::thread t2([&] { r2p = pd.prefill->PostJson("/v1/completions", c.dump(), "", 30s); });
+  Response r2d = decode2.PostJson("/v1/completions", c.dump(), "", 30s);
+  t2.join();
+  EXPECT_EQ(r2d.status, 200) << r2d.body;
+  EXPECT_EQ(r2p.status, 200) << r2p.body;
+}
+
+TEST(PdFailureTest, StalledPrefillIsLostAfterThePeerTimeoutAndRecovers) {
+  Pair pd;
+  // Connect the pair first (a request through both).
+  PdResult warm = SendPd(pd, "/v1/completions", {{"prompt", "warm"}, {"max_tokens", 2}});
+  ASSERT_EQ(warm.decode.status, 200) << warm.decode.body;
+  pd.prefill->Signal(SIGSTOP);
+  const json b = WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
+  const auto t0 = std::chrono::steady_clock::now();
+  Response r = pd.decode->PostJson("/v1/completions", b.dump(), "", 30s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_NE(r.body.find("peer_lost"), std::string::npos) << r.body;
+  EXPECT_LT(took, 15);
+  ExpectClean(*pd.decode, "decode");
+  pd.prefill->Signal(SIGCONT);
+  // The prefill heals: a new request through both succeeds.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        PdResult ok = SendPd(pd, "/v1/completions", {{"prompt", "after"}, {"max_tokens", 2}}, 20s);
+        return ok.decode.status == 200;
+      },
+      30s));
+  ExpectClean(*pd.prefill, "prefill");
+}
+
+TEST(PdFailureTest, ClientGoneMidStreamEndsTheRoomOnBothSides) {
+  Pair pd;
+  std::string prompt;
+  for (int i = 0; i < 4; ++i) prompt += kLongText;
+  const json b = WithRoom({{"prompt", prompt}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}},
+                          pd.bootstrap_port, next_room++);
+  Response rp;
+  std::thread t([&] { rp = pd.prefill->PostJson("/v1/completions", b.dump(), "", 60s); });
+  {
+    Client c(Connect(pd.decode->port(), 30s));
+    ASSERT_TRUE(c.Send(Post("/v1/completions", b.dump(), "Content-Type: application/json\r\n")));
+    char buf[256];
+    ASSERT_GT(::recv(c.fd(), buf, sizeof buf, 0), 0);  // the stream started
+  }  // closed mid-stream
+  t.join();
+  EXPECT_EQ(rp.status, 200) << "the prefill had finished its part: " << rp.body;
+  ExpectClean(*pd.decode, "decode");
+  ExpectClean(*pd.prefill, "prefill");
+}
+
+TEST(PdFailureTest, BurstFarAboveTheLimitsIsShedCleanly) {
+  Pair pd(16, {"--max-queued-requests", "2", "--max-running-requests", "2"}, {"--max-running-requests", "4"});
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0}, shed{0}, other{0};
+  std::mutex mu;
+  std::vector<std::string> others;
+  for (int i = 0; i < 24; ++i)
+    ts.emplace_back([&, i] {
+      PdResult r = SendPd(pd, "/v1/completions",
+                          {{"prompt", std::string(kLongText) + std::to_string(i)}, {"max_tokens", 8}}, 60s);
+      if (r.decode.status == 200 && r.prefill.status == 200)
+        ok++;
+      else if (r.prefill.status == 503 && (r.decode.status == 502 || r.decode.status == 503))
+        shed++;
+      else {
+        other++;
+        std::lock_guard<std::mutex> l(mu);
+        others.push_back(std::to_string(r.prefill.status) + "/" + std::to_string(r.decode.status) + " " +
+                         r.decode.body);
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(shed.load(), 0) << "nothing was shed";
+  EXPECT_EQ(other.load(), 0) << (others.empty() ? "" : others[0]);
+  ExpectClean(*pd.prefill, "prefill");
+  ExpectClean(*pd.decode, "decode");
+}
+
+}  // namespace
+}  // namespace strata::http_test
