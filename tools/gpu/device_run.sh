@@ -8,6 +8,7 @@ R=$(cd .. && pwd)
 OUT=${OUT:-/tmp/strata-gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
+export UCX_MODULE_DIR=$PWD/lib/ucx  # UCX's transport plugins, staged with it
 # The tests read fixtures via their compiled-in source directory.
 mkdir -p "$(dirname @STRATA_SOURCE_DIR@)" && ln -sfn "$R" @STRATA_SOURCE_DIR@
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
@@ -40,4 +41,9 @@ python3 "$R/tools/bench/make_shape_model.py" --shape llama-3.2-1b \
 for p in fp32 bf16; do
   ./strata bench engine --device cuda --matmul-precision $p --model-path /tmp/l1b --prompt-len 512 \
     --gen-len 128 --repeats 3 --json 2>&1 | tail -1 | tee "$OUT/bench_$p.json"
+done
+echo "== HF transformers, same model and GPU"
+for attn in eager sdpa; do
+  python3 "$R/tools/bench/hf_engine.py" --model-path /tmp/l1b --prompt-len 512 --gen-len 128 --repeats 3 \
+    --attn $attn 2>"$OUT/hf_$attn.err" | tail -1 | tee "$OUT/hf_$attn.json"
 done

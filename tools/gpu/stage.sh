@@ -2,7 +2,7 @@
 # Stages what the GPU machine needs into DEST/.cudarun: the strata binary,
 # the CUDA op-parity and model-parity tests (built HERE with nvcc: the GPU
 # machine's image has CUDA but none of Strata's Debian libraries), the one
-# shared library that image lacks (libutf8proc), and device_run.sh.
+# shared libraries that image lacks (libutf8proc, UCX), and device_run.sh.
 #
 #   tools/gpu/stage.sh BUILD_DIR DEST_REPO
 #   then on the GPU machine, from DEST_REPO's root:  .cudarun/device_run.sh
@@ -20,6 +20,12 @@ mkdir -p "$dest/lib"
 cp "$build/strata" "$build/src/parity_test" "$build/src/cuda_backend_test" "$dest/"
 strip "$dest/strata" "$dest/parity_test" "$dest/cuda_backend_test"
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 "$dest/lib/"
+# UCX (PD transfer) and its plugin directory (device_run.sh sets UCX_MODULE_DIR).
+for l in libucp.so.0 libuct.so.0 libucs.so.0 libucm.so.0 libnuma.so.1; do
+  cp -L /usr/lib/x86_64-linux-gnu/$l "$dest/lib/"
+done
+mkdir -p "$dest/lib/ucx"
+cp -L /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$dest/lib/ucx/"
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
 chmod +x "$dest/device_run.sh"
