@@ -584,6 +584,18 @@ std::string Supervisor::ServicesJson() const {
                                                      nlohmann::json::error_handler_t::replace);
 }
 
+std::string Supervisor::PrometheusTargetsJson() const {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const ServiceStatus& s : Snapshot()) {
+    if (s.port == 0) continue;  // no known address to scrape
+    // An IPv6 literal needs brackets in host:port.
+    const std::string host = s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host;
+    groups.push_back({{"targets", {host + ":" + std::to_string(s.port)}},
+                      {"labels", {{"service", s.name}, {"role", s.role}}}});
+  }
+  return groups.dump();
+}
+
 std::string Supervisor::RenderMetrics() const { return registry_->Render(); }
 
 }  // namespace strata::cli

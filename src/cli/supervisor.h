@@ -117,6 +117,11 @@ class Supervisor {
   // {"services":[{"name","state","pid","restarts","uptime_s","last_exit_code",
   //  "last_error","port","host","role","log_tail"}]}
   std::string ServicesJson() const;
+  // Prometheus HTTP service discovery (http_sd_configs): one target group per
+  // service with a port, whatever its state (a down service is a target whose
+  // `up` is 0): [{"targets":["host:port"],"labels":{"service","role"}}].
+  // deploy/prometheus/prometheus.yml scrapes the services through it.
+  std::string PrometheusTargetsJson() const;
   // strata_service_{up,restarts_total,crashloop,last_exit_code,start_time_seconds}.
   std::string RenderMetrics() const;
 
