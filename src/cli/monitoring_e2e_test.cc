@@ -236,8 +236,8 @@ std::string DeploymentFile() {
            more + "\n";
   };
   return "[launcher]\nport = " + std::to_string(d->launcher) + "\nlog-dir = \"" + d->tmp +
-         "/logs\"\ncrashloop-burst = 3\ncrashloop-interval-s = 10\nbackoff-initial-s = 1\n"
-         "backoff-max-s = 2\nbackoff-reset-s = 600\n\n" +
+         "/logs\"\ncrashloop-burst = 3\ncrashloop-interval-s = 10\nbackoff-initial-s = 3\n"
+         "backoff-max-s = 4\nbackoff-reset-s = 600\n\n" +
          service("chat", Model(), d->chat, "max-queued-requests = 8\nmax-queued-tokens = 4096") +
          service("chat-hicache", Model(), d->hicache,
                  "max-queued-requests = 8\nenable-hierarchical-cache = true\nhicache-ratio = 4\n"
@@ -554,7 +554,7 @@ TEST_F(MonitoringE2eTest, EveryAlertRuleEvaluatesAndTheProvokedOnesBecomeActive)
               HasSubstr("tokenizer.json is missing"));
 
   // A configuration error at restart: the victim is killed and its port
-  // taken before the launcher restarts it (backoff 1 s), so the new process
+  // taken before the launcher restarts it (backoff 3 s), so the new process
   // exits 78 and is never restarted.
   const int victim_pid = Svc("victim")["pid"];
   ASSERT_GT(victim_pid, 0);
