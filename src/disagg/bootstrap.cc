@@ -11,11 +11,12 @@
 // `state` and the outgoing queue (Send runs on any thread). A connection's
 // state changes only on the I/O thread (under `mu`), so the I/O thread reads
 // it without the lock. Callbacks run on the I/O thread with `cb_mu` held and
-// `mu` not held, so they may call Send/Connect/Close; the destructor takes
-// `cb_mu` to set `stopping`, after which no callback starts.
+// `mu` not held, so they may call Send/Connect/Close; the destructor sets
+// `stopping`, then waits on `cb_mu` for a running callback: none starts after.
 #include "disagg/bootstrap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <deque>
 #include <mutex>
@@ -162,15 +163,15 @@ struct Endpoint::Impl {
 
   void InvokeUp(const PeerInfo& p) {
     std::lock_guard<std::mutex> lock(cb_mu);
-    if (!stopping) handler->OnPeerUp(p);
+    if (!stopping.load()) handler->OnPeerUp(p);
   }
   void InvokeMessage(const PeerInfo& p, Message m) {
     std::lock_guard<std::mutex> lock(cb_mu);
-    if (!stopping) handler->OnMessage(p, std::move(m));
+    if (!stopping.load()) handler->OnMessage(p, std::move(m));
   }
   void InvokeDown(const PeerInfo& p, const Status& why) {
     std::lock_guard<std::mutex> lock(cb_mu);
-    if (!stopping) handler->OnPeerDown(p, why);
+    if (!stopping.load()) handler->OnPeerDown(p, why);
   }
 
   const EndpointOptions options;
@@ -197,8 +198,11 @@ struct Endpoint::Impl {
   std::unordered_map<std::string, std::string> last_instance_at;  // address -> instance id
   bool closing_all = false;
 
+  // Held while a callback runs. The destructor sets `stopping` first and then
+  // takes cb_mu once: a callback running then finishes, and every later one
+  // (even one that wins the mutex first) sees `stopping` and is skipped.
   std::mutex cb_mu;
-  bool stopping = false;  // guarded by cb_mu
+  std::atomic<bool> stopping{false};
 };
 
 std::string Endpoint::Impl::Describe(const Conn& c) const {
@@ -822,10 +826,8 @@ StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(EndpointOptions options, Ha
 Endpoint::~Endpoint() {
   STRATA_CHECK(std::this_thread::get_id() != impl_->thread.get_id())
       << "a bootstrap Endpoint must not be destroyed from its own handler callback";
-  {
-    std::lock_guard<std::mutex> lock(impl_->cb_mu);
-    impl_->stopping = true;
-  }
+  impl_->stopping.store(true);
+  { std::lock_guard<std::mutex> wait_for_running_callback(impl_->cb_mu); }
   Impl* p = impl_.get();
   net::post(p->ioc, [p] { p->CloseAll(); });
   p->work.reset();

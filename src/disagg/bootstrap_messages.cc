@@ -237,8 +237,10 @@ class Fields {
   bool IntValue(const json& v, KeyFn key, int64_t lo, int64_t hi, T* out) {
     const bool in_range =
         v.is_number_integer() &&
-        (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
-                                : (v.get<int64_t>() >= lo && v.get<int64_t>() <= hi));
+        (v.is_number_unsigned()  // nlohmann parses every non-negative integer as unsigned
+             ? (v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo)))
+             : (v.get<int64_t>() >= lo && v.get<int64_t>() <= hi));
     if (!in_range) {
       Fail(key(), "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                       "], got " + JsonSnippet(v));
@@ -481,6 +483,12 @@ StatusOr<Message> DecodeHeartbeat(Fields& f) {
 }
 
 StatusOr<Message> DecodeJson(std::string_view payload) {
+  // nlohmann stops at a NUL byte as if the input ended there, which would
+  // accept `{...}\0anything`; JSON text never holds a raw NUL.
+  if (payload.find('\0') != std::string_view::npos) {
+    return InvalidArgument("bootstrap message holds a NUL byte at offset " +
+                           std::to_string(payload.find('\0')) + "; not a Strata bootstrap message");
+  }
   if (NestsDeeperThan(payload, kMaxDepth)) {
     return InvalidArgument("bootstrap message nests deeper than " + std::to_string(kMaxDepth) +
                            " levels; not a Strata bootstrap message");
