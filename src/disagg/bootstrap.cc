@@ -1,5 +1,7 @@
 // Endpoint: the bootstrap connections on Boost.Asio (bootstrap.h has the
-// contract). One io_context, one I/O thread; every connection is a Conn:
+// contract). One io_context run by one I/O thread (an implicit strand: no
+// handler of one connection runs concurrently with another); every
+// connection is a Conn:
 //
 //   kConnecting --TCP up--> kHandshaking --compatible Hello--> kUp
 //        |                       |                               |
@@ -491,6 +493,8 @@ void Endpoint::Impl::OnRead(const std::shared_ptr<Conn>& c, boost::system::error
     c->rx.shrink_to_fit();
   } else {
     c->rx.erase(0, pos);
+    // One large frame must not pin its buffer for the connection's life.
+    if (c->rx.empty() && c->rx.capacity() > 4 * kReadChunk) c->rx.shrink_to_fit();
   }
   StartRead(c);
 }

@@ -71,8 +71,9 @@
 //
 // Thread-safety: Endpoint owns one I/O thread; every public method is
 // thread-safe and never runs a handler callback itself. Callbacks run on
-// the I/O thread, one at a time, and must not block (post work elsewhere);
-// they may call Send, Connect and Close, but must not destroy the Endpoint.
+// the I/O thread, one at a time, and must neither block (post work
+// elsewhere) nor throw; they may call Send, Connect and Close, but must not
+// destroy the Endpoint.
 #pragma once
 
 #include <chrono>
@@ -231,7 +232,9 @@ class Endpoint {
   // is up are queued behind the Hello.
   PeerRef Connect(const std::string& host, int port);
 
-  // Queues a message to the peer. Unavailable when the peer is down or
+  // Queues a message to the peer. OK means queued, not delivered: what is
+  // still queued when the peer goes down is dropped (OnPeerDown says so, and
+  // the caller fails those rooms). Unavailable when the peer is down or
   // unknown (the caller treats the room as failed with kPeerLost), or when
   // this message makes it a stalled peer (it is then dropped);
   // InvalidArgument for a Hello (the endpoint sends its own) or a message
