@@ -1222,6 +1222,32 @@ TEST(BootstrapEndpoint, KilledPeerProcessIsNoticedAndItsReplacementIsUsable) {
   EXPECT_EQ(std::get<RoomDone>(*r.Events().back().message).room, 3u);
 }
 
+TEST(BootstrapEndpoint, StoppedPeerProcessIsDownAfterThePeerTimeout) {
+  Child child;
+  ASSERT_NO_FATAL_FAILURE(SpawnChild(0, &child));
+  Recorder r;
+  auto e = MakeEndpoint(Options("decode", 100ms, 500ms), &r);
+  const PeerRef ref = e->Connect("127.0.0.1", child.port);
+  ASSERT_TRUE(r.WaitCount(Event::kUp, 1));
+  ASSERT_EQ(kill(child.pid, SIGSTOP), 0);  // its sockets stay open: only silence tells
+  const auto t0 = Clock::now();
+  const bool down = r.WaitCount(Event::kDown, 1, 10s);
+  const auto took = Clock::now() - t0;
+  kill(child.pid, SIGCONT);
+  ASSERT_TRUE(down) << "a SIGSTOPped peer was never dropped";
+  EXPECT_GE(took, 350ms) << "dropped before the peer timeout";
+  const Event d = r.First(Event::kDown);
+  EXPECT_EQ(d.peer.ref, ref);
+  EXPECT_EQ(d.why.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(d.why, "no message")) << d.why.ToString();
+  // Resumed, the same process is usable again through a new connection.
+  const PeerRef again = e->Connect("127.0.0.1", child.port);
+  ASSERT_TRUE(r.WaitCount(Event::kUp, 2));
+  EXPECT_TRUE(r.Events().back().peer.replaced_instance_id.empty());
+  ASSERT_TRUE(e->Send(again, RoomReady{5, 10, 0, {1}}).ok());
+  ASSERT_TRUE(r.WaitCount(Event::kMessage, 1));
+}
+
 // ---- destruction ---------------------------------------------------------------
 
 TEST(BootstrapEndpoint, DestructorWithCallbacksInFlightNeitherHangsNorCallsBack) {
