@@ -199,6 +199,7 @@ struct Endpoint::Impl {
   std::unordered_map<std::string, PeerRef> inbound_by_instance;   // up inbound peers
   std::unordered_map<std::string, std::string> last_instance_at;  // address -> instance id
   bool closing_all = false;
+  Clock::time_point last_accept_warning;
 
   // Held while a callback runs. The destructor sets `stopping` first and then
   // takes cb_mu once: a callback running then finishes, and every later one
@@ -396,11 +397,16 @@ void Endpoint::Impl::Accept(tcp::acceptor* acceptor, net::steady_timer* retry) {
       ioc, [this, acceptor, retry](boost::system::error_code ec, tcp::socket socket) {
         if (closing_all || !acceptor->is_open()) return;
         if (ec) {
-          // Out of descriptors (or a transient error): back off rather than spin.
-          STRATA_LOG(WARN) << "bootstrap: accept failed: " << ec.message()
-                           << (ec == net::error::no_descriptors
-                                   ? " (raise the open-file limit: ulimit -n)"
-                                   : "");
+          // Out of descriptors (or a transient error): back off rather than
+          // spin, and say so once a second at most.
+          const Clock::time_point now = Clock::now();
+          if (now - last_accept_warning >= std::chrono::seconds(1)) {
+            last_accept_warning = now;
+            STRATA_LOG(WARN) << "bootstrap: accept failed: " << ec.message()
+                             << (ec == net::error::no_descriptors
+                                     ? " (raise the open-file limit: ulimit -n)"
+                                     : "");
+          }
           retry->expires_after(milliseconds(50));
           retry->async_wait([this, acceptor, retry](boost::system::error_code wait_ec) {
             if (!wait_ec && !closing_all) Accept(acceptor, retry);
