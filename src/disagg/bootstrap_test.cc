@@ -699,6 +699,23 @@ TEST(BootstrapEndpoint, CreateRejectsWhatCannotWork) {
   EXPECT_FALSE(Endpoint::Create(Options("decode"), nullptr).ok());
 }
 
+TEST(BootstrapEndpoint, ListenSaysWhyItCannotBind) {
+  Recorder r;
+  auto e = MakeEndpoint(Options("prefill"), &r);
+  RawListener taken;
+  StatusOr<int> p = e->Listen("127.0.0.1", taken.port());
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(p.status(), "127.0.0.1:" + std::to_string(taken.port())))
+      << p.status().ToString();
+  EXPECT_TRUE(Contains(p.status(), "--disaggregation-bootstrap-port")) << p.status().ToString();
+  EXPECT_EQ(e->Listen("127.0.0.1", 65536).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(e->Listen("no such host.invalid", 0).ok());
+  // Two ports on one endpoint work.
+  EXPECT_TRUE(e->Listen("127.0.0.1", 0).ok());
+  EXPECT_TRUE(e->Listen("127.0.0.1", 0).ok());
+}
+
 TEST(BootstrapEndpoint, HelloExchangeAndMessagesBothWays) {
   EndpointOptions lo = Options("prefill");
   EndpointOptions co = Options("decode");
