@@ -1095,7 +1095,7 @@ TEST(BootstrapEndpoint, PeerWhoseQueueOverflowsIsDroppedAsStalled) {
 
 TEST(BootstrapEndpoint, PeerThatSendsButDoesNotReadIsDropped) {
   Recorder r;
-  auto e = MakeEndpoint(Options("prefill", 50ms, 300ms), &r);
+  auto e = MakeEndpoint(Options("prefill", 50ms, 1000ms), &r);
   StatusOr<int> port = e->Listen("127.0.0.1", 0);
   ASSERT_TRUE(port.ok());
   RawSocket raw = RawSocket::ConnectTo(*port);
@@ -1287,7 +1287,13 @@ TEST(BootstrapEndpoint, DestructorWithCallbacksInFlightNeitherHangsNorCallsBack)
         if (i % 256 == 0) std::this_thread::yield();
       }
     });
-    while (seen < 500) std::this_thread::sleep_for(1ms);
+    const auto flood_deadline = Clock::now() + 10s;
+    while (seen < 500 && Clock::now() < flood_deadline) std::this_thread::sleep_for(1ms);
+    if (seen < 500) {
+      stop = true;
+      flood.join();
+      FAIL() << "the flood never arrived";
+    }
     // A connect in flight and a stalled peer at destruction too.
     RawListener silent;
     p.connector->Connect("127.0.0.1", silent.port());
@@ -1318,7 +1324,9 @@ TEST(BootstrapEndpoint, DestructorWaitsForARunningCallback) {
   };
   ASSERT_TRUE(p.listener->Send(p.at_listener, RoomDone{1, 1, 0, {}, 1, 0, false, ""}).ok());
   ASSERT_TRUE(p.listener->Send(p.at_listener, RoomDone{2, 1, 0, {}, 1, 0, false, ""}).ok());
-  while (!in_callback) std::this_thread::sleep_for(1ms);
+  const auto deadline = Clock::now() + 10s;
+  while (!in_callback && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(in_callback) << "no message arrived";
   p.connector.reset();
   EXPECT_TRUE(callback_done) << "the destructor returned while a callback still ran";
   std::this_thread::sleep_for(100ms);
