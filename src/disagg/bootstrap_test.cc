@@ -638,6 +638,40 @@ class RawListener {
   int port_ = 0;
 };
 
+// A listener that never accepts, with its accept queue filled: Linux drops
+// further SYNs, so a connect to it hangs (until the connect timeout).
+class FullListener {
+ public:
+  FullListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd_, 0), 0);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    // Fill the queue: connects that complete without an accept.
+    for (int i = 0; i < 4; ++i) {
+      const int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      fillers_.push_back(c);
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ~FullListener() {
+    for (int c : fillers_) close(c);
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::vector<int> fillers_;
+};
+
 // A port nothing listens on (bound, then closed).
 int ClosedPort() {
   RawListener l;
@@ -862,6 +896,24 @@ TEST(BootstrapEndpoint, ConnectToClosedPortReportsWhy) {
   const PeerRef bad = e->Connect("127.0.0.1", 70000);
   ASSERT_TRUE(r.WaitCount(Event::kDown, 2));
   EXPECT_EQ(r.Events().back().peer.ref, bad);
+}
+
+TEST(BootstrapEndpoint, ConnectThatHangsTimesOut) {
+  Recorder r;
+  EndpointOptions o = Options("decode");
+  o.connect_timeout = 300ms;
+  auto e = MakeEndpoint(o, &r);
+  FullListener full;
+  const auto t0 = Clock::now();
+  const PeerRef ref = e->Connect("127.0.0.1", full.port());
+  ASSERT_TRUE(r.WaitCount(Event::kDown, 1));
+  const auto took = Clock::now() - t0;
+  const Event d = r.First(Event::kDown);
+  EXPECT_EQ(d.peer.ref, ref);
+  EXPECT_EQ(d.why.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(d.why, "within 300 ms")) << d.why.ToString();
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 5s);
 }
 
 TEST(BootstrapEndpoint, SilentPeerIsDownAfterPeerTimeout) {
