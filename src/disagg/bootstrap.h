@@ -103,6 +103,7 @@ struct Hello {
   std::string role;                  // "prefill" or "decode"
   std::string model;                 // served model name, checked equal
   KvLayout layout;                   // checked equal (page size, groups); must Validate()
+  int64_t num_pages = 0;             // pages of the sender's KV pool: where its regions' pages sit
   std::string transport;             // "ucx"
   std::string transport_descriptor;  // KvTransport::LocalDescriptor() (decode side); may be empty
 };

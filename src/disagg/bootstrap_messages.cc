@@ -128,6 +128,7 @@ ojson ToJson(const Hello& m) {
           {"role", m.role},
           {"model", m.model},
           {"layout", LayoutJson(m.layout)},
+          {"num_pages", m.num_pages},
           {"transport", m.transport},
           {"transport_descriptor", Base64Encode(m.transport_descriptor)}};
 }
@@ -398,6 +399,7 @@ StatusOr<Message> DecodeHello(Fields& f) {
       if (!v.ok()) f.Fail("layout", v.message());
     }
   }
+  f.Int("num_pages", 0, int64_t{1} << 30, &m.num_pages);
   f.Str("transport", &m.transport);
   std::string b64;
   if (f.Str("transport_descriptor", &b64) && !Base64Decode(b64, &m.transport_descriptor)) {

@@ -70,6 +70,7 @@ Hello MakeHello(const std::string& role, std::string instance = "") {
   h.role = role;
   h.model = "test-model";
   h.layout = TestLayout();
+  h.num_pages = 4096;
   h.transport = "ucx";
   if (role == "decode") h.transport_descriptor = std::string("\x00\x01\xfe\xff ucx", 8);
   return h;
@@ -137,6 +138,7 @@ TEST(BootstrapMessages, RoundTripEveryType) {
       EXPECT_EQ(b.instance_id, h->instance_id);
       EXPECT_EQ(b.role, h->role);
       EXPECT_EQ(b.model, h->model);
+      EXPECT_EQ(b.num_pages, h->num_pages);
       EXPECT_EQ(b.transport, h->transport);
       EXPECT_EQ(b.transport_descriptor, h->transport_descriptor);  // binary, via base64
       EXPECT_EQ(b.layout.page_size, h->layout.page_size);

@@ -45,6 +45,7 @@ Hello SeedHello() {
   latent.has_v = false;
   latent.sliding_window = 4096;
   h.layout.groups = {full, latent};
+  h.num_pages = 1024;
   h.transport = "ucx";
   h.transport_descriptor = std::string("\x00\x01\x02\xfe\xff worker address", 20);
   return h;
