@@ -3,7 +3,7 @@
 # says why each is there). Idempotent; skips apt entirely when all are present.
 set -euo pipefail
 build_pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libboost1.81-dev libtoml11-dev libucx-dev)
-test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev curl nodejs npm prometheus systemd ucx-utils)
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev curl nodejs npm prometheus prometheus-node-exporter systemd ucx-utils)
 want=("${build_pkgs[@]}")
 [ "${1:-}" = "--test" ] && want+=("${test_pkgs[@]}")
 missing=()

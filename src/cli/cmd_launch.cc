@@ -2,7 +2,8 @@
 // machine (cli/supervisor.h has the rules). Runs `strata check` on the file
 // first and starts nothing when it fails (exit 78, its messages); then starts
 // each service as `<this binary> serve <its flags>`, in file order, each
-// gated on GET /health, and serves /metrics and GET /v1/services on
+// gated on GET /health, and serves /metrics, GET /v1/services and GET
+// /v1/targets (Prometheus service discovery) on
 // 127.0.0.1:<[launcher] port>. SIGTERM/SIGINT stop every service in reverse
 // order (SIGTERM, its --drain-timeout-s plus a margin, then SIGKILL) and
 // exit 0.
@@ -122,6 +123,14 @@ int LaunchCommand(const Args& args) {
   (*server)->Handle(
       "GET", "/v1/services",
       [s](HttpRequest&&, std::shared_ptr<HttpResponder> r) { r->SendJson(200, s->ServicesJson()); },
+      HttpAuth::kPublic);
+  // Prometheus' http_sd_configs: the services as scrape targets, so
+  // deploy/prometheus/prometheus.yml needs no list of ports.
+  (*server)->Handle(
+      "GET", "/v1/targets",
+      [s](HttpRequest&&, std::shared_ptr<HttpResponder> r) {
+        r->SendJson(200, s->PrometheusTargetsJson());
+      },
       HttpAuth::kPublic);
   (*server)->Handle(
       "GET", "/health",

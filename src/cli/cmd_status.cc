@@ -1,9 +1,12 @@
 // strata status: one screen of a running `strata launch`: per service its
 // state, pid, restarts, uptime, health (GET /health now), queue depth (its
 // strata_queued_requests) and the last error line of its output, from the
-// launcher's GET /v1/services. --json prints that JSON as is. Exit 0 when
+// launcher's GET /v1/services. --json prints that JSON as is. With --systemd
+// (or when systemd is PID 1, no --launcher is given and no launcher answers)
+// the same for the strata-*.service units (cli/systemd_status.h). Exit 0 when
 // every service is running, 1 otherwise, 69 (EX_UNAVAILABLE) when the
-// launcher cannot be reached.
+// launcher (or systemctl) cannot be reached.
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +15,7 @@
 #include "cli/common.h"
 #include "cli/deploy_config.h"
 #include "cli/supervisor.h"
+#include "cli/systemd_status.h"
 
 namespace strata::cli {
 namespace {
@@ -51,20 +55,25 @@ std::string QueueDepth(const std::string& host, int port) {
 int StatusCommand(const Args& args) {
   const std::string cmd = "status";
   std::string url = "http://127.0.0.1:" + std::to_string(kDefaultLauncherPort);
-  bool json = false;
+  bool json = false, systemd = false;
   FlagSet f(cmd,
-            "Shows a running `strata launch`: per service its state (running, starting, backoff, "
-            "crashloop, config-error, stopped), pid, restarts, uptime, health and the last error "
-            "line of its log. Exit 0 when every service is running, 1 otherwise, 69 when the "
-            "launcher cannot be reached.\n\n"
-            "  strata status [--launcher http://127.0.0.1:8090] [--json]");
+            "Shows a running `strata launch`, or the strata-*.service units of `strata systemd`: "
+            "per service its state (running, starting, backoff, crashloop, config-error, "
+            "stopped), pid, restarts, uptime, health and the last error line of its log (the "
+            "journal's, for units). Exit 0 when every service is running, 1 otherwise, 69 when "
+            "the launcher (or systemctl) cannot be reached. Without --launcher, on a machine "
+            "where systemd is PID 1 and no launcher answers, shows the units.\n\n"
+            "  strata status [--launcher http://127.0.0.1:8090 | --systemd] [--json]");
   f.String("launcher", &url, "the launcher's address (its [launcher] port)");
-  f.Bool("json", &json, "print the launcher's GET /v1/services JSON");
+  f.Bool("systemd", &systemd, "show the strata-*.service units (systemctl show, journalctl)");
+  f.Bool("json", &json, "print the services as JSON (the launcher's GET /v1/services shape)");
   if (Status s = f.Parse(args); !s.ok()) return UsageError(cmd, s);
   if (f.help_requested()) {
     std::printf("%s", f.Help().c_str());
     return kExitOk;
   }
+  if (systemd && f.IsSet("launcher"))
+    return UsageError(cmd, InvalidArgument("give --launcher or --systemd, not both"));
   // http://host:port[/]
   std::string rest = url;
   if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
@@ -81,8 +90,26 @@ int StatusCommand(const Args& args) {
     return UsageError(cmd, InvalidArgument("--launcher " + url +
                                            ": give http://HOST:PORT, e.g. http://127.0.0.1:8090"));
 
-  auto r = HttpGetOnce(host, port, "/v1/services", std::chrono::seconds(5));
-  if (!r.ok() || r->status != 200) {
+  std::string body;  // {"services":[...]}
+  StatusOr<HttpReply> r = Unavailable("not asked");
+  if (!systemd) r = HttpGetOnce(host, port, "/v1/services", std::chrono::seconds(5));
+  if (systemd || ((!r.ok() || r->status != 200) && !f.IsSet("launcher") && SystemdIsPid1())) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    auto units = SystemdServices(*MakeProcessRunner(), now);
+    if (!units.ok()) {
+      std::fprintf(stderr, "strata status: cannot read the strata units: %s\n",
+                   units.status().message().c_str());
+      return kExitUnavailable;
+    }
+    if (units->empty()) {
+      std::fprintf(stderr,
+                   "strata status: systemd has no strata-*.service unit loaded (install the units "
+                   "of `strata systemd --config FILE --out DIR` and `systemctl daemon-reload`)\n");
+      return kExitUnavailable;
+    }
+    body = ServicesJson(*units);
+  } else if (!r.ok() || r->status != 200) {
     std::fprintf(stderr,
                  "strata status: cannot reach the launcher at %s: %s (is `strata launch` running? "
                  "give its [launcher] port with --launcher http://127.0.0.1:PORT)\n",
@@ -90,8 +117,10 @@ int StatusCommand(const Args& args) {
                  r.ok() ? ("GET /v1/services answered " + std::to_string(r->status)).c_str()
                         : r.status().message().c_str());
     return kExitUnavailable;
+  } else {
+    body = r->body;
   }
-  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("services") || !j["services"].is_array()) {
     std::fprintf(stderr, "strata status: %s/v1/services did not answer a launcher's JSON\n",
                  url.c_str());
@@ -100,7 +129,7 @@ int StatusCommand(const Args& args) {
   bool all_running = !j["services"].empty();
   for (const auto& s : j["services"]) all_running &= s.value("state", "") == "running";
   if (json) {
-    std::printf("%s\n", r->body.c_str());
+    std::printf("%s\n", body.c_str());
     return all_running ? kExitOk : kExitFailure;
   }
   std::printf("%-20s %-13s %8s %8s %8s %-7s %6s %s\n", "SERVICE", "STATE", "PID", "RESTARTS",

@@ -4,7 +4,8 @@
 // that fails at every start is a crash loop after the burst, is not
 // restarted again and `strata status` shows its last error line; a healthy
 // service killed once is restarted and healthy again; SIGTERM stops
-// everything and the launcher exits 0.
+// everything and the launcher exits 0; `strata status --systemd` reads units
+// from systemctl and journalctl (fakes on PATH: no systemd is PID 1 here).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -265,6 +266,64 @@ TEST_F(LaunchTest, AKilledServiceIsRestartedAndSigtermStopsEverything) {
   r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_)});
   EXPECT_EQ(r.code, 69);
   EXPECT_THAT(r.err, HasSubstr("cannot reach the launcher at http://127.0.0.1:"));
+}
+
+TEST_F(LaunchTest, StatusShowsSystemdUnitsFromSystemctlAndTheJournal) {
+  // systemd 252's output for two units of `strata systemd`: one running
+  // (nothing listens on its port, so its health is "down"), one that hit
+  // StartLimitBurst.
+  const std::string bin = tmp_ + "/bin";
+  fs::create_directories(bin);
+  const int port = FreePort();
+  std::ofstream(bin + "/systemctl")
+      << "#!/bin/sh\necho \"$@\" > " << tmp_ << "/systemctl.args\ncat <<'EOF'\n"
+      << "Id=strata-chat.service\nActiveState=active\nSubState=running\nResult=success\n"
+         "MainPID=4242\nNRestarts=1\nExecMainCode=0\nExecMainStatus=0\n"
+         "ExecMainStartTimestamp=@1000\nExecStart={ path=/usr/bin/strata ; "
+         "argv[]=/usr/bin/strata serve --port="
+      << port
+      << " ; ignore_errors=no ; start_time=[@1000] ; stop_time=[n/a] ; pid=4242 ; code=(null) ; "
+         "status=0/0 }\n\n"
+         "Id=strata-prefill.service\nActiveState=failed\nSubState=failed\n"
+         "Result=start-limit-hit\nMainPID=0\nNRestarts=4\nExecMainCode=1\nExecMainStatus=66\n"
+         "ExecMainStartTimestamp=@2000\nExecStart={ path=/usr/bin/strata ; "
+         "argv[]=/usr/bin/strata serve --port=1 ; ignore_errors=no }\nEOF\n";
+  std::ofstream(bin + "/journalctl") << R"SH(#!/bin/sh
+case "$*" in *strata-prefill*) cat <<'EOF'
+{"MESSAGE":"error: tokenizer.json is missing","SYSLOG_IDENTIFIER":"strata"}
+{"MESSAGE":"strata-prefill.service: Failed with result 'exit-code'.","SYSLOG_IDENTIFIER":"systemd","_PID":"1"}
+EOF
+;; esac
+)SH";
+  fs::permissions(bin + "/systemctl", fs::perms::owner_all);
+  fs::permissions(bin + "/journalctl", fs::perms::owner_all);
+  const std::string path = getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin";
+  setenv("PATH", (bin + ":" + path).c_str(), 1);
+  Result r = Run({"status", "--systemd"});
+  Result j = Run({"status", "--systemd", "--json"});
+  setenv("PATH", path.c_str(), 1);
+
+  EXPECT_EQ(r.code, 1) << r.out << r.err;  // not everything runs
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("chat +running +4242 +1 +[0-9hms]+ +down "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "prefill +crashloop +- +4 +- +- +- +error: tokenizer.json is missing"));
+  EXPECT_THAT(Read(tmp_ + "/systemctl.args"), HasSubstr("show --timestamp=unix -p Id,"));
+  auto doc = nlohmann::json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << j.out << j.err;
+  EXPECT_EQ(j.code, 1);
+  EXPECT_EQ(doc["services"][1]["state"], "crashloop");
+  EXPECT_EQ(doc["services"][1]["last_exit_code"], 66);
+  EXPECT_EQ(doc["services"][0]["port"], port);
+
+  // systemctl failing (no systemd as PID 1): 69 with its reason.
+  std::ofstream(bin + "/systemctl")
+      << "#!/bin/sh\necho 'System has not been booted with systemd' >&2\nexit 1\n";
+  setenv("PATH", (bin + ":" + path).c_str(), 1);
+  r = Run({"status", "--systemd"});
+  setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(r.code, 69);
+  EXPECT_THAT(r.err, HasSubstr("cannot read the strata units: systemctl show"));
+  EXPECT_THAT(r.err, HasSubstr("System has not been booted with systemd"));
 }
 
 }  // namespace

@@ -35,19 +35,6 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// The line of `tail` that says why: the last that looks like an error, else
-// the last non-empty one.
-std::string ErrorLine(const std::deque<std::string>& tail) {
-  for (auto it = tail.rbegin(); it != tail.rend(); ++it) {
-    const std::string l = Lower(*it);
-    for (const char* word : {"error", "invalid", "fatal", "failed", "cannot", "abort"})
-      if (l.find(word) != std::string::npos) return *it;
-  }
-  for (auto it = tail.rbegin(); it != tail.rend(); ++it)
-    if (!it->empty()) return *it;
-  return "";
-}
-
 // "1.5", "10": milliseconds as seconds for messages.
 std::string Secs(std::chrono::milliseconds ms) {
   char buf[32];
@@ -143,6 +130,17 @@ const char* ServiceStateName(ServiceState s) {
       return "stopped";
   }
   return "stopped";
+}
+
+std::string ErrorLine(const std::deque<std::string>& tail) {
+  for (auto it = tail.rbegin(); it != tail.rend(); ++it) {
+    const std::string l = Lower(*it);
+    for (const char* word : {"error", "invalid", "fatal", "failed", "cannot", "abort"})
+      if (l.find(word) != std::string::npos) return *it;
+  }
+  for (auto it = tail.rbegin(); it != tail.rend(); ++it)
+    if (!it->empty()) return *it;
+  return "";
 }
 
 SupervisorOptions SupervisorOptions::FromLauncher(const LauncherConfig& c) {
@@ -562,9 +560,11 @@ std::vector<ServiceStatus> Supervisor::Snapshot() const {
   return out;
 }
 
-std::string Supervisor::ServicesJson() const {
+std::string Supervisor::ServicesJson() const { return cli::ServicesJson(Snapshot()); }
+
+std::string ServicesJson(const std::vector<ServiceStatus>& statuses) {
   nlohmann::json services = nlohmann::json::array();
-  for (const ServiceStatus& s : Snapshot()) {
+  for (const ServiceStatus& s : statuses) {
     nlohmann::json j;
     j["name"] = s.name;
     j["state"] = ServiceStateName(s.state);
@@ -582,6 +582,18 @@ std::string Supervisor::ServicesJson() const {
   // Replace, not throw, on bytes that are not UTF-8 (a child's output).
   return nlohmann::json{{"services", services}}.dump(-1, ' ', false,
                                                      nlohmann::json::error_handler_t::replace);
+}
+
+std::string Supervisor::PrometheusTargetsJson() const {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const ServiceStatus& s : Snapshot()) {
+    if (s.port == 0) continue;  // no known address to scrape
+    // An IPv6 literal needs brackets in host:port.
+    const std::string host = s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host;
+    groups.push_back({{"targets", {host + ":" + std::to_string(s.port)}},
+                      {"labels", {{"service", s.name}, {"role", s.role}}}});
+  }
+  return groups.dump();
 }
 
 std::string Supervisor::RenderMetrics() const { return registry_->Render(); }

@@ -87,6 +87,17 @@ struct ServiceStatus {
   std::vector<std::string> log_tail;  // its last lines
 };
 
+// The line of a service's last output lines that says why it ended: the last
+// that looks like an error (error, invalid, fatal, failed, cannot, abort),
+// else the last non-empty one. (`last_error`; `strata status` under systemd
+// applies it to the journal.)
+std::string ErrorLine(const std::deque<std::string>& lines);
+
+// {"services":[{"name","state","pid","restarts","uptime_s","last_exit_code",
+//  "last_error","port","host","role","log_tail"}]}: GET /v1/services, and
+// `strata status --json` for systemd units.
+std::string ServicesJson(const std::vector<ServiceStatus>& statuses);
+
 // One blocking HTTP/1.1 GET (Connection: close) of http://host:port/target,
 // for the readiness probe and `strata status`. Unavailable (naming
 // host:port and why) when nothing answers within `timeout`.
@@ -114,9 +125,12 @@ class Supervisor {
   void Stop();
 
   std::vector<ServiceStatus> Snapshot() const;
-  // {"services":[{"name","state","pid","restarts","uptime_s","last_exit_code",
-  //  "last_error","port","host","role","log_tail"}]}
-  std::string ServicesJson() const;
+  std::string ServicesJson() const;  // cli::ServicesJson(Snapshot())
+  // Prometheus HTTP service discovery (http_sd_configs): one target group per
+  // service with a port, whatever its state (a down service is a target whose
+  // `up` is 0): [{"targets":["host:port"],"labels":{"service","role"}}].
+  // deploy/prometheus/prometheus.yml scrapes the services through it.
+  std::string PrometheusTargetsJson() const;
   // strata_service_{up,restarts_total,crashloop,last_exit_code,start_time_seconds}.
   std::string RenderMetrics() const;
 

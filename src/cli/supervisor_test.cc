@@ -178,6 +178,22 @@ TEST_F(SupervisorTest, AKilledServiceIsRestarted) {
               HasSubstr("strata_service_up{service=\"w\",role=\"colocated\"} 1"));
 }
 
+TEST_F(SupervisorTest, PrometheusTargetsListEveryServiceWithAPortInAnyState) {
+  SupervisedService a = Sh("a", "exec sleep 60");
+  a.port = 1;  // nothing listens: a stays starting, and is a target all the same
+  SupervisedService b = Sh("b", "exit 0");
+  b.host = "::1";
+  b.port = 2;
+  SupervisedService c = Sh("c", "exec sleep 60");  // port 0: no address to scrape
+  Supervisor& s = Start({a, b, c});
+  const auto j = nlohmann::json::parse(s.PrometheusTargetsJson());
+  ASSERT_EQ(j.size(), 2u) << j.dump();
+  EXPECT_EQ(j[0]["targets"], nlohmann::json::array({"127.0.0.1:1"}));
+  EXPECT_EQ(j[0]["labels"], (nlohmann::json{{"service", "a"}, {"role", "colocated"}}));
+  EXPECT_EQ(j[1]["targets"], nlohmann::json::array({"[::1]:2"}));
+  EXPECT_EQ(j[1]["labels"]["service"], "b");
+}
+
 TEST_F(SupervisorTest, ExitZeroIsStoppedNotRestarted) {
   Supervisor& s = Start({Sh("w", "exit 0")});
   ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) { return st.last_exit_code.has_value(); }));

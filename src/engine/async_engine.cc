@@ -36,6 +36,26 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
   gauge("strata_running_requests", "Requests being computed (prefill or decode).", &EngineSnapshot::running);
   gauge("strata_queued_requests", "Admitted requests waiting for prefill to start.", &EngineSnapshot::queued_requests);
   gauge("strata_queued_tokens", "Prompt tokens of queued requests.", &EngineSnapshot::queued_tokens);
+  // The limits, so dashboards and alerts can put a queue against its limit
+  // (deploy/prometheus/alerts.yml "queue near limit"). A limit that is not set
+  // (0) has no series: "no limit" is no number to compare against.
+  auto limit = [&](const char* name, const char* help, int64_t value) {
+    if (value <= 0) return;
+    auto f = r.AddGauge(name, help);
+    if (!f.ok()) {
+      STRATA_LOG(ERROR) << f.status().ToString();
+      return;
+    }
+    (*f)->Get().Set(static_cast<double>(value));
+  };
+  limit("strata_max_running_requests", "--max-running-requests: requests computed concurrently.",
+        facts_.max_running_requests);
+  limit("strata_max_queued_requests",
+        "--max-queued-requests: admitted requests that may wait (absent: no limit).",
+        admission_.max_queued_requests);
+  limit("strata_max_queued_tokens",
+        "--max-queued-tokens: prompt tokens that may wait (absent: no limit).",
+        admission_.max_queued_tokens);
   // The pool size is fixed for the process lifetime; a constant series is a
   // valid counter, which keeps the conventional name promtool-clean.
   if (Status st = r.AddCallbackCounter("strata_kv_pages_total", "Pages in the KV cache pool (fixed at startup).",

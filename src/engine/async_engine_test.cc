@@ -100,6 +100,15 @@ TEST(AsyncEngineTest, BurstAboveQueueLimitIsShedAndAdmittedOnesComplete) {
   const std::string text = s.registry->Render();
   EXPECT_NE(text.find("strata_kv_pages_used{model=\"test\",role=\"colocated\",state=\"active\"} 0"), std::string::npos) << text;
   EXPECT_NE(text.find("strata_generation_tokens_total"), std::string::npos);
+  // The limits are series too (the dashboard's queue panels and the "queue
+  // near limit" alert divide by them); an unset limit has none.
+  EXPECT_NE(text.find("strata_max_queued_requests{model=\"test\",role=\"colocated\"} 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("strata_max_running_requests{model=\"test\",role=\"colocated\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("strata_max_queued_tokens"), std::string::npos) << text;
 }
 
 TEST(AsyncEngineTest, QueuedTokenLimitNamesItself) {
@@ -114,6 +123,11 @@ TEST(AsyncEngineTest, QueuedTokenLimitNamesItself) {
     else if (r.limit == "max_queued_tokens") ++token_rejections;
   }
   EXPECT_GT(token_rejections, 0);
+  const std::string text = s.registry->Render();
+  EXPECT_NE(text.find("strata_max_queued_tokens{model=\"test\",role=\"colocated\"} 50\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("strata_max_queued_requests"), std::string::npos) << text;
   for (auto& h : admitted) ASSERT_TRUE(WaitFinished(*h));
 }
 
