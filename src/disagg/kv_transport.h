@@ -4,7 +4,7 @@
 // connects to it from that descriptor and writes computed KV pages straight
 // into the decode's pages with one-sided puts, in batches, as prefill chunks
 // finish. Nothing here knows about requests, rooms or pages: it moves byte
-// ranges between registered regions. disagg/kv_sender.h turns page ids of a
+// ranges between registered regions. disagg/page_ops.h turns page ids of a
 // KvLayout into WriteOps.
 //
 // Implementations: UcxTransport (ucx_transport.h; UCX 1.13 from Debian, the
