@@ -84,7 +84,7 @@ class KvTransport {
   // Unavailable when the peer cannot be reached.
   virtual StatusOr<PeerId> Connect(const std::string& descriptor) = 0;
 
-  // Drops the peer: fails its writes still in flight (with kCancelled,
+  // Drops the peer: fails its writes still in flight (with kAborted,
   // "disconnected"), then releases its endpoint and remote keys. Idempotent;
   // unknown ids are ignored. Blocks until no completion of the peer runs.
   virtual void Disconnect(PeerId peer) = 0;
@@ -93,8 +93,9 @@ class KvTransport {
   // `done` runs once, on the progress thread, when every op has landed in
   // the peer's memory (remote completion: after OK the receiver may read
   // the bytes) or with the first error. Never blocks on the network.
-  // Errors before posting (unknown peer, an op outside a region) are
-  // returned and `done` is not called.
+  // Errors before posting (unknown peer, a peer already lost, an op outside
+  // a region) are returned and `done` is not called; after OK, `done` is
+  // called exactly once.
   virtual Status Write(PeerId peer, std::span<const WriteOp> ops,
                        std::function<void(Status)> done) = 0;
 
