@@ -212,10 +212,11 @@ namespace {
 constexpr int kSpinRounds = 256;
 // Sleep bound in poll() when idle: a safety net should a transport not
 // raise an event. While batches are in flight the thread does not sleep
-// (poll timeout 0): tcp's "socket writable again" raises no worker event,
-// so sleeping there cost bandwidth (measured: ~1.5x slower at 4 KiB puts
-// with a 1 ms sleep). The cost is one busy core on the sender while its
-// writes are in flight.
+// (poll timeout 0): with a 1 ms sleep there, 4 KiB puts over tcp looked
+// ~1.5x slower (one noisy measurement on a loaded 2-core machine; the
+// likely cause, not checked: no worker event when tcp's socket becomes
+// writable again). The cost: one busy core on the sender while its writes
+// are in flight.
 constexpr int kIdlePollMs = 100;
 constexpr int kBusyPollMs = 0;
 
