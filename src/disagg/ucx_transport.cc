@@ -375,6 +375,7 @@ class UcxTransport::Impl {
     STRATA_LOG(INFO) << "KV transport ucx: UCX " << ucp_get_version_string() << ", UCX_TLS=\""
                      << TlsForMessages() << "\", offers: " << resources_;
     thread_ = std::thread([this] { Loop(); });
+    owner_ = thread_.get_id();
     return OkStatus();
   }
 
@@ -387,7 +388,9 @@ class UcxTransport::Impl {
       ucp_worker_signal(worker_);
       thread_.join();
     }
-    // The progress thread is gone: this thread owns the worker now.
+    // The progress thread is gone: this thread owns the worker now (so a
+    // completion that calls Disconnect from here does not wait on itself).
+    owner_ = std::this_thread::get_id();
     shutting_down_ = true;
     RunQueued();
     std::map<PeerId, std::shared_ptr<Peer>> peers;
@@ -396,7 +399,9 @@ class UcxTransport::Impl {
       peers.swap(peers_);
     }
     for (auto& [id, peer] : peers) ClosePeer(peer);
-    RunQueued();  // writes that completions posted while closing fail now
+    // Commands that completions queued while closing: writes fail now.
+    while (RunQueued()) {
+    }
     for (LocalRegion& r : regions_) ucp_mem_unmap(context_, r.memh);
     if (probe_.memh != nullptr) ucp_mem_unmap(context_, probe_.memh);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
@@ -409,7 +414,7 @@ class UcxTransport::Impl {
     return env != nullptr ? env : "all";
   }
 
-  bool OnProgressThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  bool OnProgressThread() const { return std::this_thread::get_id() == owner_.load(); }
 
   // ---- commands (any thread) -------------------------------------------
 
@@ -872,6 +877,9 @@ class UcxTransport::Impl {
   uint64_t probe_word_ = 0;  // read by peers' Connect
   LocalRegion probe_;
   std::thread thread_;
+  // The thread that runs UCP calls and completions: the progress thread,
+  // then the destroying thread.
+  std::atomic<std::thread::id> owner_{};
 
   mutable std::mutex mu_;
   std::deque<std::function<void()>> queue_;        // guarded by mu_

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -335,6 +336,43 @@ TEST_P(UcxTransportTest, DisconnectWhileWritesInFlightCompletesEachOnce) {
   EXPECT_FALSE(called);
 }
 
+TEST_P(UcxTransportTest, DisconnectFromACompletionEndsTheRestOnce) {
+  // The first batch's completion gives the peer up (what a caller does on
+  // a transfer error): it cannot wait there, and the other batches still
+  // end exactly once each.
+  constexpr int kBatches = 32;
+  Completions c(kBatches);
+  std::atomic<bool> disconnected{false};
+  for (int b = 0; b < kBatches; ++b) {
+    const WriteOp op{0, 0, 0, uint64_t(b % 8) * (1 << 20), 1 << 20};
+    auto cb = c.Callback(b);
+    std::function<void(Status)> done = cb;
+    if (b == 0) {
+      done = [this, cb, &disconnected](Status st) {
+        sender_->Disconnect(peer_);
+        disconnected = true;
+        cb(st);
+      };
+    }
+    const Status st = sender_->Write(peer_, std::span<const WriteOp>(&op, 1), done);
+    if (!st.ok()) {
+      // Batch 0 may finish (and give the peer up) while we still post.
+      ASSERT_TRUE(disconnected) << st.ToString();
+      ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+      cb(st);  // never posted: count it here, so "once each" still holds
+    }
+  }
+  ASSERT_TRUE(c.WaitAll(seconds(60)));
+  std::this_thread::sleep_for(milliseconds(200));
+  for (int b = 0; b < kBatches; ++b) {
+    EXPECT_EQ(c.calls(b), 1) << "batch " << b;
+    const Status st = c.status(b);
+    EXPECT_TRUE(st.ok() || st.code() == StatusCode::kAborted || st.code() == StatusCode::kNotFound)
+        << st.ToString();
+  }
+  EXPECT_EQ(sender_->stats().peers, 0);
+}
+
 TEST_P(UcxTransportTest, OpOutsideARegionIsRefusedBeforePosting) {
   bool called = false;
   auto done = [&](Status) { called = true; };
@@ -577,6 +615,7 @@ class ChildReceiver {
     to_ = from_ = -1;
   }
 
+  void Signal(int sig) { kill(pid_, sig); }
   const std::string& descriptor() const { return descriptor_; }
 
  private:
@@ -686,6 +725,67 @@ TEST_P(PeerDeathTest, KilledReceiverFailsWritesAndARestartedOneWorks) {
   ASSERT_TRUE(WriteAndWait(sender, *peer2, std::span<const WriteOp>(&first, 1)).ok());
   EXPECT_EQ(again.Hash(), want);
   sender.Disconnect(*peer2);
+}
+
+// A stalled peer (SIGSTOP: its connections stay open, nothing answers) is
+// the caller's deadline to notice; Disconnect must still end its writes at
+// once, and Connect to it must give up at connect_timeout.
+TEST_P(PeerDeathTest, StoppedReceiverDisconnectsPromptlyAndConnectTimesOut) {
+  constexpr size_t kBytes = 64 << 20;
+  constexpr size_t kPiece = 2 << 20;
+  UcxTransportOptions opt;
+  opt.tls = GetParam();
+  opt.connect_timeout = milliseconds(1000);
+  auto created = UcxTransport::Create(opt);
+  if (!created.ok()) {
+    ASSERT_TRUE(MayBeUnavailable(GetParam())) << created.status().ToString();
+    GTEST_SKIP() << "UCX_TLS=" << GetParam()
+                 << " is not available: " << created.status().ToString();
+  }
+  UcxTransport& sender = **created;
+  std::vector<char> src(kBytes);
+  FillRandom(&src, 6);
+  ASSERT_EQ(*sender.RegisterRegion(src.data(), src.size()), 0);
+  ChildReceiver child;
+  ASSERT_NO_FATAL_FAILURE(child.Start(GetParam(), kBytes));
+  auto peer = sender.Connect(child.descriptor());
+  if (!peer.ok()) {
+    ASSERT_TRUE(MayBeUnavailable(GetParam())) << peer.status().ToString();
+    GTEST_SKIP() << "UCX_TLS=" << GetParam() << " cannot connect with peer failure handling here";
+  }
+  constexpr int kInFlight = static_cast<int>(kBytes / kPiece);
+  Completions c(kInFlight);
+  child.Signal(SIGSTOP);
+  for (int i = 0; i < kInFlight; ++i) {
+    const WriteOp op{0, uint64_t(i) * kPiece, 0, uint64_t(i) * kPiece, kPiece};
+    ASSERT_TRUE(sender.Write(*peer, std::span<const WriteOp>(&op, 1), c.Callback(i)).ok());
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  auto t0 = Clock::now();
+  sender.Disconnect(*peer);
+  EXPECT_LT(Clock::now() - t0, seconds(10));
+  int aborted = 0;
+  for (int i = 0; i < kInFlight; ++i) {
+    ASSERT_EQ(c.calls(i), 1) << "batch " << i;
+    if (!c.status(i).ok()) {
+      EXPECT_EQ(c.status(i).code(), StatusCode::kAborted) << c.status(i).ToString();
+      ++aborted;
+    }
+  }
+  EXPECT_GT(aborted, 0) << "a stopped peer took every write";
+
+  t0 = Clock::now();
+  auto stalled = sender.Connect(child.descriptor());
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_FALSE(stalled.ok());
+  EXPECT_EQ(stalled.status().code(), StatusCode::kUnavailable) << stalled.status().ToString();
+  EXPECT_LT(waited, 10.0);
+  std::printf(
+      "[ info     ] UCX_TLS=%s: %d of %d writes to a stopped peer aborted; Connect gave up after "
+      "%.2f s: %s\n",
+      GetParam().c_str(), aborted, kInFlight, waited, stalled.status().ToString().c_str());
+  EXPECT_EQ(sender.stats().peers, 0);
+  child.Signal(SIGCONT);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, PeerDeathTest, testing::Values("tcp", "tcp,cma", "all", "shm"),
