@@ -8,9 +8,10 @@
 // KvLayout into WriteOps.
 //
 // Implementations: UcxTransport (ucx_transport.h; UCX 1.13 from Debian, the
-// transports chosen by UCX_TLS as UCX users expect: tcp across hosts,
-// shm/cma on one host). A CUDA IPC transport (GPU to GPU on one host) is a
-// later implementation of the same interface.
+// transports chosen by UCX_TLS as UCX users expect: tcp, across hosts and,
+// with UCX 1.13, on one host too: see ucx_transport.h). A CUDA IPC
+// transport (GPU to GPU on one host) is a later implementation of the same
+// interface.
 //
 // Failure model: every Write completes exactly once, with OK or an error
 // that names what happened (kUnavailable "peer lost: ..." when the peer's
@@ -55,10 +56,10 @@ struct WriteOp {
 };
 
 struct TransportStats {
-  uint64_t bytes_written = 0;   // completed OK
-  uint64_t writes_ok = 0;       // Write() batches completed OK
-  uint64_t writes_failed = 0;   // completed with an error
-  int64_t peers = 0;            // connected now
+  uint64_t bytes_written = 0;  // completed OK
+  uint64_t writes_ok = 0;      // Write() batches completed OK
+  uint64_t writes_failed = 0;  // completed with an error
+  int64_t peers = 0;           // connected now
 };
 
 class KvTransport {

@@ -1,8 +1,12 @@
 // UcxTransport: KvTransport over UCX's UCP API (Debian libucx-dev, 1.13).
 //
 // One UCP context (RMA + WAKEUP features) and one worker per transport. The
-// transports are UCX's choice: UCX_TLS as UCX users expect (tcp across
-// hosts; shm / cma on one host), or UcxTransportOptions::tls.
+// transports are UCX's choice: UCX_TLS as UCX users expect, or
+// UcxTransportOptions::tls. UCX only picks transports that can report a
+// dead peer; in UCX 1.13 that is tcp alone (its posix/sysv shared memory
+// has no peer failure handler and its puts use no cma lane), so on one host
+// too the bytes go over tcp loopback, and UCX_TLS=shm fails at Connect,
+// saying so (docs/architecture/disagg.md "Data plane").
 //
 //   RegisterRegion  ucp_mem_map; the packed rkey goes into the descriptor.
 //   LocalDescriptor worker address + per region (base, length, rkey), plus a
@@ -32,16 +36,18 @@
 // of a peer ran: with one owner thread both are true by construction, and
 // UCX's multi-thread mode would only add a lock around every call. The
 // receiver's progress thread matters too: over transports without native
-// RMA (tcp, posix shm without cma), UCX emulates puts with active messages
+// RMA for host memory (tcp in 1.13), UCX emulates puts with active messages
 // that the receiving worker must progress.
 //
 // Failure model: the error callback of a peer's endpoint (UCX noticed the
-// connection broke: a killed process closes its sockets at once; shared
-// memory peers are noticed by UCX keepalive, whose interval this transport
-// lowers to UcxTransportOptions::keepalive_interval unless
-// UCX_KEEPALIVE_INTERVAL is set) marks the peer lost: its batches in flight
-// end with kUnavailable "peer lost: <UCX status>", later Writes return that
-// error. The caller still calls Disconnect to release the endpoint.
+// connection broke: a killed process's sockets close at once; transports
+// without a connection, such as shared memory in UCX versions that allow it
+// here, rely on UCX keepalive, whose interval this transport lowers to
+// UcxTransportOptions::keepalive_interval unless UCX_KEEPALIVE_INTERVAL is
+// set) marks the peer lost: its batches in flight end with kUnavailable
+// "peer lost: <UCX status>", later Writes return that error. A stalled peer
+// (SIGSTOP) raises nothing: the caller's deadline gives up with Disconnect.
+// The caller calls Disconnect to release the endpoint in every case.
 //
 // Thread-safety: every method is thread-safe; see KvTransport for what
 // completions may call. Destroying the transport ends every batch still in
