@@ -493,9 +493,8 @@ class UcxTransport::Impl {
       why = ucs_status_string(st);
       if (st == UCS_ERR_UNREACHABLE) {
         fix =
-            "UCX has no transport to it that can report a dead peer, which this transport needs; "
-            "UCX "
-            "1.13's posix/sysv shared memory cannot. UCX_TLS=\"" +
+            "UCX has no transport to it that can report a dead peer, which this transport "
+            "needs; UCX 1.13's posix/sysv shared memory cannot. UCX_TLS=\"" +
             TlsForMessages() + "\" here: include tcp";
       }
     } else if (probe->value != peer->desc.nonce) {
@@ -556,26 +555,27 @@ class UcxTransport::Impl {
       if (peer.lost) return Unavailable(peer.lost_reason);
       for (size_t i = 0; i < ops.size(); ++i) {
         const WriteOp& op = ops[i];
-        const std::string name = "KV write op " + std::to_string(i) + ": ";
+        // Built only for a message: this loop runs once per put.
+        auto name = [i] { return "KV write op " + std::to_string(i) + ": "; };
         if (op.src_region < 0 || static_cast<size_t>(op.src_region) >= regions_.size()) {
-          return InvalidArgument(name + "no local region " + std::to_string(op.src_region) + " (" +
-                                 std::to_string(regions_.size()) + " registered)");
+          return InvalidArgument(name() + "no local region " + std::to_string(op.src_region) +
+                                 " (" + std::to_string(regions_.size()) + " registered)");
         }
         if (op.dst_region < 0 || static_cast<size_t>(op.dst_region) >= peer.desc.regions.size()) {
-          return InvalidArgument(name + "no region " + std::to_string(op.dst_region) + " at peer " +
-                                 peer.desc.label + " (" + std::to_string(peer.desc.regions.size()) +
-                                 " exported)");
+          return InvalidArgument(name() + "no region " + std::to_string(op.dst_region) +
+                                 " at peer " + peer.desc.label + " (" +
+                                 std::to_string(peer.desc.regions.size()) + " exported)");
         }
         const LocalRegion& src = regions_[static_cast<size_t>(op.src_region)];
         const UcxRemoteRegion& dst = peer.desc.regions[static_cast<size_t>(op.dst_region)];
         if (op.src_offset > src.length || op.length > src.length - op.src_offset) {
-          return InvalidArgument(name + "[" + std::to_string(op.src_offset) + ", +" +
+          return InvalidArgument(name() + "[" + std::to_string(op.src_offset) + ", +" +
                                  std::to_string(op.length) + ") is outside local region " +
                                  std::to_string(op.src_region) + " of " +
                                  std::to_string(src.length) + " bytes");
         }
         if (op.dst_offset > dst.length || op.length > dst.length - op.dst_offset) {
-          return InvalidArgument(name + "[" + std::to_string(op.dst_offset) + ", +" +
+          return InvalidArgument(name() + "[" + std::to_string(op.dst_offset) + ", +" +
                                  std::to_string(op.length) + ") is outside region " +
                                  std::to_string(op.dst_region) + " of peer " + peer.desc.label +
                                  " (" + std::to_string(dst.length) + " bytes)");
