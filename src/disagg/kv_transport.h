@@ -4,13 +4,14 @@
 // connects to it from that descriptor and writes computed KV pages straight
 // into the decode's pages with one-sided puts, in batches, as prefill chunks
 // finish. Nothing here knows about requests, rooms or pages: it moves byte
-// ranges between registered regions. disagg/kv_sender.h turns page ids of a
+// ranges between registered regions. disagg/page_ops.h turns page ids of a
 // KvLayout into WriteOps.
 //
 // Implementations: UcxTransport (ucx_transport.h; UCX 1.13 from Debian, the
-// transports chosen by UCX_TLS as UCX users expect: tcp across hosts,
-// shm/cma on one host). A CUDA IPC transport (GPU to GPU on one host) is a
-// later implementation of the same interface.
+// transports chosen by UCX_TLS as UCX users expect: tcp, across hosts and,
+// with UCX 1.13, on one host too: see ucx_transport.h). A CUDA IPC
+// transport (GPU to GPU on one host) is a later implementation of the same
+// interface.
 //
 // Failure model: every Write completes exactly once, with OK or an error
 // that names what happened (kUnavailable "peer lost: ..." when the peer's
@@ -55,10 +56,10 @@ struct WriteOp {
 };
 
 struct TransportStats {
-  uint64_t bytes_written = 0;   // completed OK
-  uint64_t writes_ok = 0;       // Write() batches completed OK
-  uint64_t writes_failed = 0;   // completed with an error
-  int64_t peers = 0;            // connected now
+  uint64_t bytes_written = 0;  // completed OK
+  uint64_t writes_ok = 0;      // Write() batches completed OK
+  uint64_t writes_failed = 0;  // completed with an error
+  int64_t peers = 0;           // connected now
 };
 
 class KvTransport {
@@ -84,7 +85,7 @@ class KvTransport {
   // Unavailable when the peer cannot be reached.
   virtual StatusOr<PeerId> Connect(const std::string& descriptor) = 0;
 
-  // Drops the peer: fails its writes still in flight (with kCancelled,
+  // Drops the peer: fails its writes still in flight (with kAborted,
   // "disconnected"), then releases its endpoint and remote keys. Idempotent;
   // unknown ids are ignored. Blocks until no completion of the peer runs.
   virtual void Disconnect(PeerId peer) = 0;
@@ -93,8 +94,9 @@ class KvTransport {
   // `done` runs once, on the progress thread, when every op has landed in
   // the peer's memory (remote completion: after OK the receiver may read
   // the bytes) or with the first error. Never blocks on the network.
-  // Errors before posting (unknown peer, an op outside a region) are
-  // returned and `done` is not called.
+  // Errors before posting (unknown peer, a peer already lost, an op outside
+  // a region) are returned and `done` is not called; after OK, `done` is
+  // called exactly once.
   virtual Status Write(PeerId peer, std::span<const WriteOp> ops,
                        std::function<void(Status)> done) = 0;
 

@@ -121,7 +121,7 @@ class RoleBase : public PdRole, public Handler {
       failures_->Get({FailureReasonName(r)});
     ASSIGN_OR_RETURN(
         auto* depth,
-        registry_.AddGauge("strata_disagg_bootstrap_queue_depth",
+        registry_.AddGauge("strata_bootstrap_queued_requests",
                            "Prefill requests waiting for their decode's page registration.", {}));
     queue_depth_ = &depth->Get();
     ASSIGN_OR_RETURN(auto* peers,

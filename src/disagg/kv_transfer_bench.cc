@@ -1,0 +1,265 @@
+// KV transfer bandwidth over UcxTransport (issue 8, item 8): a sender and a
+// receiver process (fork, before either touches UCX) on this host; the
+// sender writes N pages of a real model's KV layout into the receiver's
+// pool the way a prefill server does (PageWriteOps per prefill chunk, every
+// chunk in flight at once), timed from the first Write to the last `done`.
+// The transports are UCX_TLS's, as for `strata serve`. The ceiling is
+// `ucx_perftest -t ucp_put_bw` on the same UCX_TLS and message size
+// (tools/bench/kv_transfer.sh runs both and prints the ratio).
+//
+// Layout: Qwen2.5-0.5B's KV (24 layers, 2 kv heads, head_dim 64, BF16,
+// page 16): one (layer, tensor, page) run is 4 KiB, a page 192 KiB.
+//   --case=4k    random, non-adjacent pages: every op is one 4 KiB run.
+//   --case=256k  runs of 64 consecutive pages on both sides: every op is
+//                64 x 4 KiB = 256 KiB (a prefix of fresh pages).
+// At the end the receiver hashes its pool and the sender checks the hash
+// against the image it expects: the bench moves real bytes, exactly.
+//
+// Usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5]
+// Prints one line per repetition and a final "result ..." line (MB/s as
+// ucx_perftest prints them: 2^20 bytes per second).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "disagg/page_ops.h"
+#include "disagg/ucx_transport.h"
+
+namespace strata::disagg {
+namespace {
+
+struct Options {
+  std::string bench_case = "4k";
+  int64_t pages = 1024;
+  int64_t chunk_pages = 64;
+  int reps = 5;
+};
+
+KvLayout Qwen25_05B() {
+  KvLayout l;
+  l.page_size = 16;
+  l.groups.push_back({"full_attention", 24, 2, 64, DType::kBF16, true, 0});
+  return l;
+}
+
+uint64_t Fnv(const char* p, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(p[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool ReadFull(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = read(fd, c, n);
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "kv_transfer_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// The receiver: registers its pool, sends the descriptor, then hashes the
+// pool on request ('h') until the pipe closes.
+[[noreturn]] void Receiver(size_t pool_bytes, int in, int out) {
+  auto t = UcxTransport::Create();
+  if (!t.ok()) Die("receiver: " + t.status().ToString());
+  std::vector<char> pool(pool_bytes, static_cast<char>(0xEE));
+  if (!(*t)->RegisterRegion(pool.data(), pool.size()).ok()) Die("receiver: RegisterRegion failed");
+  const std::string desc = *(*t)->LocalDescriptor();
+  const uint32_t len = static_cast<uint32_t>(desc.size());
+  if (write(out, &len, 4) != 4 || write(out, desc.data(), len) != static_cast<ssize_t>(len)) {
+    Die("receiver: pipe write failed");
+  }
+  char cmd;
+  while (read(in, &cmd, 1) == 1) {
+    const uint64_t h = Fnv(pool.data(), pool.size());
+    if (write(out, &h, 8) != 8) Die("receiver: pipe write failed");
+  }
+  std::exit(0);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int Run(const Options& o) {
+  const KvLayout layout = Qwen25_05B();
+  const int64_t pool_pages = 2 * o.pages;  // room for the non-adjacent picks
+  const size_t pool_bytes = layout.BytesPerPage() * static_cast<size_t>(pool_pages);
+
+  // Which pages go where.
+  std::mt19937 rng(42);
+  std::vector<int32_t> src_pages, dst_pages;
+  if (o.bench_case == "4k") {
+    // Even ids, shuffled on each side: no two picks are adjacent, so
+    // nothing merges and every op is one 4 KiB run.
+    for (int32_t p = 0; p < o.pages; ++p) src_pages.push_back(2 * p);
+    dst_pages = src_pages;
+    std::shuffle(src_pages.begin(), src_pages.end(), rng);
+    std::shuffle(dst_pages.begin(), dst_pages.end(), rng);
+  } else if (o.bench_case == "256k") {
+    // Runs of 64 pages, the runs in shuffled order, dst runs elsewhere.
+    constexpr int32_t kRun = 64;
+    if (o.pages % kRun != 0) Die("--pages must be a multiple of 64 for --case=256k");
+    std::vector<int32_t> runs(o.pages / kRun);
+    std::iota(runs.begin(), runs.end(), 0);
+    std::vector<int32_t> dst_runs(runs.size());
+    std::iota(dst_runs.begin(), dst_runs.end(), 0);
+    std::shuffle(runs.begin(), runs.end(), rng);
+    std::shuffle(dst_runs.begin(), dst_runs.end(), rng);
+    for (size_t r = 0; r < runs.size(); ++r) {
+      for (int32_t i = 0; i < kRun; ++i) {
+        src_pages.push_back(runs[r] * 2 * kRun + i);  // gaps between runs
+        dst_pages.push_back(dst_runs[r] * 2 * kRun + kRun + i);
+      }
+    }
+  } else {
+    Die("--case must be 4k or 256k");
+  }
+
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) Die("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) Die("fork failed");
+  if (pid == 0) {
+    close(to_child[1]);
+    close(from_child[0]);
+    Receiver(pool_bytes, to_child[0], from_child[1]);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  uint32_t len = 0;
+  if (!ReadFull(from_child[0], &len, 4)) Die("the receiver died before sending its descriptor");
+  std::string desc(len, '\0');
+  if (!ReadFull(from_child[0], desc.data(), len)) Die("short descriptor");
+
+  auto created = UcxTransport::Create();
+  if (!created.ok()) Die("sender: " + created.status().ToString());
+  UcxTransport& t = **created;
+  std::vector<char> src(pool_bytes);
+  for (size_t i = 0; i < src.size(); i += 8) {
+    const uint64_t x = rng();
+    std::memcpy(src.data() + i, &x, std::min<size_t>(8, src.size() - i));
+  }
+  if (!t.RegisterRegion(src.data(), src.size()).ok()) Die("sender: RegisterRegion failed");
+  auto peer = t.Connect(desc);
+  if (!peer.ok()) Die("sender: " + peer.status().ToString());
+
+  // One batch per prefill chunk, as the prefill server sends them.
+  std::vector<std::vector<WriteOp>> batches;
+  size_t ops = 0;
+  uint64_t bytes = 0;
+  for (int64_t at = 0; at < o.pages; at += o.chunk_pages) {
+    const int64_t n = std::min(o.chunk_pages, o.pages - at);
+    auto b = PageWriteOps(layout, {pool_pages, 0}, {pool_pages, 0},
+                          std::span<const int32_t>(src_pages).subspan(at, n),
+                          std::span<const int32_t>(dst_pages).subspan(at, n));
+    if (!b.ok()) Die(b.status().ToString());
+    for (const WriteOp& op : *b) bytes += op.length;
+    ops += b->size();
+    batches.push_back(std::move(b).value());
+  }
+  const uint64_t msg = batches.front().front().length;
+
+  const char* tls = std::getenv("UCX_TLS");
+  std::printf("kv_transfer_bench: UCX_TLS=%s case=%s pages=%lld chunk_pages=%lld: %zu batches, %zu ops of %llu B, %.1f MiB per transfer\n",
+              tls ? tls : "(unset)", o.bench_case.c_str(), static_cast<long long>(o.pages),
+              static_cast<long long>(o.chunk_pages), batches.size(), ops,
+              static_cast<unsigned long long>(msg), bytes / 1048576.0);
+  std::vector<double> mbps;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = batches.size();
+    Status first_error;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& b : batches) {
+      const Status st = t.Write(*peer, b, [&](Status s) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!s.ok() && first_error.ok()) first_error = s;
+        if (--left == 0) cv.notify_all();
+      });
+      if (!st.ok()) Die(st.ToString());
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return left == 0; });
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!first_error.ok()) Die("write failed: " + first_error.ToString());
+    mbps.push_back(bytes / 1048576.0 / s);
+    std::printf("rep %d: %.3f s, %.1f MB/s\n", rep, s, mbps.back());
+    std::fflush(stdout);
+  }
+
+  // The receiver's pool must be exactly the expected image.
+  std::vector<char> want(pool_bytes, static_cast<char>(0xEE));
+  for (const auto& b : batches) {
+    for (const WriteOp& op : b) std::memcpy(want.data() + op.dst_offset, src.data() + op.src_offset, op.length);
+  }
+  const char c = 'h';
+  uint64_t got = 0;
+  if (write(to_child[1], &c, 1) != 1 || !ReadFull(from_child[0], &got, 8)) Die("receiver gone");
+  const bool exact = got == Fnv(want.data(), want.size());
+  t.Disconnect(*peer);
+  close(to_child[1]);
+  waitpid(pid, nullptr, 0);
+  std::printf("result case=%s msg_bytes=%llu mbps_median=%.1f mbps_best=%.1f bytes_per_rep=%llu verified=%s\n",
+              o.bench_case.c_str(), static_cast<unsigned long long>(msg), Median(mbps),
+              *std::max_element(mbps.begin(), mbps.end()), static_cast<unsigned long long>(bytes),
+              exact ? "yes" : "NO");
+  return exact ? 0 : 2;
+}
+
+}  // namespace
+}  // namespace strata::disagg
+
+int main(int argc, char** argv) {
+  strata::disagg::Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      const size_t n = std::strlen(flag);
+      return a.compare(0, n, flag) == 0 ? a.c_str() + n : nullptr;
+    };
+    if (const char* v = value("--case=")) {
+      o.bench_case = v;
+    } else if (const char* v = value("--pages=")) {
+      o.pages = std::atoll(v);
+    } else if (const char* v = value("--chunk-pages=")) {
+      o.chunk_pages = std::atoll(v);
+    } else if (const char* v = value("--reps=")) {
+      o.reps = std::atoi(v);
+    } else {
+      std::fprintf(stderr, "usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5]\n");
+      return 1;
+    }
+  }
+  if (o.pages < 1 || o.chunk_pages < 1 || o.reps < 1) {
+    std::fprintf(stderr, "kv_transfer_bench: --pages, --chunk-pages and --reps must be >= 1\n");
+    return 1;
+  }
+  return strata::disagg::Run(o);
+}

@@ -1,0 +1,150 @@
+// UcxTransport: KvTransport over UCX's UCP API (Debian libucx-dev, 1.13).
+//
+// One UCP context (RMA + WAKEUP features) and one worker per transport. The
+// transports are UCX's choice: UCX_TLS as UCX users expect, or
+// UcxTransportOptions::tls. UCX only picks transports that can report a
+// dead peer; in UCX 1.13 that is tcp alone (its posix/sysv shared memory
+// has no peer failure handler and its puts use no cma lane), so on one host
+// too the bytes go over tcp loopback, and UCX_TLS=shm fails at Connect,
+// saying so (docs/architecture/disagg.md "Data plane").
+//
+//   RegisterRegion  ucp_mem_map; the packed rkey goes into the descriptor.
+//   LocalDescriptor worker address + per region (base, length, rkey), plus a
+//                   probe word (see Connect), framed and checksummed
+//                   (EncodeUcxDescriptor below).
+//   Connect         ucp_ep_create from the peer's worker address with
+//                   UCP_ERR_HANDLING_MODE_PEER; unpacks the rkeys; then
+//                   reads the peer's probe word with one ucp_get_nbx and
+//                   checks it holds the descriptor's nonce. So Connect
+//                   returns only once the peer is reachable and the rkeys
+//                   work, and a different process that reuses the address
+//                   of a dead one (same host:port) is refused, not written
+//                   into.
+//   Write           one ucp_put_nbx per op, then ucp_ep_flush_nbx: `done`
+//                   runs from the flush's completion, i.e. after the bytes
+//                   are in the peer's memory (remote completion).
+//   Disconnect      ucp_ep_close_nbx(UCP_EP_CLOSE_FLAG_FORCE): UCX cancels
+//                   the peer's outstanding operations; their batches end
+//                   with kAborted "disconnected".
+//
+// Threading: a progress thread owns the worker; it is the only thread that
+// calls UCP (the worker runs UCS_THREAD_MODE_SINGLE). Other threads hand it
+// commands through a queue and wake it with ucp_worker_signal; when idle it
+// sleeps in poll() on the worker's event fd (ucp_worker_arm). Chosen over
+// UCS_THREAD_MODE_MULTI because the contract says completions run on "the
+// transport's own thread" and Disconnect must know when the last callback
+// of a peer ran: with one owner thread both are true by construction, and
+// UCX's multi-thread mode would only add a lock around every call. The
+// receiver's progress thread matters too: over transports without native
+// RMA for host memory (tcp in 1.13), UCX emulates puts with active messages
+// that the receiving worker must progress.
+//
+// Failure model: the error callback of a peer's endpoint (UCX noticed the
+// connection broke: a killed process's sockets close at once; transports
+// without a connection, such as shared memory in UCX versions that allow it
+// here, rely on UCX keepalive, whose interval this transport lowers to
+// UcxTransportOptions::keepalive_interval unless UCX_KEEPALIVE_INTERVAL is
+// set) marks the peer lost: its batches in flight end with kUnavailable
+// "peer lost: <UCX status>", later Writes return that error. A stalled peer
+// (SIGSTOP) raises nothing: the caller's deadline gives up with Disconnect.
+// The caller calls Disconnect to release the endpoint in every case.
+//
+// Thread-safety: every method is thread-safe; see KvTransport for what
+// completions may call. Destroying the transport ends every batch still in
+// flight with kAborted (on the destroying thread) and needs no other call
+// in progress.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "disagg/kv_transport.h"
+#include "util/status.h"
+
+namespace strata::disagg {
+
+struct UcxTransportOptions {
+  // UCX_TLS of this transport's context ("tcp", "shm", "tcp,cma", ...).
+  // Empty: the UCX_TLS environment variable, else UCX's default (all).
+  std::string tls;
+  // How long Connect waits for the peer to answer the probe read.
+  std::chrono::milliseconds connect_timeout{5000};
+  // UCX_KEEPALIVE_INTERVAL for this context unless that variable is set
+  // (UCX's default, 20 s, would notice a dead shared-memory peer late).
+  std::chrono::milliseconds keepalive_interval{1000};
+};
+
+class UcxTransport final : public KvTransport {
+ public:
+  // Fails with Unavailable (with UCX's message) when UCX cannot initialise,
+  // e.g. when no transport UCX_TLS names exists on this host.
+  static StatusOr<std::unique_ptr<UcxTransport>> Create(const UcxTransportOptions& options = {});
+  ~UcxTransport() override;
+
+  std::string name() const override { return "ucx"; }
+  StatusOr<RegionId> RegisterRegion(void* base, size_t length) override;
+  // The descriptor covers the regions registered so far.
+  StatusOr<std::string> LocalDescriptor() override;
+  // Also fails with FailedPrecondition when called from a completion.
+  StatusOr<PeerId> Connect(const std::string& descriptor) override;
+  // Called from a completion (on the progress thread) it cannot wait: the
+  // peer is closed right after that completion returns, and its remaining
+  // batches end with kAborted then.
+  void Disconnect(PeerId peer) override;
+  // Returns an error and never calls `done` for: an unknown or disconnected
+  // peer (NotFound), a peer already lost (Unavailable "peer lost: ..."), an
+  // op outside its region (InvalidArgument naming the op). Returns OK and
+  // calls `done` exactly once otherwise.
+  Status Write(PeerId peer, std::span<const WriteOp> ops,
+               std::function<void(Status)> done) override;
+  TransportStats stats() const override;
+
+  // The transports and devices UCX offers this context, e.g.
+  // "tcp/lo tcp/eth0 posix/memory cma/memory" (logged at creation).
+  std::string resources() const;
+  // What UCX chose for a connected peer's endpoint (ucp_ep_print_info), for
+  // logs and tests; empty for an unknown peer.
+  std::string PeerInfo(PeerId peer);
+
+  class Impl;
+
+ private:
+  explicit UcxTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- descriptor ---------------------------------------------------------
+//
+// Wire format (little-endian), version 1:
+//   "STRATAKV" | u32 version | u32 body length | body | u64 FNV-1a of all before
+//   body: u64 nonce | str label | str worker address
+//         | region probe | u32 n | n x region
+//   region: u64 base | u64 length | str packed rkey;  str: u32 length | bytes
+// The checksum makes truncated or corrupted descriptors fail here, before
+// UCX parses an address or an rkey (UCX trusts those bytes). It is not a
+// defence against a forged descriptor: the bootstrap network is trusted.
+
+struct UcxRemoteRegion {
+  uint64_t base = 0;
+  uint64_t length = 0;
+  std::string rkey;  // ucp_rkey_pack output
+};
+
+struct UcxDescriptor {
+  uint64_t nonce = 0;          // random per transport; the probe word holds it
+  std::string label;           // "host pid N", for messages
+  std::string worker_address;  // ucp_worker_get_address output
+  UcxRemoteRegion probe;       // 8 bytes holding `nonce`
+  std::vector<UcxRemoteRegion> regions;
+};
+
+std::string EncodeUcxDescriptor(const UcxDescriptor& d);
+// InvalidArgument saying what is wrong and at which byte, for anything that
+// is not a descriptor of this version written by EncodeUcxDescriptor.
+StatusOr<UcxDescriptor> ParseUcxDescriptor(std::string_view bytes);
+
+}  // namespace strata::disagg

@@ -1,0 +1,795 @@
+// UcxTransport against real UCX (no mocks): two transports in this process
+// (sender and receiver, each with its own UCP context and worker), and, for
+// peer death, a receiver in a child process (this binary re-executed) that
+// is killed with SIGKILL.
+//
+// Every suite runs per UCX_TLS value (UcxTransportOptions::tls, the same
+// setting as the environment variable); a value whose transports this host
+// lacks is skipped with the reason, except tcp, which must work.
+#include "disagg/ucx_transport.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "disagg/page_ops.h"
+
+namespace strata::disagg {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kTlsValues[][16] = {"tcp", "tcp,cma", "all", "shm"};
+
+// UCX 1.13's shared-memory transports (posix, sysv) have no peer failure
+// handler, which UcxTransport requires (UCP_ERR_HANDLING_MODE_PEER): UCX
+// finds no usable transport for these values alone and Connect fails.
+// They skip with UCX's reason; every other value must work.
+bool MayBeUnavailable(const std::string& tls) {
+  return tls == "shm" || tls == "posix" || tls == "sysv";
+}
+
+std::string TestName(const testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), ',', '_');
+  return s;
+}
+
+uint64_t Fnv(const char* p, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(p[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void FillRandom(std::vector<char>* v, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  size_t i = 0;
+  for (; i + 8 <= v->size(); i += 8) {
+    const uint64_t x = rng();
+    std::memcpy(v->data() + i, &x, 8);
+  }
+  for (; i < v->size(); ++i) (*v)[i] = static_cast<char>(rng());
+}
+
+// Counts calls of each batch's `done`, so "exactly once" is checkable.
+class Completions {
+ public:
+  explicit Completions(size_t n) : calls_(n, 0), status_(n) {}
+
+  std::function<void(Status)> Callback(size_t i) {
+    return [this, i](Status st) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++calls_[i];
+      status_[i] = st;
+      thread_ = std::this_thread::get_id();
+      cv_.notify_all();
+    };
+  }
+  // True when every batch completed within `timeout`.
+  bool WaitAll(Clock::duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] {
+      return std::all_of(calls_.begin(), calls_.end(), [](int c) { return c > 0; });
+    });
+  }
+  int calls(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_[i];
+  }
+  Status status(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_[i];
+  }
+  std::thread::id thread() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return thread_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> calls_;
+  std::vector<Status> status_;
+  std::thread::id thread_;
+};
+
+// Writes `ops` and waits; the batch's final status.
+Status WriteAndWait(KvTransport& t, PeerId peer, std::span<const WriteOp> ops) {
+  Completions c(1);
+  Status st = t.Write(peer, ops, c.Callback(0));
+  if (!st.ok()) return st;
+  if (!c.WaitAll(seconds(60))) return Internal("write did not complete within 60 s");
+  return c.status(0);
+}
+
+// Applies ops to a byte image: what the receiver's memory must look like.
+void Apply(std::span<const WriteOp> ops, const std::vector<char>& src, std::vector<char>* dst) {
+  for (const WriteOp& op : ops)
+    std::memcpy(dst->data() + op.dst_offset, src.data() + op.src_offset, op.length);
+}
+
+// First mismatching byte, or -1.
+int64_t FirstDiff(const std::vector<char>& a, const std::vector<char>& b) {
+  const auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin());
+  return ia == a.end() ? -1 : ia - a.begin();
+}
+
+class UcxTransportTest : public testing::TestWithParam<std::string> {
+ protected:
+  static constexpr size_t kRegion = 8 << 20;
+
+  void SetUp() override {
+    UcxTransportOptions opt;
+    opt.tls = GetParam();
+    auto s = UcxTransport::Create(opt);
+    auto r = UcxTransport::Create(opt);
+    if (!s.ok() || !r.ok()) {
+      const Status st = s.ok() ? r.status() : s.status();
+      ASSERT_TRUE(MayBeUnavailable(GetParam())) << st.ToString();
+      GTEST_SKIP() << "UCX_TLS=" << GetParam()
+                   << " is not available on this host: " << st.ToString();
+    }
+    sender_ = std::move(s).value();
+    receiver_ = std::move(r).value();
+    src_.resize(kRegion);
+    FillRandom(&src_, 1);
+    dst_.assign(kRegion, static_cast<char>(0xEE));
+    ASSERT_EQ(*sender_->RegisterRegion(src_.data(), src_.size()), 0);
+    ASSERT_EQ(*receiver_->RegisterRegion(dst_.data(), dst_.size()), 0);
+    auto desc = receiver_->LocalDescriptor();
+    ASSERT_TRUE(desc.ok());
+    descriptor_ = *desc;
+    auto peer = sender_->Connect(descriptor_);
+    if (!peer.ok()) {
+      ASSERT_TRUE(MayBeUnavailable(GetParam())) << peer.status().ToString();
+      GTEST_SKIP() << "UCX_TLS=" << GetParam()
+                   << " cannot connect with peer failure handling here ("
+                   << peer.status().ToString() << "); offered: " << sender_->resources();
+    }
+    peer_ = *peer;
+  }
+
+  std::vector<char> src_, dst_;                      // outlive the transports
+  std::unique_ptr<UcxTransport> receiver_, sender_;  // the sender goes first
+  std::string descriptor_;
+  PeerId peer_ = 0;
+};
+
+TEST_P(UcxTransportTest, WritesLandExactlyAndNothingElseChanges) {
+  std::vector<char> want = dst_;
+  // Odd sizes and offsets, one byte, a page, across the region's end.
+  const std::vector<WriteOp> ops = {
+      {0, 0, 0, 0, 1},
+      {0, 4096, 0, 12345, 4096},
+      {0, 1000003, 0, 2000001, 77777},
+      {0, kRegion - 3333, 0, kRegion - 3333, 3333},
+      {0, 17, 0, 5000000, 0},  // zero length: allowed, moves nothing
+  };
+  Apply(ops, src_, &want);
+  ASSERT_TRUE(WriteAndWait(*sender_, peer_, ops).ok());
+  EXPECT_EQ(FirstDiff(dst_, want), -1);
+  const TransportStats st = sender_->stats();
+  EXPECT_EQ(st.writes_ok, 1u);
+  EXPECT_EQ(st.bytes_written, 1u + 4096 + 77777 + 3333);
+  EXPECT_EQ(st.peers, 1);
+  // Which transport UCX picked (ucp_ep_print_info's lane lines).
+  const std::string info = sender_->PeerInfo(peer_);
+  EXPECT_NE(info.find("lane["), std::string::npos) << info;
+  for (size_t pos = info.find("lane["); pos != std::string::npos;
+       pos = info.find("lane[", pos + 1)) {
+    std::printf("[ info     ] UCX_TLS=%s: %s\n", GetParam().c_str(),
+                info.substr(pos, info.find('\n', pos) - pos).c_str());
+  }
+}
+
+TEST_P(UcxTransportTest, ManyBatchesOfPagesInFlight) {
+  // Pages of a small two-group layout, like a prefill's chunks.
+  KvLayout layout;
+  layout.page_size = 16;
+  layout.groups.push_back({"full", 4, 2, 64, DType::kBF16, true, 0});
+  layout.groups.push_back({"latent", 2, 1, 32, DType::kF32, false, 0});
+  // Both pools live in the one registered region per side: two groups
+  // need two regions, so register each group's slice as its own region.
+  const int64_t src_pages = 64, dst_pages = 220;
+  const size_t s0 = layout.BytesPerPage(0) * src_pages, d0 = layout.BytesPerPage(0) * dst_pages;
+  const size_t s1 = layout.BytesPerPage(1) * src_pages, d1 = layout.BytesPerPage(1) * dst_pages;
+  ASSERT_LE(s0 + s1, kRegion);
+  ASSERT_LE(d0 + d1, kRegion);
+  ASSERT_EQ(*sender_->RegisterRegion(src_.data(), s0), 1);
+  ASSERT_EQ(*sender_->RegisterRegion(src_.data() + s0, s1), 2);
+  ASSERT_EQ(*receiver_->RegisterRegion(dst_.data(), d0), 1);
+  ASSERT_EQ(*receiver_->RegisterRegion(dst_.data() + d0, d1), 2);
+  // The descriptor now has the new regions: connect again.
+  auto peer = sender_->Connect(*receiver_->LocalDescriptor());
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+
+  std::mt19937 rng(3);
+  std::vector<int32_t> dst_ids(dst_pages);
+  std::iota(dst_ids.begin(), dst_ids.end(), 0);
+  std::shuffle(dst_ids.begin(), dst_ids.end(), rng);
+  std::vector<char> want = dst_;
+  constexpr int kBatches = 100;
+  Completions c(kBatches);
+  int used = 0;
+  for (int b = 0; b < kBatches; ++b) {
+    // Each batch: 1-3 consecutive source pages into destination pages no
+    // other batch writes (batches in flight are not ordered), while they
+    // last.
+    const int n = 1 + static_cast<int>(rng() % 3);
+    std::vector<int32_t> sp, dp;
+    const int32_t first = static_cast<int32_t>(rng() % (src_pages - n));
+    for (int i = 0; i < n && used < dst_pages; ++i) {
+      sp.push_back(first + i);
+      dp.push_back(dst_ids[used++]);
+    }
+    auto ops = PageWriteOps(layout, {src_pages, 1}, {dst_pages, 1}, sp, dp);
+    ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+    for (const WriteOp& op : *ops) {
+      const size_t sbase = op.src_region == 1 ? 0 : s0, dbase = op.dst_region == 1 ? 0 : d0;
+      std::memcpy(want.data() + dbase + op.dst_offset, src_.data() + sbase + op.src_offset,
+                  op.length);
+    }
+    ASSERT_TRUE(sender_->Write(*peer, *ops, c.Callback(b)).ok());
+  }
+  ASSERT_TRUE(c.WaitAll(seconds(60)));
+  for (int b = 0; b < kBatches; ++b) {
+    EXPECT_EQ(c.calls(b), 1) << "batch " << b;
+    EXPECT_TRUE(c.status(b).ok()) << "batch " << b << ": " << c.status(b).ToString();
+  }
+  EXPECT_NE(c.thread(), std::this_thread::get_id());
+  EXPECT_EQ(FirstDiff(dst_, want), -1);
+}
+
+TEST_P(UcxTransportTest, LargeWrite64MiB) {
+  constexpr size_t kBig = 64 << 20;
+  std::vector<char> src(kBig), dst(kBig + 8192, static_cast<char>(0x5A));
+  FillRandom(&src, 9);
+  const RegionId s = *sender_->RegisterRegion(src.data(), src.size());
+  const RegionId d = *receiver_->RegisterRegion(dst.data(), dst.size());
+  auto peer = sender_->Connect(*receiver_->LocalDescriptor());
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  const WriteOp op{s, 0, d, 4096, kBig};
+  ASSERT_TRUE(WriteAndWait(*sender_, *peer, std::span<const WriteOp>(&op, 1)).ok());
+  EXPECT_EQ(std::memcmp(dst.data() + 4096, src.data(), kBig), 0);
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.begin() + 4096, [](char c) { return c == 0x5A; }));
+  EXPECT_TRUE(std::all_of(dst.end() - 4096, dst.end(), [](char c) { return c == 0x5A; }));
+}
+
+TEST_P(UcxTransportTest, CompletionMayWriteAgain) {
+  // A completion chains the next write (allowed by the contract); the
+  // chain of 20 ends with every piece landed.
+  std::vector<char> want = dst_;
+  std::vector<WriteOp> ops;
+  for (int i = 0; i < 20; ++i)
+    ops.push_back({0, uint64_t(i) * 65536, 0, uint64_t(i) * 65536 + 7, 65536});
+  Apply(ops, src_, &want);
+  Completions last(1);
+  std::function<void(size_t, Status)> next = [&](size_t i, Status st) {
+    if (!st.ok() || i + 1 == ops.size()) return last.Callback(0)(st);
+    Status w = sender_->Write(peer_, std::span<const WriteOp>(&ops[i + 1], 1),
+                              [&, i](Status s) { next(i + 1, s); });
+    if (!w.ok()) last.Callback(0)(w);
+  };
+  ASSERT_TRUE(
+      sender_->Write(peer_, std::span<const WriteOp>(&ops[0], 1), [&](Status s) { next(0, s); })
+          .ok());
+  ASSERT_TRUE(last.WaitAll(seconds(60)));
+  ASSERT_TRUE(last.status(0).ok()) << last.status(0).ToString();
+  EXPECT_EQ(FirstDiff(dst_, want), -1);
+}
+
+TEST_P(UcxTransportTest, DisconnectWhileWritesInFlightCompletesEachOnce) {
+  constexpr int kBatches = 64;
+  Completions c(kBatches);
+  for (int b = 0; b < kBatches; ++b) {
+    const WriteOp op{0, 0, 0, uint64_t(b % 8) * (1 << 20), 1 << 20};
+    ASSERT_TRUE(sender_->Write(peer_, std::span<const WriteOp>(&op, 1), c.Callback(b)).ok());
+  }
+  sender_->Disconnect(peer_);
+  // Disconnect returned: every batch has ended, none runs later.
+  int aborted = 0;
+  for (int b = 0; b < kBatches; ++b) {
+    ASSERT_EQ(c.calls(b), 1) << "batch " << b;
+    const Status st = c.status(b);
+    if (!st.ok()) {
+      EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+      EXPECT_EQ(st.message(), "disconnected");
+      ++aborted;
+    }
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  for (int b = 0; b < kBatches; ++b) EXPECT_EQ(c.calls(b), 1) << "batch " << b;
+  std::printf("[ info     ] %d of %d batches were cancelled by Disconnect\n", aborted, kBatches);
+
+  // The peer is gone for Write; Disconnect again is a no-op; a new Connect
+  // to the same receiver works.
+  const WriteOp op{0, 0, 0, 0, 16};
+  bool called = false;
+  const Status st =
+      sender_->Write(peer_, std::span<const WriteOp>(&op, 1), [&](Status) { called = true; });
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  sender_->Disconnect(peer_);
+  EXPECT_EQ(sender_->stats().peers, 0);
+  auto again = sender_->Connect(descriptor_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_NE(*again, peer_);
+  EXPECT_TRUE(WriteAndWait(*sender_, *again, std::span<const WriteOp>(&op, 1)).ok());
+  EXPECT_FALSE(called);
+}
+
+TEST_P(UcxTransportTest, DisconnectFromACompletionEndsTheRestOnce) {
+  // The first batch's completion gives the peer up (what a caller does on
+  // a transfer error): it cannot wait there, and the other batches still
+  // end exactly once each.
+  constexpr int kBatches = 32;
+  Completions c(kBatches);
+  std::atomic<bool> disconnected{false};
+  for (int b = 0; b < kBatches; ++b) {
+    const WriteOp op{0, 0, 0, uint64_t(b % 8) * (1 << 20), 1 << 20};
+    auto cb = c.Callback(b);
+    std::function<void(Status)> done = cb;
+    if (b == 0) {
+      done = [this, cb, &disconnected](Status st) {
+        sender_->Disconnect(peer_);
+        disconnected = true;
+        cb(st);
+      };
+    }
+    const Status st = sender_->Write(peer_, std::span<const WriteOp>(&op, 1), done);
+    if (!st.ok()) {
+      // Batch 0 may finish (and give the peer up) while we still post.
+      ASSERT_TRUE(disconnected) << st.ToString();
+      ASSERT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+      cb(st);  // never posted: count it here, so "once each" still holds
+    }
+  }
+  ASSERT_TRUE(c.WaitAll(seconds(60)));
+  std::this_thread::sleep_for(milliseconds(200));
+  for (int b = 0; b < kBatches; ++b) {
+    EXPECT_EQ(c.calls(b), 1) << "batch " << b;
+    const Status st = c.status(b);
+    EXPECT_TRUE(st.ok() || st.code() == StatusCode::kAborted || st.code() == StatusCode::kNotFound)
+        << st.ToString();
+  }
+  EXPECT_EQ(sender_->stats().peers, 0);
+}
+
+TEST_P(UcxTransportTest, OpOutsideARegionIsRefusedBeforePosting) {
+  bool called = false;
+  auto done = [&](Status) { called = true; };
+  const std::vector<std::pair<WriteOp, const char*>> bad = {
+      {{0, kRegion - 10, 0, 0, 11}, "outside local region 0"},
+      {{0, 0, 0, kRegion, 1}, "outside region 0 of peer"},
+      {{0, 0, 0, 1, kRegion}, "outside region 0 of peer"},
+      {{0, ~uint64_t{0} - 2, 0, 0, 8}, "outside local region 0"},  // offset + length wraps
+      {{3, 0, 0, 0, 8}, "no local region 3"},
+      {{0, 0, 7, 0, 8}, "no region 7 at peer"},
+      {{-1, 0, 0, 0, 8}, "no local region -1"},
+  };
+  for (const auto& [op, what] : bad) {
+    // The bad op second: the whole batch is refused, nothing is posted.
+    const std::vector<WriteOp> ops = {{0, 0, 0, 0, 8}, op};
+    const Status st = sender_->Write(peer_, ops, done);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("KV write op 1: "), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  }
+  const Status st = sender_->Write(peer_ + 100, {}, done);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(called);
+  EXPECT_EQ(dst_[0], static_cast<char>(0xEE));  // the good first op never went
+  EXPECT_EQ(sender_->stats().writes_ok + sender_->stats().writes_failed, 0u);
+}
+
+TEST_P(UcxTransportTest, BadDescriptorIsInvalidArgument) {
+  for (const std::string& bad :
+       {std::string(), std::string("garbage"), descriptor_.substr(0, descriptor_.size() / 2),
+        descriptor_ + "x"}) {
+    auto peer = sender_->Connect(bad);
+    ASSERT_FALSE(peer.ok());
+    EXPECT_EQ(peer.status().code(), StatusCode::kInvalidArgument) << peer.status().ToString();
+    EXPECT_NE(peer.status().message().find("KV transport descriptor"), std::string::npos);
+  }
+  EXPECT_EQ(sender_->stats().peers, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest,
+                         testing::ValuesIn(std::vector<std::string>(std::begin(kTlsValues),
+                                                                    std::end(kTlsValues))),
+                         TestName);
+
+// ---- descriptor parsing (no UCX needed) -----------------------------------
+
+UcxDescriptor SampleDescriptor() {
+  UcxDescriptor d;
+  d.nonce = 0x0123456789abcdefull;
+  d.label = "host pid 42";
+  d.worker_address = std::string("\x01\x02\x00\x03worker", 10);
+  d.probe = {0x1000, 8, "probe-rkey"};
+  d.regions = {{0x7f0000000000, 1 << 30, "rkey-0"},
+               {0x7f1000000000, 4096, std::string(200, '\x07')}};
+  return d;
+}
+
+TEST(UcxDescriptorTest, RoundTrips) {
+  const UcxDescriptor d = SampleDescriptor();
+  auto back = ParseUcxDescriptor(EncodeUcxDescriptor(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->nonce, d.nonce);
+  EXPECT_EQ(back->label, d.label);
+  EXPECT_EQ(back->worker_address, d.worker_address);
+  EXPECT_EQ(back->probe.base, d.probe.base);
+  EXPECT_EQ(back->probe.rkey, d.probe.rkey);
+  ASSERT_EQ(back->regions.size(), 2u);
+  EXPECT_EQ(back->regions[1].length, 4096u);
+  EXPECT_EQ(back->regions[1].rkey, d.regions[1].rkey);
+}
+
+void ExpectRejected(const std::string& bytes, const std::string& what) {
+  auto r = ParseUcxDescriptor(bytes);
+  ASSERT_FALSE(r.ok()) << what;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << what;
+  EXPECT_NE(r.status().message().find("KV transport descriptor: "), std::string::npos) << what;
+}
+
+TEST(UcxDescriptorTest, RejectsEveryTruncationAndByteFlip) {
+  const std::string good = EncodeUcxDescriptor(SampleDescriptor());
+  for (size_t n = 0; n < good.size(); ++n)
+    ExpectRejected(good.substr(0, n), "truncated to " + std::to_string(n));
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit : {0, 7}) {
+      std::string b = good;
+      b[i] = static_cast<char>(b[i] ^ (1 << bit));
+      ExpectRejected(b,
+                     "bit " + std::to_string(bit) + " of byte " + std::to_string(i) + " flipped");
+    }
+  }
+  ExpectRejected(good + '\0', "one byte appended");
+}
+
+TEST(UcxDescriptorTest, RejectsGarbageThatPassesTheFrame) {
+  // Random bodies behind a valid frame and checksum: only the body parser
+  // stands between them and UCX.
+  std::mt19937 rng(11);
+  int accepted = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::string body(rng() % 200, '\0');
+    for (char& c : body) c = static_cast<char>(rng() % 4 == 0 ? rng() : rng() % 8);
+    std::string out("STRATAKV", 8);
+    auto u32 = [&](uint32_t v) {
+      for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>(v >> (8 * k)));
+    };
+    u32(1);
+    u32(static_cast<uint32_t>(body.size()));
+    out += body;
+    uint64_t h = 14695981039346656037ull;
+    for (unsigned char c : out) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    for (int k = 0; k < 8; ++k) out.push_back(static_cast<char>(h >> (8 * k)));
+    auto r = ParseUcxDescriptor(out);
+    if (r.ok()) {
+      ++accepted;  // only structurally valid bodies parse
+      EXPECT_EQ(r->probe.length, 8u);
+      EXPECT_FALSE(r->worker_address.empty());
+    } else {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_LT(accepted, 50);
+  // Plain random bytes.
+  for (int i = 0; i < 5000; ++i) {
+    std::string s(rng() % 300, '\0');
+    for (char& c : s) c = static_cast<char>(rng());
+    ExpectRejected(s, "random bytes");
+  }
+  // Header claims a huge field.
+  UcxDescriptor d = SampleDescriptor();
+  d.regions.clear();
+  std::string good = EncodeUcxDescriptor(d);
+  ASSERT_TRUE(ParseUcxDescriptor(good).ok());
+}
+
+TEST(CreateKvTransportTest, KnowsUcxAndNamesTheKnownBackends) {
+  auto t = CreateKvTransport({"ucx"});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->name(), "ucx");
+  auto bad = CreateKvTransport({"nixl"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("\"nixl\""), std::string::npos);
+  EXPECT_NE(bad.status().message().find("known: ucx"), std::string::npos);
+}
+
+// ---- peer death: a receiver in a child process ----------------------------
+
+// The child's side: runs only when a PeerDeath test spawned this binary with
+// STRATA_UCX_CHILD_FDS set. Creates a receiver, registers a region of 0xEE,
+// sends its descriptor, then answers "hash your region" requests until its
+// command pipe closes (or it is killed).
+TEST(UcxChildReceiver, Serve) {
+  const char* fds = std::getenv("STRATA_UCX_CHILD_FDS");
+  if (fds == nullptr)
+    GTEST_SKIP() << "helper process of the PeerDeath tests; runs only when they spawn it";
+  int in = -1, out = -1;
+  ASSERT_EQ(std::sscanf(fds, "%d,%d", &in, &out), 2);
+  UcxTransportOptions opt;
+  opt.tls = std::getenv("STRATA_UCX_CHILD_TLS");
+  const size_t bytes = std::stoull(std::getenv("STRATA_UCX_CHILD_BYTES"));
+  auto t = UcxTransport::Create(opt);
+  if (!t.ok()) _exit(3);
+  std::vector<char> region(bytes, static_cast<char>(0xEE));
+  if (!(*t)->RegisterRegion(region.data(), region.size()).ok()) _exit(4);
+  const std::string desc = *(*t)->LocalDescriptor();
+  const uint32_t len = static_cast<uint32_t>(desc.size());
+  if (write(out, &len, 4) != 4 || write(out, desc.data(), len) != static_cast<ssize_t>(len))
+    _exit(5);
+  char cmd;
+  while (read(in, &cmd, 1) == 1) {
+    const uint64_t h = Fnv(region.data(), region.size());
+    if (write(out, &h, 8) != 8) _exit(6);
+  }
+  _exit(0);
+}
+
+class ChildReceiver {
+ public:
+  ~ChildReceiver() { Kill(); }
+
+  // Spawns this test binary running UcxChildReceiver.Serve.
+  void Start(const std::string& tls, size_t bytes) {
+    int to_child[2], from_child[2];
+    ASSERT_EQ(pipe(to_child), 0);
+    ASSERT_EQ(pipe(from_child), 0);
+    // Everything the child needs is built before fork: this process has
+    // threads, so the child may only make async-signal-safe calls.
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.push_back("STRATA_UCX_CHILD_FDS=" + std::to_string(to_child[0]) + "," +
+                  std::to_string(from_child[1]));
+    env.push_back("STRATA_UCX_CHILD_TLS=" + tls);
+    env.push_back("STRATA_UCX_CHILD_BYTES=" + std::to_string(bytes));
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char arg0[] = "ucx_transport_test";
+    char arg1[] = "--gtest_filter=UcxChildReceiver.Serve";
+    char* argv[] = {arg0, arg1, nullptr};
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      // Keep only the two pipe ends (not this process's UCX sockets).
+      for (int fd = 3; fd < 4096; ++fd) {
+        if (fd != to_child[0] && fd != from_child[1]) close(fd);
+      }
+      execve("/proc/self/exe", argv, envp.data());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    to_ = to_child[1];
+    from_ = from_child[0];
+    uint32_t len = 0;
+    ASSERT_TRUE(ReadFull(&len, 4)) << "the child receiver died before sending its descriptor";
+    descriptor_.resize(len);
+    ASSERT_TRUE(ReadFull(descriptor_.data(), len));
+  }
+
+  uint64_t Hash() {
+    const char c = 'h';
+    uint64_t h = 0;
+    EXPECT_EQ(write(to_, &c, 1), 1);
+    EXPECT_TRUE(ReadFull(&h, 8));
+    return h;
+  }
+
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (to_ >= 0) close(to_);
+    if (from_ >= 0) close(from_);
+    to_ = from_ = -1;
+  }
+
+  void Signal(int sig) { kill(pid_, sig); }
+  const std::string& descriptor() const { return descriptor_; }
+
+ private:
+  bool ReadFull(void* p, size_t n) {
+    char* c = static_cast<char*>(p);
+    while (n > 0) {
+      const ssize_t r = read(from_, c, n);
+      if (r <= 0) return false;
+      c += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string descriptor_;
+};
+
+class PeerDeathTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(PeerDeathTest, KilledReceiverFailsWritesAndARestartedOneWorks) {
+  constexpr size_t kBytes = 64 << 20;
+  constexpr size_t kPiece = 2 << 20;
+  UcxTransportOptions opt;
+  opt.tls = GetParam();
+  auto created = UcxTransport::Create(opt);
+  if (!created.ok()) {
+    ASSERT_TRUE(MayBeUnavailable(GetParam())) << created.status().ToString();
+    GTEST_SKIP() << "UCX_TLS=" << GetParam()
+                 << " is not available: " << created.status().ToString();
+  }
+  UcxTransport& sender = **created;
+  std::vector<char> src(kBytes);
+  FillRandom(&src, 5);
+  ASSERT_EQ(*sender.RegisterRegion(src.data(), src.size()), 0);
+
+  // The receiver's region after our first 1 MiB write, to compare hashes.
+  std::vector<char> image(kBytes, static_cast<char>(0xEE));
+  std::memcpy(image.data(), src.data(), 1 << 20);
+  const uint64_t want = Fnv(image.data(), image.size());
+  const WriteOp first{0, 0, 0, 0, 1 << 20};
+
+  ChildReceiver child;
+  ASSERT_NO_FATAL_FAILURE(child.Start(GetParam(), kBytes));
+  auto peer = sender.Connect(child.descriptor());
+  if (!peer.ok()) {
+    ASSERT_TRUE(MayBeUnavailable(GetParam())) << peer.status().ToString();
+    GTEST_SKIP() << "UCX_TLS=" << GetParam() << " cannot connect with peer failure handling here ("
+                 << peer.status().ToString() << ")";
+  }
+  ASSERT_TRUE(WriteAndWait(sender, *peer, std::span<const WriteOp>(&first, 1)).ok());
+  EXPECT_EQ(child.Hash(), want) << "bytes written into the child did not land as sent";
+
+  // Writes in flight, then kill -9.
+  constexpr int kInFlight = static_cast<int>(kBytes / kPiece);
+  Completions c(kInFlight);
+  for (int i = 0; i < kInFlight; ++i) {
+    const WriteOp op{0, uint64_t(i) * kPiece, 0, uint64_t(i) * kPiece, kPiece};
+    ASSERT_TRUE(sender.Write(*peer, std::span<const WriteOp>(&op, 1), c.Callback(i)).ok());
+  }
+  const auto killed_at = Clock::now();
+  child.Kill();
+  ASSERT_TRUE(c.WaitAll(seconds(20)))
+      << "writes in flight to a killed peer did not complete within 20 s";
+  int failed = 0;
+  for (int i = 0; i < kInFlight; ++i) {
+    EXPECT_EQ(c.calls(i), 1);
+    const Status st = c.status(i);
+    if (st.ok()) continue;
+    ++failed;
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+    EXPECT_EQ(st.message().rfind("peer lost: ", 0), 0u) << st.message();
+  }
+
+  // The next writes fail too, within seconds of the kill (the peer may
+  // look alive until UCX notices: keep writing until it does).
+  Status next;
+  while (Clock::now() - killed_at < seconds(20)) {
+    next = WriteAndWait(sender, *peer, std::span<const WriteOp>(&first, 1));
+    if (!next.ok()) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  const double noticed_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  std::printf(
+      "[ info     ] UCX_TLS=%s: %d of %d writes in flight failed; a dead peer was noticed after "
+      "%.2f s: %s\n",
+      GetParam().c_str(), failed, kInFlight, noticed_s, next.ToString().c_str());
+  ASSERT_EQ(next.code(), StatusCode::kUnavailable) << "a killed peer was not noticed within 20 s";
+  EXPECT_EQ(next.message().rfind("peer lost: ", 0), 0u) << next.message();
+  EXPECT_EQ(sender.Write(*peer, std::span<const WriteOp>(&first, 1), [](Status) {}).code(),
+            StatusCode::kUnavailable);
+
+  // Disconnect works and returns promptly; the dead descriptor is refused.
+  const auto t0 = Clock::now();
+  sender.Disconnect(*peer);
+  EXPECT_LT(Clock::now() - t0, seconds(10));
+  EXPECT_EQ(sender.stats().peers, 0);
+  auto stale = sender.Connect(child.descriptor());
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kUnavailable) << stale.status().ToString();
+
+  // A restarted receiver is usable without restarting the sender.
+  ChildReceiver again;
+  ASSERT_NO_FATAL_FAILURE(again.Start(GetParam(), kBytes));
+  auto peer2 = sender.Connect(again.descriptor());
+  ASSERT_TRUE(peer2.ok()) << peer2.status().ToString();
+  ASSERT_TRUE(WriteAndWait(sender, *peer2, std::span<const WriteOp>(&first, 1)).ok());
+  EXPECT_EQ(again.Hash(), want);
+  sender.Disconnect(*peer2);
+}
+
+// A stalled peer (SIGSTOP: its connections stay open, nothing answers) is
+// the caller's deadline to notice; Disconnect must still end its writes at
+// once, and Connect to it must give up at connect_timeout.
+TEST_P(PeerDeathTest, StoppedReceiverDisconnectsPromptlyAndConnectTimesOut) {
+  constexpr size_t kBytes = 64 << 20;
+  constexpr size_t kPiece = 2 << 20;
+  UcxTransportOptions opt;
+  opt.tls = GetParam();
+  opt.connect_timeout = milliseconds(1000);
+  auto created = UcxTransport::Create(opt);
+  if (!created.ok()) {
+    ASSERT_TRUE(MayBeUnavailable(GetParam())) << created.status().ToString();
+    GTEST_SKIP() << "UCX_TLS=" << GetParam()
+                 << " is not available: " << created.status().ToString();
+  }
+  UcxTransport& sender = **created;
+  std::vector<char> src(kBytes);
+  FillRandom(&src, 6);
+  ASSERT_EQ(*sender.RegisterRegion(src.data(), src.size()), 0);
+  ChildReceiver child;
+  ASSERT_NO_FATAL_FAILURE(child.Start(GetParam(), kBytes));
+  auto peer = sender.Connect(child.descriptor());
+  if (!peer.ok()) {
+    ASSERT_TRUE(MayBeUnavailable(GetParam())) << peer.status().ToString();
+    GTEST_SKIP() << "UCX_TLS=" << GetParam() << " cannot connect with peer failure handling here";
+  }
+  constexpr int kInFlight = static_cast<int>(kBytes / kPiece);
+  Completions c(kInFlight);
+  child.Signal(SIGSTOP);
+  for (int i = 0; i < kInFlight; ++i) {
+    const WriteOp op{0, uint64_t(i) * kPiece, 0, uint64_t(i) * kPiece, kPiece};
+    ASSERT_TRUE(sender.Write(*peer, std::span<const WriteOp>(&op, 1), c.Callback(i)).ok());
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  auto t0 = Clock::now();
+  sender.Disconnect(*peer);
+  EXPECT_LT(Clock::now() - t0, seconds(10));
+  int aborted = 0;
+  for (int i = 0; i < kInFlight; ++i) {
+    ASSERT_EQ(c.calls(i), 1) << "batch " << i;
+    if (!c.status(i).ok()) {
+      EXPECT_EQ(c.status(i).code(), StatusCode::kAborted) << c.status(i).ToString();
+      ++aborted;
+    }
+  }
+  EXPECT_GT(aborted, 0) << "a stopped peer took every write";
+
+  t0 = Clock::now();
+  auto stalled = sender.Connect(child.descriptor());
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_FALSE(stalled.ok());
+  EXPECT_EQ(stalled.status().code(), StatusCode::kUnavailable) << stalled.status().ToString();
+  EXPECT_LT(waited, 10.0);
+  std::printf(
+      "[ info     ] UCX_TLS=%s: %d of %d writes to a stopped peer aborted; Connect gave up after "
+      "%.2f s: %s\n",
+      GetParam().c_str(), aborted, kInFlight, waited, stalled.status().ToString().c_str());
+  EXPECT_EQ(sender.stats().peers, 0);
+  child.Signal(SIGCONT);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, PeerDeathTest, testing::Values("tcp", "tcp,cma", "all", "shm"),
+                         TestName);
+
+}  // namespace
+}  // namespace strata::disagg

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# KV transfer bandwidth (issue 8, item 8): Strata's UcxTransport
+# (kv_transfer_bench: a sender and a receiver process on this host, writing
+# KV pages of Qwen2.5-0.5B's layout the way a prefill server does) against
+# `ucx_perftest -t ucp_put_bw` (server + client on 127.0.0.1) on the same
+# UCX_TLS and message size, alternated (perftest, ours, perftest, ours, ...)
+# so machine drift hits both. Prints a markdown table with the ratio of the
+# medians.
+#
+#   tools/bench/kv_transfer.sh [--tls "tcp tcp,cma shm"] [--pages 1024] [--rounds 3]
+#       [--build-dir build] [--skip-build]
+#
+# Cases: 4k (random pages: every put is one 4 KiB (layer, tensor, page)
+# run) and 256k (runs of 64 consecutive pages: 256 KiB puts). Both move
+# pages x 192 KiB per transfer. MB/s are 2^20 bytes/s, as ucx_perftest
+# prints them.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="$ROOT/build"
+TLS_LIST="tcp tcp,cma shm"
+PAGES=1024
+ROUNDS=3
+SKIP_BUILD=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --tls) TLS_LIST="$2"; shift 2 ;;
+    --pages) PAGES="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --build-dir) BUILD="$2"; shift 2 ;;
+    --skip-build) SKIP_BUILD=1; shift ;;
+    *) echo "unknown option $1 (see the header of $0)" >&2; exit 1 ;;
+  esac
+done
+
+if [[ $SKIP_BUILD == 0 ]]; then
+  "$ROOT/scripts/deps.sh" --test
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DSTRATA_BUILD_BENCH=ON >/dev/null
+  nice ninja -C "$BUILD" -j2 kv_transfer_bench >/dev/null
+fi
+BENCH="$BUILD/src/kv_transfer_bench"
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing: apt-get install ucx-utils" >&2; exit 1; }
+
+median() { awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print v[int((NR + 1) / 2)]}'; }
+
+# ucx_perftest ucp_put_bw: one run, prints the overall MB/s ("Final:" line, 7th field).
+perftest() {
+  local tls="$1" size="$2" iters="$3" port=$((14000 + RANDOM % 2000)) out
+  UCX_TLS="$tls" ucx_perftest -p "$port" >/dev/null 2>&1 &
+  local server=$!
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.3
+    if out=$(UCX_TLS="$tls" ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$size" \
+               -n "$iters" -w $((iters / 10 + 1)) 2>&1); then
+      break
+    fi
+  done
+  wait "$server" 2>/dev/null || true
+  echo "$out" | awk '/^Final:/ {print $7}'
+}
+
+declare -A PT OURS NOTE
+echo "# $(date -u +%FT%TZ) $(uname -n): $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for tls in $TLS_LIST; do
+  for case in 4k 256k; do
+    if [[ $case == 4k ]]; then size=4096; else size=262144; fi
+    iters=$((PAGES * 48 * 4096 / size))  # the same bytes as one of our transfers
+    pts=() ours=()
+    for ((r = 0; r < ROUNDS; r++)); do
+      p=$(perftest "$tls" "$size" "$iters")
+      [[ -n $p ]] && pts+=("$p")
+      o=""
+      if line=$(UCX_TLS="$tls" "$BENCH" --case="$case" --pages="$PAGES" --reps=3 2>&1); then
+        o=$(echo "$line" | sed -n 's/.*mbps_median=\([0-9.]*\).*/\1/p')
+        ours+=("$o")
+      else
+        NOTE[$tls/$case]="ours fails: $(echo "$line" | grep -v '^\[' | tail -1)"
+      fi
+      echo "  UCX_TLS=$tls $case round $r: perftest ${p:-fail} MB/s, ours ${o:-fail} MB/s" >&2
+    done
+    PT[$tls/$case]=$(printf '%s\n' "${pts[@]}" | median)
+    OURS[$tls/$case]=$(printf '%s\n' "${ours[@]}" | median)
+  done
+done
+
+echo
+echo "| UCX_TLS | case | message | ucx_perftest ucp_put_bw MB/s | Strata KV transfer MB/s | ratio |"
+echo "|---|---|---|---|---|---|"
+for tls in $TLS_LIST; do
+  for case in 4k 256k; do
+    if [[ $case == 4k ]]; then msg="4 KiB"; else msg="256 KiB"; fi
+    p=${PT[$tls/$case]} o=${OURS[$tls/$case]}
+    ratio=$(awk -v o="$o" -v p="$p" 'BEGIN {if (o == "nan" || p == "nan" || p == 0) print "-"; else printf "%.2f", o / p}')
+    [[ $o == nan ]] && o=""
+    echo "| $tls | $case | $msg | $p | $o${NOTE[$tls/$case]:+ ${NOTE[$tls/$case]}} | $ratio |"
+  done
+done
