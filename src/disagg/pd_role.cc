@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -195,7 +196,10 @@ class PrefillRole final : public RoleBase {
  public:
   using RoleBase::RoleBase;
 
-  ~PrefillRole() override { Shutdown(); }
+  ~PrefillRole() override {
+    StopConnector();
+    Shutdown();
+  }
 
   Status Listen() {
     ASSIGN_OR_RETURN(port_, endpoint_->Listen(options_.bootstrap_host, options_.bootstrap_port));
@@ -238,7 +242,7 @@ class PrefillRole final : public RoleBase {
     ~Export() override { role_->Release(room_); }
     bool Ready() override {
       std::lock_guard<std::mutex> lock(role_->mu_);
-      return room_->ready && !room_->failed;
+      return role_->ReadyLocked(*room_);
     }
     void PagesComputed(int64_t first_page, std::span<const int32_t> pages) override {
       role_->WritePages(room_, first_page, pages);
@@ -293,23 +297,31 @@ class PrefillRole final : public RoleBase {
     else if (h.transport != transport_->name())
       problem = "the decode uses transfer backend " + h.transport + ", this prefill " +
                 transport_->name();
-    PeerId tpeer = 0;
-    if (problem.empty()) {
-      auto c = transport_->Connect(h.transport_descriptor);
-      if (c.ok())
-        tpeer = *c;
-      else
-        problem = "cannot connect the KV transport to the decode at " + peer.address + ": " +
-                  c.status().ToString();
-    }
     if (!problem.empty())
       STRATA_LOG(WARN) << "PD: decode " << peer.address << " (instance " << h.instance_id
                        << ") refused: " << problem;
-    else
-      STRATA_LOG(INFO) << "PD: decode " << peer.address << " connected (instance " << h.instance_id
-                       << ")";
     std::lock_guard<std::mutex> lock(mu_);
-    peers_by_ref_[peer.ref] = PeerState{tpeer, problem, h.num_pages};
+    peers_by_ref_[peer.ref] = PeerState{0, problem, h.num_pages};
+    // The transport's Connect waits for the peer (up to its timeout): off
+    // this I/O thread, which carries every peer's heartbeats.
+    if (problem.empty()) {
+      connects_.push_back(
+          PendingConnect{peer.ref, peer.address, h.instance_id, h.transport_descriptor});
+      connect_cv_.notify_one();
+    }
+  }
+
+  void StartConnector() {
+    connector_ = std::thread([this] { ConnectLoop(); });
+  }
+
+  void StopConnector() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      connect_stop_ = true;
+    }
+    connect_cv_.notify_all();
+    if (connector_.joinable()) connector_.join();
   }
 
   void OnMessage(const PeerInfo& peer, Message message) override {
@@ -340,10 +352,62 @@ class PrefillRole final : public RoleBase {
 
  private:
   struct PeerState {
-    PeerId tpeer = 0;
+    PeerId tpeer = 0;     // 0 while the transport connects
     std::string problem;  // non-empty: every room of this peer is rejected
     int64_t num_pages = 0;
   };
+  struct PendingConnect {
+    PeerRef ref = 0;
+    std::string address, instance, descriptor;
+  };
+
+  // A room may be admitted once its decode registered and the transport
+  // to that decode is connected.
+  bool ReadyLocked(Room& r) {
+    if (!r.ready || r.failed) return false;
+    if (r.tpeer) return true;
+    auto it = peers_by_ref_.find(r.peer);
+    if (it == peers_by_ref_.end() || !it->second.tpeer) return false;
+    r.tpeer = it->second.tpeer;
+    return true;
+  }
+
+  void ConnectLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      connect_cv_.wait(lock, [&] { return connect_stop_ || !connects_.empty(); });
+      if (connect_stop_) return;
+      PendingConnect pc = std::move(connects_.front());
+      connects_.pop_front();
+      lock.unlock();
+      auto c = transport_->Connect(pc.descriptor);
+      lock.lock();
+      auto it = peers_by_ref_.find(pc.ref);
+      if (it == peers_by_ref_.end() || connect_stop_) {  // went down meanwhile
+        if (c.ok()) {
+          lock.unlock();
+          transport_->Disconnect(*c);
+          lock.lock();
+        }
+        continue;
+      }
+      if (c.ok()) {
+        it->second.tpeer = *c;
+        STRATA_LOG(INFO) << "PD: decode " << pc.address << " connected (instance " << pc.instance
+                         << ")";
+        continue;
+      }
+      const std::string why = "cannot connect the KV transport to the decode at " + pc.address +
+                              ": " + c.status().ToString();
+      STRATA_LOG(WARN) << "PD: " << why;
+      it->second.problem = why;
+      for (auto& [id, r] : rooms_)
+        if (r->ready && r->peer == pc.ref) FailLocked(*r, FailureReason::kPeerLost, why, true);
+      lock.unlock();
+      endpoint_->Close(pc.ref, Unavailable(why));
+      lock.lock();
+    }
+  }
 
   void OnRoomReady(const PeerInfo& peer, const RoomReady& m) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -370,7 +434,6 @@ class PrefillRole final : public RoleBase {
       return;
     }
     r->ready = true;
-    r->tpeer = pit->second.tpeer;
     r->num_dst_pages_total = pit->second.num_pages;
     r->first_page = m.first_page;
     r->dst_pages = m.dst_pages;
@@ -455,7 +518,8 @@ class PrefillRole final : public RoleBase {
       tpeer = r.tpeer;
       dst_total = r.num_dst_pages_total;
     }
-    auto ops = PageWriteOps(pool_.layout(), pool_.num_pages(), dst_total, src, dst);
+    auto ops = PageWriteOps(pool_.layout(), PoolRegions{pool_.num_pages(), 0},
+                            PoolRegions{dst_total, 0}, src, dst);
     Status st = ops.status();
     const uint64_t bytes = [&] {
       uint64_t b = 0;
@@ -569,7 +633,8 @@ class PrefillRole final : public RoleBase {
     // (admission limits, a bad request), which the decode hears as rejected.
     if (!rp->failed && !rp->done_sent)
       FailLocked(*rp, rp->polled ? FailureReason::kAborted : FailureReason::kRejected,
-                 rp->polled ? "the prefill request ended" : "the prefill refused the request (admission limits)",
+                 rp->polled ? "the prefill request ended"
+                            : "the prefill refused the request (admission limits)",
                  true);
     rp->has_request = false;
     rp->released = true;
@@ -603,6 +668,10 @@ class PrefillRole final : public RoleBase {
   }
 
   int port_ = 0;
+  std::thread connector_;
+  std::condition_variable connect_cv_;
+  std::deque<PendingConnect> connects_;
+  bool connect_stop_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<Room>> rooms_;
   std::unordered_map<PeerRef, PeerState> peers_by_ref_;
 };
@@ -752,11 +821,17 @@ class DecodeRole final : public RoleBase {
       if (r.peer != peer.ref || r.done) continue;
       r.settled = true;  // a closed peer writes nothing more
       if (!r.failed) {
+        // FailedPrecondition: the endpoint found the two servers incompatible.
+        const bool incompatible = why.code() == StatusCode::kFailedPrecondition;
+        const FailureReason reason =
+            incompatible ? FailureReason::kRejected : FailureReason::kPeerLost;
         r.failed = true;
-        r.error = RoomError(FailureReason::kPeerLost, "the prefill at " + peer.address +
-                                                          " is unreachable or went away (" +
-                                                          why.message() + ")");
-        CountFailure(FailureReason::kPeerLost);
+        r.error = RoomError(reason, incompatible ? "the prefill at " + peer.address +
+                                                       " cannot serve this decode: " + why.message()
+                                                 : "the prefill at " + peer.address +
+                                                       " is unreachable or went away (" +
+                                                       why.message() + ")");
+        CountFailure(reason);
       }
     }
     if (!peer.hello.instance_id.empty())
@@ -881,6 +956,7 @@ StatusOr<std::unique_ptr<PdRole>> PdRole::Create(const PdOptions& options, const
                                                  metrics::Registry& registry) {
   if (options.mode == "prefill") {
     auto role = std::make_unique<PrefillRole>(options, pool, registry);
+    role->StartConnector();
     RETURN_IF_ERROR(role->Init());
     RETURN_IF_ERROR(role->Listen());
     return std::unique_ptr<PdRole>(std::move(role));

@@ -43,7 +43,13 @@ inline int Connect(int port, std::chrono::milliseconds timeout = std::chrono::se
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  int rc;
+  do {
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  } while (rc != 0 &&
+           errno == EINTR);  // (a connect then continues in the kernel: EALREADY/EISCONN)
+  if (rc != 0 && errno == EISCONN) rc = 0;
+  if (rc != 0) {
     int e = errno;
     ::close(fd);
     errno = e;
@@ -55,6 +61,7 @@ inline int Connect(int port, std::chrono::milliseconds timeout = std::chrono::se
 inline bool SendAll(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;  // a signal to the test process (SIGCHLD of a child)
     if (n <= 0) return false;
     data.remove_prefix(static_cast<size_t>(n));
   }
@@ -173,6 +180,7 @@ class Client {
     for (;;) {
       char tmp[4096];
       ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+      if (n < 0 && errno == EINTR) continue;
       if (n == 0) return true;
       if (n < 0) return errno == ECONNRESET || errno == EPIPE;
     }
@@ -183,7 +191,10 @@ class Client {
  private:
   bool Fill() {
     char tmp[16384];
-    ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+    ssize_t n;
+    do {
+      n = ::recv(fd_, tmp, sizeof tmp, 0);
+    } while (n < 0 && errno == EINTR);  // a signal to the test process (SIGCHLD of a child)
     if (n <= 0) return false;
     buf_.append(tmp, static_cast<size_t>(n));
     return true;
