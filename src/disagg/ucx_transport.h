@@ -11,7 +11,7 @@
 //   RegisterRegion  ucp_mem_map; the packed rkey goes into the descriptor.
 //   LocalDescriptor worker address + per region (base, length, rkey), plus a
 //                   probe word (see Connect), framed and checksummed
-//                   (EncodeUcxDescriptor below).
+//                   (ucx_descriptor.h).
 //   Connect         ucp_ep_create from the peer's worker address with
 //                   UCP_ERR_HANDLING_MODE_PEER; unpacks the rkeys; then
 //                   reads the peer's probe word with one ucp_get_nbx and
@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "disagg/kv_transport.h"
+#include "disagg/ucx_descriptor.h"
 #include "util/status.h"
 
 namespace strata::disagg {
@@ -116,35 +117,5 @@ class UcxTransport final : public KvTransport {
   explicit UcxTransport(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// ---- descriptor ---------------------------------------------------------
-//
-// Wire format (little-endian), version 1:
-//   "STRATAKV" | u32 version | u32 body length | body | u64 FNV-1a of all before
-//   body: u64 nonce | str label | str worker address
-//         | region probe | u32 n | n x region
-//   region: u64 base | u64 length | str packed rkey;  str: u32 length | bytes
-// The checksum makes truncated or corrupted descriptors fail here, before
-// UCX parses an address or an rkey (UCX trusts those bytes). It is not a
-// defence against a forged descriptor: the bootstrap network is trusted.
-
-struct UcxRemoteRegion {
-  uint64_t base = 0;
-  uint64_t length = 0;
-  std::string rkey;  // ucp_rkey_pack output
-};
-
-struct UcxDescriptor {
-  uint64_t nonce = 0;          // random per transport; the probe word holds it
-  std::string label;           // "host pid N", for messages
-  std::string worker_address;  // ucp_worker_get_address output
-  UcxRemoteRegion probe;       // 8 bytes holding `nonce`
-  std::vector<UcxRemoteRegion> regions;
-};
-
-std::string EncodeUcxDescriptor(const UcxDescriptor& d);
-// InvalidArgument saying what is wrong and at which byte, for anything that
-// is not a descriptor of this version written by EncodeUcxDescriptor.
-StatusOr<UcxDescriptor> ParseUcxDescriptor(std::string_view bytes);
 
 }  // namespace strata::disagg

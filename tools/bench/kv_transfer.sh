@@ -5,7 +5,8 @@
 # `ucx_perftest -t ucp_put_bw` (server + client on 127.0.0.1) on the same
 # UCX_TLS and message size, alternated (perftest, ours, perftest, ours, ...)
 # so machine drift hits both. Prints a markdown table with the ratio of the
-# medians.
+# medians and the paired ratio (median over rounds of ours / the perftest
+# run just before it: steadier on a drifting machine).
 #
 #   tools/bench/kv_transfer.sh [--tls "tcp tcp,cma shm"] [--pages 1024] [--rounds 3]
 #       [--build-dir build] [--skip-build]
@@ -59,13 +60,13 @@ perftest() {
   echo "$out" | awk '/^Final:/ {print $7}'
 }
 
-declare -A PT OURS NOTE
+declare -A PT OURS PAIRED NOTE
 echo "# $(date -u +%FT%TZ) $(uname -n): $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for tls in $TLS_LIST; do
   for case in 4k 256k; do
     if [[ $case == 4k ]]; then size=4096; else size=262144; fi
     iters=$((PAGES * 48 * 4096 / size))  # the same bytes as one of our transfers
-    pts=() ours=()
+    pts=() ours=() pairs=()
     for ((r = 0; r < ROUNDS; r++)); do
       p=$(perftest "$tls" "$size" "$iters")
       [[ -n $p ]] && pts+=("$p")
@@ -76,22 +77,26 @@ for tls in $TLS_LIST; do
       else
         NOTE[$tls/$case]="ours fails: $(echo "$line" | grep -v '^\[' | tail -1)"
       fi
+      if [[ -n $p && -n $o ]]; then pairs+=("$(awk -v o="$o" -v p="$p" 'BEGIN {printf "%.3f", o / p}')"); fi
       echo "  UCX_TLS=$tls $case round $r: perftest ${p:-fail} MB/s, ours ${o:-fail} MB/s" >&2
     done
     PT[$tls/$case]=$(printf '%s\n' "${pts[@]}" | median)
     OURS[$tls/$case]=$(printf '%s\n' "${ours[@]}" | median)
+    PAIRED[$tls/$case]=$(printf '%s\n' "${pairs[@]}" | median)
   done
 done
 
 echo
-echo "| UCX_TLS | case | message | ucx_perftest ucp_put_bw MB/s | Strata KV transfer MB/s | ratio |"
-echo "|---|---|---|---|---|---|"
+echo "| UCX_TLS | case | message | ucx_perftest ucp_put_bw MB/s | Strata KV transfer MB/s | ratio of medians | paired ratio |"
+echo "|---|---|---|---|---|---|---|"
 for tls in $TLS_LIST; do
   for case in 4k 256k; do
     if [[ $case == 4k ]]; then msg="4 KiB"; else msg="256 KiB"; fi
     p=${PT[$tls/$case]} o=${OURS[$tls/$case]}
     ratio=$(awk -v o="$o" -v p="$p" 'BEGIN {if (o == "nan" || p == "nan" || p == 0) print "-"; else printf "%.2f", o / p}')
     [[ $o == nan ]] && o=""
-    echo "| $tls | $case | $msg | $p | $o${NOTE[$tls/$case]:+ ${NOTE[$tls/$case]}} | $ratio |"
+    paired=${PAIRED[$tls/$case]}
+    [[ $paired == nan ]] && paired="-"
+    echo "| $tls | $case | $msg | $p | $o${NOTE[$tls/$case]:+ ${NOTE[$tls/$case]}} | $ratio | $paired |"
   done
 done
