@@ -4,6 +4,10 @@
 //
 //   GET  /health             200 when ready; 503 while draining
 //   GET  /metrics            Prometheus text
+//   GET  /server_info        (public; alias /get_server_info) role, disaggregation_mode,
+//                            model, instance_id, page_size (docs/architecture/disagg.md)
+//   GET  /load               (public) running, queued, queued_tokens, pages_free (free +
+//                            evictable cached pages), for `strata router`
 //   GET  /v1/models
 //   GET  /v1/models/{id}     the model object, or 404 model_not_found
 //   POST /v1/completions, /v1/chat/completions  (stream or not)
