@@ -229,17 +229,21 @@ struct UpstreamClient::Impl::Call final : UpstreamCall, std::enable_shared_from_
     if (parser->is_done()) return Complete();
     parser->get().body().data = piece.data();
     parser->get().body().size = piece.size();
-    http::async_read(*stream, buf, *parser, [self = shared_from_this()](beast::error_code ec,
-                                                                        size_t) {
+    // read_some, not read: it returns with whatever arrived, so each SSE
+    // event goes on at once instead of waiting for the buffer to fill.
+    http::async_read_some(*stream, buf, *parser, [self = shared_from_this()](beast::error_code ec,
+                                                                             size_t) {
       if (self->finished) return;
       if (ec == http::error::need_buffer) ec = {};
+      // What was parsed before an error still goes to the client.
+      const size_t got = self->piece.size() - self->parser->get().body().size;
+      if (got > 0 && self->h.on_body) self->h.on_body(std::string(self->piece.data(), got));
+      if (self->finished) return;
       if (ec == beast::error::timeout) return self->Finish(UpstreamError::kTimeout, self->Timeout());
       if (ec)
         return self->Finish(UpstreamError::kBroken,
                             "the response from " + self->ep.url + " broke off: " + ec.message());
-      const size_t got = self->piece.size() - self->parser->get().body().size;
-      if (got > 0 && self->h.on_body) self->h.on_body(std::string(self->piece.data(), got));
-      if (!self->finished) self->ReadBody();
+      self->ReadBody();
     });
   }
 
