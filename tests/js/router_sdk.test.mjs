@@ -54,7 +54,12 @@ after(async () => {
   for (const w of workers) assert.equal(await stop(w), 0);
 });
 
-const strip = ({ id, created, ...rest }) => rest;
+// What must not depend on the path taken (a repeated prompt may hit the
+// worker's prefix cache, so cached_tokens differ).
+const strip = ({ id, created, usage, ...rest }) => {
+  const { prompt_tokens_details, ...u } = usage;
+  return { ...rest, usage: u };
+};
 
 test('models come from a worker', async () => {
   const models = await routed.models.list();
@@ -75,14 +80,13 @@ test('streaming completion through the router concatenates to the whole text', a
   const args = { model: 'qwen3-tiny', prompt: 'The quick brown fox', max_tokens: 12, temperature: 0, ignore_eos: true };
   const whole = await direct.completions.create(args);
   const stream = await routed.completions.create({ ...args, stream: true, stream_options: { include_usage: true } });
-  let text = '', usage = null, chunks = 0;
+  let text = '', usage = null;
   for await (const chunk of stream) {
-    if (chunk.choices.length) { text += chunk.choices[0].text; chunks++; }
+    if (chunk.choices.length) text += chunk.choices[0].text;
     if (chunk.usage) usage = chunk.usage;
   }
   assert.equal(text, whole.choices[0].text);
   assert.equal(usage.completion_tokens, 12);
-  assert.ok(chunks >= 12, `one chunk per token (${chunks})`);
 });
 
 test('chat, streamed and not, equals the worker\'s own and the golden', async () => {
