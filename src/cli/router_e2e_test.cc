@@ -12,6 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -223,6 +225,13 @@ TEST(RouterE2eTest, ABurstAboveTheRoutersLimitsGetsOnly200sAnd503s) {
   EXPECT_EQ(r.Metric("strata_router_in_flight_requests"), 0);
   EXPECT_EQ(r.Metric("strata_router_queued_requests"), 0);
   EXPECT_TRUE(Eventually([&] { return w.Metric(kActive) == 0; }));
+  // The router's exposition passes promtool's checks (when it is installed).
+  if (system("command -v promtool >/dev/null 2>&1") == 0) {
+    const std::string file =
+        ::testing::TempDir() + "/router_metrics_" + std::to_string(getpid()) + ".txt";
+    std::ofstream(file) << r.Request(Get("/metrics")).body;
+    EXPECT_EQ(system(("promtool check metrics < " + file).c_str()), 0);
+  }
 }
 
 TEST(RouterE2eTest, AClientDisconnectMidStreamAbortsTheWorkersRequest) {

@@ -33,11 +33,13 @@ using Handler = std::function<void(HttpRequest&, std::shared_ptr<HttpResponder>)
 // naming the worker).
 class FakeWorker {
  public:
-  explicit FakeWorker(std::string name, std::string role = "colocated", int bootstrap_port = 0)
+  explicit FakeWorker(std::string name, std::string role = "colocated", int bootstrap_port = 0,
+                      std::chrono::milliseconds read_timeout = std::chrono::seconds(60))
       : name_(std::move(name)) {
     HttpServerOptions o;
     o.port = 0;
     o.io_threads = 2;
+    o.read_timeout = read_timeout;
     server_ = std::move(*HttpServer::Create(o));
     server_->Handle(
         "GET", "/health",
@@ -471,6 +473,97 @@ TEST(RouterTest, ClientDisconnectClosesTheUpstreamRequestAtOnce) {
                           "\",outcome=\"aborted\"}") == 1;
   }));
   EXPECT_EQ(r->in_flight(), 0);
+}
+
+TEST(RouterTest, AQueuedClientThatLeavesGivesItsPlaceUp) {
+  FakeWorker a("a");
+  a.SetGenerate([&](HttpRequest&, std::shared_ptr<HttpResponder> res) { a.Hold(res); });
+  RouterOptions o = FastOptions();
+  o.workers = {a.url()};
+  o.admission = {1, 1};
+  auto r = StartRouter(o);
+  Client first(Connect(r->port()));
+  ASSERT_TRUE(first.Send(Post("/v1/completions", "{}", "Content-Type: application/json\r\n")));
+  ASSERT_TRUE(Eventually([&] { return a.served.load() == 1; }));
+  {
+    Client queued(Connect(r->port()));
+    ASSERT_TRUE(queued.Send(Post("/v1/completions", "{}", "Content-Type: application/json\r\n")));
+    ASSERT_TRUE(Eventually([&] { return Metric(*r, "strata_router_queued_requests") == 1; }));
+  }
+  EXPECT_TRUE(Eventually([&] { return Metric(*r, "strata_router_queued_requests") == 0; }));
+  first.Close();
+  EXPECT_TRUE(Eventually([&] { return r->in_flight() == 0; }));
+  EXPECT_EQ(a.served.load(), 1) << "the one that left never reached the worker";
+}
+
+TEST(RouterTest, TheApiKeyIsTheRoutersAndTheClientsHeaderGoesOn) {
+  FakeWorker a("a");
+  RouterOptions o = FastOptions();
+  o.workers = {a.url()};
+  o.api_key = "router-key";
+  auto r = StartRouter(o);
+  Response no = PostTo(r->port(), "/v1/completions", "{}");
+  EXPECT_EQ(no.status, 401);
+  EXPECT_EQ(json::parse(no.body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(a.served.load(), 0);
+  EXPECT_EQ(GetFrom(r->port(), "/health").status, 200) << "health needs no key";
+  EXPECT_EQ(GetFrom(r->port(), "/metrics").status, 200) << "nor metrics";
+  Response yes =
+      PostTo(r->port(), "/v1/completions", "{}", "Authorization: Bearer router-key\r\n");
+  EXPECT_EQ(yes.status, 200);
+  EXPECT_EQ(a.requests().at(0).Header("Authorization"), "Bearer router-key");
+}
+
+// A kept-alive connection the worker closed while it sat in the pool is
+// replaced without the request noticing (no retry, no error).
+TEST(RouterTest, APooledConnectionTheWorkerClosedIsReplacedTransparently) {
+  FakeWorker a("a", "colocated", 0, std::chrono::milliseconds(100));
+  RouterOptions o = FastOptions();
+  o.workers = {a.url()};
+  o.health_check_interval = std::chrono::seconds(3600);
+  o.health_check_timeout = std::chrono::milliseconds(500);
+  auto r = StartRouter(o);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(PostTo(r->port(), "/v1/completions", "{}").status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the worker closes it
+  }
+  EXPECT_EQ(a.served.load(), 3);
+  EXPECT_EQ(Metric(*r, "strata_router_retries_total"), 0);
+  EXPECT_EQ(Metric(*r, "strata_router_requests_total{worker=\"" + a.url() + "\",outcome=\"ok\"}"),
+            3);
+}
+
+TEST(RouterTest, AWorkerThatNeverAnswersTimesOutWith504) {
+  FakeWorker a("a");
+  a.SetGenerate([&](HttpRequest&, std::shared_ptr<HttpResponder> res) { a.Hold(res); });
+  RouterOptions o = FastOptions();
+  o.workers = {a.url()};
+  o.request_timeout = std::chrono::milliseconds(300);
+  auto r = StartRouter(o);
+  Response res = PostTo(r->port(), "/v1/completions", "{}");
+  EXPECT_EQ(res.status, 504);
+  EXPECT_EQ(json::parse(res.body)["error"]["code"], "upstream_timeout");
+  EXPECT_EQ(Metric(*r, "strata_router_requests_total{worker=\"" + a.url() +
+                           "\",outcome=\"timeout\"}"),
+            1);
+}
+
+// A non-streamed answer too big to hold (over 4 MiB) streams through intact.
+TEST(RouterTest, ALargeAnswerStreamsThroughIntact) {
+  FakeWorker a("a");
+  std::string big(6 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>('a' + (i / 4096) % 26);
+  a.SetGenerate([&](HttpRequest&, std::shared_ptr<HttpResponder> res) {
+    res->Send(200, {{"Content-Type", "application/json"}}, big);
+  });
+  RouterOptions o = FastOptions();
+  o.workers = {a.url()};
+  auto r = StartRouter(o);
+  Response res = PostTo(r->port(), "/v1/completions", "{}");
+  EXPECT_EQ(res.status, 200);
+  EXPECT_TRUE(res.chunked);
+  EXPECT_EQ(res.body.size(), big.size());
+  EXPECT_TRUE(res.body == big);
 }
 
 // ---- PD ---------------------------------------------------------------------
