@@ -76,8 +76,7 @@ int RouterCommand(const Args& args) {
         "cache_aware: most prompt-prefix blocks remembered (least recently used dropped)", 1,
         int64_t{1} << 32);
   f.Int("max-concurrent-requests", &o.admission.max_concurrent_requests,
-        "generation requests the router has at workers at once (0: no limit)", 0,
-        int64_t{1} << 30);
+        "generation requests the router has at workers at once (0: no limit)", 0, int64_t{1} << 30);
   f.Int("max-queued-requests", &o.admission.max_queued_requests,
         "requests waiting for a slot beyond --max-concurrent-requests; past it 503 + Retry-After",
         0, int64_t{1} << 30);
@@ -113,8 +112,8 @@ int RouterCommand(const Args& args) {
            "require 'Authorization: Bearer KEY' on /v1/* and /workers (the client's "
            "Authorization header is forwarded to the workers either way)");
   f.Int("io-threads", &rf.io_threads, "HTTP I/O threads of the front end", 1, 64);
-  f.Int("max-request-body-bytes", &rf.max_request_body_bytes, "larger request bodies get 413",
-        1024, int64_t{1} << 32);
+  f.Int("max-request-body-bytes", &rf.max_request_body_bytes, "larger request bodies get 413", 1024,
+        int64_t{1} << 32);
   f.Int("drain-timeout-s", &rf.drain_timeout_s,
         "SIGTERM: time in-flight requests get before they are cut off", 0, 86400);
   f.Bool("verbose", &rf.verbose, "log every request (its X-Request-Id, worker, time)");
@@ -179,7 +178,8 @@ int RouterCommand(const Args& args) {
                  ev.name.c_str(), static_cast<long>((*router)->in_flight()),
                  static_cast<long>(rf.drain_timeout_s));
     (*router)->BeginDrain();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(rf.drain_timeout_s);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(rf.drain_timeout_s);
     while ((*router)->in_flight() > 0) {
       if (std::chrono::steady_clock::now() >= deadline) {
         code = kExitFailure;
@@ -193,8 +193,9 @@ int RouterCommand(const Args& args) {
     }
   }
   (*router)->Stop();
-  std::fprintf(stderr, "strata router: %s\n",
-               code == kExitOk ? "drained; exiting" : ("stopped; exit " + std::to_string(code)).c_str());
+  std::fprintf(
+      stderr, "strata router: %s\n",
+      code == kExitOk ? "drained; exiting" : ("stopped; exit " + std::to_string(code)).c_str());
   return code;
 }
 

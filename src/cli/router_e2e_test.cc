@@ -11,7 +11,6 @@
 // router/router_test.cc; the PD end-to-end tests come with the PD roles.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <atomic>
@@ -96,11 +95,13 @@ TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
 
   std::ifstream in(Fixture("qwen3") + "/golden.json");
   const json g = json::parse(in);
-  const json completion = {{"model", "m"},          {"prompt", "The quick brown fox"},
-                           {"max_tokens", 12},      {"temperature", 0},
-                           {"ignore_eos", true},    {"logprobs", 2}};
-  const json chat = {{"model", "m"},     {"messages", g["chat_cases"][0]["messages"]},
-                     {"max_tokens", 10}, {"temperature", 0},
+  const json completion = {{"model", "m"},       {"prompt", "The quick brown fox"},
+                           {"max_tokens", 12},   {"temperature", 0},
+                           {"ignore_eos", true}, {"logprobs", 2}};
+  const json chat = {{"model", "m"},
+                     {"messages", g["chat_cases"][0]["messages"]},
+                     {"max_tokens", 10},
+                     {"temperature", 0},
                      {"ignore_eos", true}};
   for (int round = 0; round < 2; ++round) {  // each body reaches both workers
     for (bool is_chat : {false, true}) {
@@ -149,6 +150,33 @@ TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
   EXPECT_GT(load["pages_free"].get<int64_t>(), 0);
 }
 
+// cache_aware (the default policy): conversations sharing a long system
+// prompt land on one worker, so each after the first reuses its KV pages.
+TEST(RouterE2eTest, CacheAwareSendsASharedPrefixToTheWorkerThatHasItCached) {
+  Server a({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  Server b({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  ASSERT_GT(a.port(), 0);
+  ASSERT_GT(b.port(), 0);
+  RouterProcess r({"--worker", Url(a), "--worker", Url(b)});
+  ASSERT_GT(r.port(), 0) << r.Log();
+  std::string system = "You are a careful assistant. ";
+  while (system.size() < 600) system += "Answer briefly and cite the rules you follow. ";
+  for (int i = 0; i < 6; ++i) {
+    json body = {{"model", "m"},
+                 {"messages",
+                  {{{"role", "system"}, {"content", system}},
+                   {{"role", "user"}, {"content", "Question number " + std::to_string(i)}}}},
+                 {"max_tokens", 2}};
+    Response res = r.PostJson("/v1/chat/completions", body.dump());
+    ASSERT_EQ(res.status, 200) << res.body;
+    const int64_t cached = json::parse(res.body)["usage"]["prompt_tokens_details"]["cached_tokens"];
+    if (i > 0) EXPECT_GT(cached, 0) << "request " << i << " missed the cache";
+  }
+  const std::string ok = "strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}";
+  EXPECT_EQ(a.Metric(ok) + b.Metric(ok), 6);
+  EXPECT_TRUE(a.Metric(ok) == 6 || b.Metric(ok) == 6) << a.Metric(ok) << " / " << b.Metric(ok);
+}
+
 TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
   Server a({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   Server b({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
@@ -170,9 +198,9 @@ TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
   EXPECT_TRUE(Eventually([&] { return r.Metric(healthy) == 0; }, std::chrono::seconds(5)));
   EXPECT_EQ(r.Metric("strata_router_worker_healthy{worker=\"" + Url(b) + "\"}"), 1);
   EXPECT_GE(r.Metric("strata_router_retries_total"), 1);
-  EXPECT_GE(r.Metric("strata_router_requests_total{worker=\"" + Url(a) +
-                     "\",outcome=\"unreachable\"}"),
-            1);
+  EXPECT_GE(
+      r.Metric("strata_router_requests_total{worker=\"" + Url(a) + "\",outcome=\"unreachable\"}"),
+      1);
   EXPECT_EQ(r.Request(Get("/health")).status, 200);
   json workers = json::parse(r.Request(Get("/workers")).body)["workers"];
   EXPECT_EQ(workers[0]["healthy"], false);
@@ -180,8 +208,8 @@ TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
   EXPECT_THAT(r.Log(), HasSubstr("is unhealthy"));
   // The last worker gone: 503 with Retry-After once health notices.
   b.Signal(SIGKILL);
-  EXPECT_TRUE(Eventually([&] { return r.Request(Get("/health")).status == 503; },
-                         std::chrono::seconds(5)));
+  EXPECT_TRUE(
+      Eventually([&] { return r.Request(Get("/health")).status == 503; }, std::chrono::seconds(5)));
   Response none = r.PostJson("/v1/completions", R"({"prompt":"x","max_tokens":2})");
   EXPECT_EQ(none.status, 503);
   EXPECT_EQ(none.Header("retry-after"), "1");
@@ -190,20 +218,22 @@ TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
 TEST(RouterE2eTest, ABurstAboveTheRoutersLimitsGetsOnly200sAnd503s) {
   Server w({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   ASSERT_GT(w.port(), 0);
-  RouterProcess r({"--worker", Url(w), "--max-concurrent-requests", "2", "--max-queued-requests",
-                   "3"});
+  RouterProcess r(
+      {"--worker", Url(w), "--max-concurrent-requests", "2", "--max-queued-requests", "3"});
   ASSERT_GT(r.port(), 0) << r.Log();
   std::atomic<int> ok{0}, shed{0}, other{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < 40; ++i) {
     ts.emplace_back([&, i] {
-      json body = {{"prompt", "burst " + std::to_string(i)}, {"max_tokens", 40},
-                   {"ignore_eos", true}, {"stream", i % 2 == 0}};
+      json body = {{"prompt", "burst " + std::to_string(i)},
+                   {"max_tokens", 40},
+                   {"ignore_eos", true},
+                   {"stream", i % 2 == 0}};
       Response res = r.PostJson("/v1/completions", body.dump(), "", std::chrono::seconds(120));
       if (res.status == 200) {
-        const bool complete =
-            i % 2 == 0 ? res.body.find("data: [DONE]") != std::string::npos
-                       : json::parse(res.body)["usage"]["completion_tokens"] == 40;
+        const bool complete = i % 2 == 0
+                                  ? res.body.find("data: [DONE]") != std::string::npos
+                                  : json::parse(res.body)["usage"]["completion_tokens"] == 40;
         (complete ? ok : other)++;
       } else if (res.status == 503 && res.Header("retry-after") == "1" &&
                  json::parse(res.body)["error"]["code"] == "max_queued_requests") {
@@ -241,8 +271,8 @@ TEST(RouterE2eTest, AClientDisconnectMidStreamAbortsTheWorkersRequest) {
   ASSERT_GT(r.port(), 0) << r.Log();
   {
     Client c(r.port(), true);
-    json body = {{"prompt", "stream forever"}, {"max_tokens", 1500}, {"ignore_eos", true},
-                 {"stream", true}};
+    json body = {
+        {"prompt", "stream forever"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
     ASSERT_TRUE(c.Send(Post("/v1/completions", body.dump(), "Content-Type: application/json\r\n")));
     char buf[4096];
     ASSERT_GT(::recv(c.fd(), buf, sizeof buf, 0), 0);  // the stream started
@@ -255,8 +285,7 @@ TEST(RouterE2eTest, AClientDisconnectMidStreamAbortsTheWorkersRequest) {
   }));
   Response integrity = w.Request(Get("/debug/integrity"));
   EXPECT_EQ(integrity.status, 200) << integrity.body;
-  EXPECT_EQ(r.Metric("strata_router_requests_total{worker=\"" + Url(w) +
-                     "\",outcome=\"aborted\"}"),
+  EXPECT_EQ(r.Metric("strata_router_requests_total{worker=\"" + Url(w) + "\",outcome=\"aborted\"}"),
             1);
   Response next = r.PostJson("/v1/completions", R"({"prompt":"next","max_tokens":3})");
   EXPECT_EQ(next.status, 200) << next.body;

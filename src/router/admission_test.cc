@@ -15,10 +15,18 @@ TEST(RouterAdmissionTest, ConcurrentThenQueuedThenRejectedNamingTheLimit) {
   RouterAdmission a({2, 1});
   std::string limit;
   int started = 0;
-  EXPECT_EQ(a.Acquire(1, [&] { ++started; }, &limit), Verdict::kAdmitted);
-  EXPECT_EQ(a.Acquire(2, [&] { ++started; }, &limit), Verdict::kAdmitted);
-  EXPECT_EQ(a.Acquire(3, [&] { ++started; }, &limit), Verdict::kQueued);
-  EXPECT_EQ(a.Acquire(4, [&] { ++started; }, &limit), Verdict::kRejected);
+  EXPECT_EQ(a.Acquire(
+                1, [&] { ++started; }, &limit),
+            Verdict::kAdmitted);
+  EXPECT_EQ(a.Acquire(
+                2, [&] { ++started; }, &limit),
+            Verdict::kAdmitted);
+  EXPECT_EQ(a.Acquire(
+                3, [&] { ++started; }, &limit),
+            Verdict::kQueued);
+  EXPECT_EQ(a.Acquire(
+                4, [&] { ++started; }, &limit),
+            Verdict::kRejected);
   EXPECT_EQ(limit, "max_queued_requests");
   EXPECT_EQ(a.running(), 2);
   EXPECT_EQ(a.queued(), 1);
@@ -31,8 +39,12 @@ TEST(RouterAdmissionTest, ConcurrentThenQueuedThenRejectedNamingTheLimit) {
   EXPECT_EQ(a.running(), 0);
 
   RouterAdmission no_queue({1, 0});
-  EXPECT_EQ(no_queue.Acquire(1, [] {}, &limit), Verdict::kAdmitted);
-  EXPECT_EQ(no_queue.Acquire(2, [] {}, &limit), Verdict::kRejected);
+  EXPECT_EQ(no_queue.Acquire(
+                1, [] {}, &limit),
+            Verdict::kAdmitted);
+  EXPECT_EQ(no_queue.Acquire(
+                2, [] {}, &limit),
+            Verdict::kRejected);
   EXPECT_EQ(limit, "max_concurrent_requests");
 }
 
@@ -40,8 +52,12 @@ TEST(RouterAdmissionTest, CancelledWaitersNeverStartAndUnlimitedAdmitsAll) {
   RouterAdmission a({1, 5});
   std::string limit;
   std::vector<int> order;
-  ASSERT_EQ(a.Acquire(1, [] {}, &limit), Verdict::kAdmitted);
-  for (uint64_t id : {2, 3, 4}) a.Acquire(id, [&, id] { order.push_back(int(id)); }, &limit);
+  ASSERT_EQ(a.Acquire(
+                1, [] {}, &limit),
+            Verdict::kAdmitted);
+  for (uint64_t id : {2, 3, 4})
+    a.Acquire(
+        id, [&, id] { order.push_back(int(id)); }, &limit);
   EXPECT_TRUE(a.Cancel(3));
   EXPECT_FALSE(a.Cancel(3));
   a.Release();
@@ -50,7 +66,10 @@ TEST(RouterAdmissionTest, CancelledWaitersNeverStartAndUnlimitedAdmitsAll) {
   EXPECT_FALSE(a.Cancel(2)) << "already started";
 
   RouterAdmission unlimited({0, 0});
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(unlimited.Acquire(i, [] {}, &limit), Verdict::kAdmitted);
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_EQ(unlimited.Acquire(
+                  i, [] {}, &limit),
+              Verdict::kAdmitted);
 }
 
 // Many threads acquiring and releasing: never more than the limit run, and

@@ -110,7 +110,8 @@ TEST(CacheAwarePolicyTest, LongerMatchWinsAndMemoryIsBounded) {
   EXPECT_EQ(p.Pick(c, base + "tail"), 1);
   // ... and that request made worker 1 the last to serve block 0 as well.
   EXPECT_EQ(p.Pick(c, base.substr(0, 64) + "elsewhere, again"), 1);
-  for (int i = 0; i < 100; ++i) p.Pick(c, std::string(64 * 4, static_cast<char>('A' + i % 50)) + std::to_string(i));
+  for (int i = 0; i < 100; ++i)
+    p.Pick(c, std::string(64 * 4, static_cast<char>('A' + i % 50)) + std::to_string(i));
   EXPECT_LE(p.entries(), 8u);
 }
 

@@ -7,8 +7,9 @@ namespace strata::router {
 StatusOr<ojson> ParseBodyObject(std::string_view body) {
   ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
-    return InvalidArgument("the request body is not valid JSON (the router adds the PD fields to "
-                           "it, so it must parse): send a JSON object");
+    return InvalidArgument(
+        "the request body is not valid JSON (the router adds the PD fields to "
+        "it, so it must parse): send a JSON object");
   if (!j.is_object()) return InvalidArgument("the request body must be a JSON object");
   return j;
 }

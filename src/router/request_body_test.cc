@@ -15,9 +15,8 @@ TEST(RequestBodyTest, BootstrapFieldsAreAddedAndEverythingElseKeptInOrder) {
       R"({"model":"m","prompt":"hi","temperature":0.7,"max_tokens":5,"bootstrap_room":1})");
   ASSERT_TRUE(body.ok());
   const std::string out = WithBootstrapFields(*body, "10.0.0.7", 8998, (uint64_t{1} << 53) - 1);
-  EXPECT_EQ(out,
-            R"({"model":"m","prompt":"hi","temperature":0.7,"max_tokens":5,"bootstrap_room":)"
-            R"(9007199254740991,"bootstrap_host":"10.0.0.7","bootstrap_port":8998})");
+  EXPECT_EQ(out, R"({"model":"m","prompt":"hi","temperature":0.7,"max_tokens":5,"bootstrap_room":)"
+                 R"(9007199254740991,"bootstrap_host":"10.0.0.7","bootstrap_port":8998})");
   auto back = nlohmann::json::parse(out);
   EXPECT_EQ(back["bootstrap_room"].get<uint64_t>(), (uint64_t{1} << 53) - 1);
   EXPECT_EQ(back["temperature"].get<double>(), 0.7);

@@ -49,9 +49,9 @@ bool IEquals(std::string_view a, std::string_view b) {
 // Headers of a worker's response that the client gets: all but hop-by-hop
 // ones (the router's transport frames the body itself).
 HttpHeaders ClientHeaders(const HttpHeaders& upstream, const std::string& request_id) {
-  static const char* const kHop[] = {"connection", "keep-alive",        "transfer-encoding",
-                                     "content-length", "te",            "trailer",
-                                     "upgrade",    "proxy-connection", "proxy-authenticate"};
+  static const char* const kHop[] = {
+      "connection", "keep-alive", "transfer-encoding", "content-length",    "te",
+      "trailer",    "upgrade",    "proxy-connection",  "proxy-authenticate"};
   HttpHeaders out;
   bool has_id = false;
   for (const auto& [k, v] : upstream) {
@@ -124,15 +124,14 @@ Status ValidateRouterOptions(const RouterOptions& o) {
       return InvalidArgument(std::string("--") + flag + ": " + made.status().message());
   }
   if (o.policy.balance_rel_threshold < 1)
-    return InvalidArgument("--balance-rel-threshold: " +
-                           std::to_string(o.policy.balance_rel_threshold) +
-                           " is below 1 (it is a ratio of loads: 1.5 means 50% above the least)");
+    return InvalidArgument(
+        "--balance-rel-threshold: " + std::to_string(o.policy.balance_rel_threshold) +
+        " is below 1 (it is a ratio of loads: 1.5 means 50% above the least)");
   if (o.health_check_timeout > o.health_check_interval)
-    return InvalidArgument("--health-check-timeout-ms (" +
-                           std::to_string(o.health_check_timeout.count()) +
-                           ") exceeds --health-check-interval-ms (" +
-                           std::to_string(o.health_check_interval.count()) +
-                           "): checks would overlap; lower the timeout or raise the interval");
+    return InvalidArgument(
+        "--health-check-timeout-ms (" + std::to_string(o.health_check_timeout.count()) +
+        ") exceeds --health-check-interval-ms (" + std::to_string(o.health_check_interval.count()) +
+        "): checks would overlap; lower the timeout or raise the interval");
   if (o.admission.max_concurrent_requests == 0 && o.admission.max_queued_requests > 0)
     return InvalidArgument(
         "--max-queued-requests needs --max-concurrent-requests > 0 (requests queue only behind the "
@@ -209,9 +208,7 @@ struct Router::Impl : std::enable_shared_from_this<Router::Impl> {
   void OnCheck(Worker& w, bool pass, const std::string& why);
 
   std::vector<Candidate> Candidates(Role role, const std::vector<int>& exclude);
-  void CountHop(Worker& w, const char* outcome) {
-    requests_total->Get({w.ep.url, outcome}).Inc();
-  }
+  void CountHop(Worker& w, const char* outcome) { requests_total->Get({w.ep.url, outcome}).Inc(); }
   void Reject(HttpResponder& res, const RouterError& e, const std::string& request_id);
   uint64_t Rand() {
     std::lock_guard lock(rng_mu);
@@ -279,9 +276,7 @@ struct Router::Impl::Exchange : std::enable_shared_from_this<Exchange> {
   void StartHop(Hop& hop, int worker, std::string hop_body, bool is_prefill);
   void EndHop(Hop& hop, const char* outcome, std::optional<bool> success);
   void CancelHop(Hop& hop, const char* outcome);
-  bool CanRetry() const {
-    return !done && !committed && attempts <= r.options.max_retries;
-  }
+  bool CanRetry() const { return !done && !committed && attempts <= r.options.max_retries; }
   void Retry(Hop& failed_hop, const std::string& why);
   void Finish();
   void SendError(const RouterError& e);
@@ -348,8 +343,7 @@ void Router::Impl::Exchange::Dispatch() {
   StartHop(main, d, rewritten, false);
 }
 
-void Router::Impl::Exchange::StartHop(Hop& hop, int worker, std::string hop_body,
-                                      bool is_prefill) {
+void Router::Impl::Exchange::StartHop(Hop& hop, int worker, std::string hop_body, bool is_prefill) {
   Worker& w = *r.workers[static_cast<size_t>(worker)];
   hop = Hop{};
   hop.worker = worker;
@@ -414,9 +408,8 @@ void Router::Impl::Exchange::Finish() {
   if (done) return;
   done = true;
   STRATA_LOG(DEBUG) << "router: request " << request_id << " " << method << " " << target
-                    << " done in "
-                    << std::chrono::duration<double>(Clock::now() - arrival).count() << " s after "
-                    << attempts << " attempt(s)";
+                    << " done in " << std::chrono::duration<double>(Clock::now() - arrival).count()
+                    << " s after " << attempts << " attempt(s)";
   if (holds_slot) {
     holds_slot = false;
     // Off this lock: the freed slot starts the next queued request, which
@@ -477,8 +470,8 @@ void Router::Impl::Exchange::OnHead(uint64_t g, bool is_prefill, UpstreamRespons
   hop.status = head.status;
   hop.headers = std::move(head.headers);
   if (is_prefill) return;  // its answer is read whole
-  const bool whole = head.status == 503 ||
-                     (head.content_length && *head.content_length <= kRelayWholeBytes);
+  const bool whole =
+      head.status == 503 || (head.content_length && *head.content_length <= kRelayWholeBytes);
   if (whole) return;
   // Streamed through from here: the client has the head, so no retry.
   hop.stream = true;
@@ -510,8 +503,8 @@ void Router::Impl::Exchange::OnDone(uint64_t g, bool is_prefill, UpstreamError e
   std::optional<bool> healthy_worker;
   switch (e) {
     case UpstreamError::kNone:
-      outcome = hop.status < 400   ? "ok"
-                : hop.status < 500 ? "client_error"
+      outcome = hop.status < 400    ? "ok"
+                : hop.status < 500  ? "client_error"
                 : hop.status == 503 ? "overloaded"
                                     : "error";
       // A 503 is shedding on purpose, a 502 names a failure of the other PD
@@ -559,9 +552,9 @@ void Router::Impl::Exchange::OnDone(uint64_t g, bool is_prefill, UpstreamError e
       STRATA_LOG(WARN) << "router: request " << request_id << ": " << w.ep.url
                        << " broke off mid-stream: " << hop.detail;
       if (HeaderOf(hop.headers, "content-type").find("text/event-stream") != std::string::npos) {
-        res->Write(SseErrorEvent("the worker's stream broke off: " + hop.detail,
-                                 e == UpstreamError::kTimeout ? "upstream_timeout"
-                                                              : "upstream_broken"));
+        res->Write(
+            SseErrorEvent("the worker's stream broke off: " + hop.detail,
+                          e == UpstreamError::kTimeout ? "upstream_timeout" : "upstream_broken"));
         res->End();
       }
       // Other bodies: dropping the responder unfinished cuts the connection,
@@ -572,8 +565,8 @@ void Router::Impl::Exchange::OnDone(uint64_t g, bool is_prefill, UpstreamError e
     return Finish();
   }
 
-  const bool ok = e == UpstreamError::kNone && hop.status != 503 &&
-                  (!r.pd || !generation || hop.status < 300);
+  const bool ok =
+      e == UpstreamError::kNone && hop.status != 503 && (!r.pd || !generation || hop.status < 300);
   if (ok) return SendWhole(hop);
   if ((retryable || (e == UpstreamError::kBroken && !committed)) && CanRetry())
     return Retry(hop, e == UpstreamError::kNone ? "answered 503" : "failed: " + hop.detail);
@@ -616,14 +609,15 @@ Status Router::Impl::Init() {
   pd = !options.prefills.empty();
   ASSIGN_OR_RETURN(registry, metrics::Registry::Create({}));
   RETURN_IF_ERROR(metrics::AddBuildInfo(*registry));
-  ASSIGN_OR_RETURN(requests_total,
-                   registry->AddCounter(
-                       "strata_router_requests_total",
-                       "Requests the router sent to each worker, by outcome: ok, client_error "
-                       "(4xx), overloaded (503), error (other 5xx), unreachable, timeout, broken "
-                       "(cut mid-body), aborted (client gone), cancelled (by the router: a retry or "
-                       "the other PD role failed); no_worker on worker=\"none\".",
-                       {"worker", "outcome"}));
+  ASSIGN_OR_RETURN(
+      requests_total,
+      registry->AddCounter(
+          "strata_router_requests_total",
+          "Requests the router sent to each worker, by outcome: ok, client_error "
+          "(4xx), overloaded (503), error (other 5xx), unreachable, timeout, broken "
+          "(cut mid-body), aborted (client gone), cancelled (by the router: a retry or "
+          "the other PD role failed); no_worker on worker=\"none\".",
+          {"worker", "outcome"}));
   ASSIGN_OR_RETURN(rejected_total,
                    registry->AddCounter("strata_router_rejected_requests_total",
                                         "Requests the router's admission control refused with "
@@ -641,13 +635,14 @@ Status Router::Impl::Init() {
   ASSIGN_OR_RETURN(auto* healthy,
                    registry->AddGauge("strata_router_worker_healthy",
                                       "1 while the worker passes its health checks.", {"worker"}));
-  ASSIGN_OR_RETURN(auto* breaker,
-                   registry->AddGauge("strata_router_breaker_state",
-                                      "Each worker's circuit breaker: 0 closed, 1 half-open, 2 open.",
-                                      {"worker"}));
-  ASSIGN_OR_RETURN(auto* inflight, registry->AddGauge(
-                                       "strata_router_worker_in_flight_requests",
-                                       "Requests the router has open at each worker.", {"worker"}));
+  ASSIGN_OR_RETURN(
+      auto* breaker,
+      registry->AddGauge("strata_router_breaker_state",
+                         "Each worker's circuit breaker: 0 closed, 1 half-open, 2 open.",
+                         {"worker"}));
+  ASSIGN_OR_RETURN(auto* inflight,
+                   registry->AddGauge("strata_router_worker_in_flight_requests",
+                                      "Requests the router has open at each worker.", {"worker"}));
   ASSIGN_OR_RETURN(auto* load,
                    registry->AddGauge("strata_router_worker_load",
                                       "Each worker's running + queued requests, from its GET "
@@ -711,9 +706,8 @@ Status Router::Impl::Init() {
 
 void Router::Impl::Route() {
   http->Handle(
-      "GET", "/health", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
-        HandleHealth(*res);
-      },
+      "GET", "/health",
+      [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) { HandleHealth(*res); },
       HttpAuth::kPublic);
   http->Handle(
       "GET", "/metrics",
@@ -721,9 +715,8 @@ void Router::Impl::Route() {
         res->Send(200, {{"Content-Type", std::string(metrics::kContentType)}}, registry->Render());
       },
       HttpAuth::kPublic);
-  http->Handle("GET", "/workers", [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
-    HandleWorkers(*res);
-  });
+  http->Handle("GET", "/workers",
+               [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) { HandleWorkers(*res); });
   for (const char* path : {"/v1/completions", "/v1/chat/completions"})
     http->Handle("POST", path, [this](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
       HandleProxy(std::move(req), std::move(res), true);
@@ -757,12 +750,9 @@ void Router::Impl::HandleWorkers(HttpResponder& res) {
   json arr = json::array();
   for (const auto& w : workers) {
     std::lock_guard lock(w->mu);
-    json j = {{"url", w->ep.url},
-              {"role", RoleName(w->role)},
-              {"healthy", w->healthy},
-              {"breaker", BreakerStateName(w->breaker.state())},
-              {"load", w->Load()},
-              {"in_flight", w->in_flight.load()}};
+    json j = {{"url", w->ep.url},      {"role", RoleName(w->role)},
+              {"healthy", w->healthy}, {"breaker", BreakerStateName(w->breaker.state())},
+              {"load", w->Load()},     {"in_flight", w->in_flight.load()}};
     if (w->role == Role::kPrefill) j["bootstrap_port"] = w->bootstrap_port;
     if (!w->instance_id.empty()) j["instance_id"] = w->instance_id;
     arr.push_back(std::move(j));
@@ -787,8 +777,7 @@ std::vector<Candidate> Router::Impl::Candidates(Role role, const std::vector<int
   return out;
 }
 
-void Router::Impl::Reject(HttpResponder& res, const RouterError& e,
-                          const std::string& request_id) {
+void Router::Impl::Reject(HttpResponder& res, const RouterError& e, const std::string& request_id) {
   HttpHeaders h = {{"Content-Type", "application/json"}, {"X-Request-Id", request_id}};
   if (e.retry_after) h.emplace_back("Retry-After", "1");
   res.Send(e.status, std::move(h), HttpErrorJson(e.message, e.type, e.code));
@@ -845,7 +834,7 @@ void Router::Impl::HandleProxy(HttpRequest&& req, std::shared_ptr<HttpResponder>
     std::lock_guard lock(ex->mu);
     ex->queued = false;
     ex->holds_slot = true;
-    if (ex->done) {  // left while queued but after the slot was handed over
+    if (ex->done) {      // left while queued but after the slot was handed over
       ex->done = false;  // let Finish() give the slot on
       ex->Finish();
       return;
@@ -913,9 +902,9 @@ void Router::Impl::CheckWorker(Worker& w, std::function<void()> done) {
   client->Fetch(w.ep, req, [self, &w, req, done](UpstreamClient::FetchResult h) mutable {
     if (h.error != UpstreamError::kNone || h.status != 200) {
       self->OnCheck(w, false,
-                    h.error != UpstreamError::kNone ? h.detail
-                                                    : "GET /health answered " +
-                                                          std::to_string(h.status));
+                    h.error != UpstreamError::kNone
+                        ? h.detail
+                        : "GET /health answered " + std::to_string(h.status));
       w.checking = false;
       return done();
     }
@@ -966,8 +955,9 @@ void Router::Impl::CheckWorker(Worker& w, std::function<void()> done) {
               auto p = j.find("disaggregation_bootstrap_port");
               w.bootstrap_port = p != j.end() && p->is_number_integer() ? p->get<int>() : 0;
               if (w.bootstrap_port <= 0)
-                problem = "its /server_info has no disaggregation_bootstrap_port (not a prefill "
-                          "server?)";
+                problem =
+                    "its /server_info has no disaggregation_bootstrap_port (not a prefill "
+                    "server?)";
             }
           } else if (w.role == Role::kPrefill && w.bootstrap_port <= 0) {
             problem = "GET /server_info failed, so its bootstrap port is unknown";

@@ -47,9 +47,9 @@ struct RouterOptions {
   std::vector<std::string> workers;   // colocated workers' URLs
   std::vector<std::string> prefills;  // PD mode: both prefills and decodes
   std::vector<std::string> decodes;
-  PolicyOptions policy;               // for colocated workers, and PD roles by default
-  std::string prefill_policy;         // PD: "" = policy.name
-  std::string decode_policy;          // PD: "" = policy.name
+  PolicyOptions policy;        // for colocated workers, and PD roles by default
+  std::string prefill_policy;  // PD: "" = policy.name
+  std::string decode_policy;   // PD: "" = policy.name
   AdmissionLimits admission;
   std::chrono::milliseconds max_queue_time{60'000};  // 0: queued requests wait without limit
   std::chrono::milliseconds health_check_interval{2'000};

@@ -189,9 +189,9 @@ TEST(RouterTest, RelaysAnswersStreamsAndRequestIdsRoundRobin) {
 
   std::vector<std::string> names;
   for (int i = 0; i < 4; ++i) {
-    Response res = PostTo(r->port(), "/v1/completions", R"({"prompt":"hi"})",
-                          "Authorization: Bearer client-key\r\nX-Request-Id: req-" +
-                              std::to_string(i) + "\r\n");
+    Response res = PostTo(
+        r->port(), "/v1/completions", R"({"prompt":"hi"})",
+        "Authorization: Bearer client-key\r\nX-Request-Id: req-" + std::to_string(i) + "\r\n");
     ASSERT_EQ(res.status, 200) << res.body;
     EXPECT_EQ(res.Header("x-request-id"), "req-" + std::to_string(i));
     auto j = json::parse(res.body);
@@ -508,8 +508,7 @@ TEST(RouterTest, TheApiKeyIsTheRoutersAndTheClientsHeaderGoesOn) {
   EXPECT_EQ(a.served.load(), 0);
   EXPECT_EQ(GetFrom(r->port(), "/health").status, 200) << "health needs no key";
   EXPECT_EQ(GetFrom(r->port(), "/metrics").status, 200) << "nor metrics";
-  Response yes =
-      PostTo(r->port(), "/v1/completions", "{}", "Authorization: Bearer router-key\r\n");
+  Response yes = PostTo(r->port(), "/v1/completions", "{}", "Authorization: Bearer router-key\r\n");
   EXPECT_EQ(yes.status, 200);
   EXPECT_EQ(a.requests().at(0).Header("Authorization"), "Bearer router-key");
 }
@@ -543,9 +542,9 @@ TEST(RouterTest, AWorkerThatNeverAnswersTimesOutWith504) {
   Response res = PostTo(r->port(), "/v1/completions", "{}");
   EXPECT_EQ(res.status, 504);
   EXPECT_EQ(json::parse(res.body)["error"]["code"], "upstream_timeout");
-  EXPECT_EQ(Metric(*r, "strata_router_requests_total{worker=\"" + a.url() +
-                           "\",outcome=\"timeout\"}"),
-            1);
+  EXPECT_EQ(
+      Metric(*r, "strata_router_requests_total{worker=\"" + a.url() + "\",outcome=\"timeout\"}"),
+      1);
 }
 
 // A non-streamed answer too big to hold (over 4 MiB) streams through intact.

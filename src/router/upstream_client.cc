@@ -22,9 +22,9 @@ StatusOr<Endpoint> ParseWorkerUrl(std::string_view url) {
   const std::string shape = "expected http://HOST:PORT, e.g. http://127.0.0.1:8000";
   std::string_view rest = url;
   if (rest.substr(0, 7) != "http://")
-    return InvalidArgument("worker URL '" + std::string(url) + "': " +
-                           (rest.substr(0, 8) == "https://" ? "https is not supported; " : "") +
-                           shape);
+    return InvalidArgument(
+        "worker URL '" + std::string(url) +
+        "': " + (rest.substr(0, 8) == "https://" ? "https is not supported; " : "") + shape);
   rest.remove_prefix(7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   if (rest.find_first_of("/@?#") != std::string_view::npos)
@@ -154,17 +154,19 @@ struct UpstreamClient::Impl::Call final : UpstreamCall, std::enable_shared_from_
         ep.host, std::to_string(ep.port),
         [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
           if (self->finished) return;
-          if (ec) return self->Finish(UpstreamError::kConnect, "cannot resolve " + self->ep.host +
-                                                                  ": " + ec.message());
+          if (ec)
+            return self->Finish(UpstreamError::kConnect,
+                                "cannot resolve " + self->ep.host + ": " + ec.message());
           self->Connect(results);
         });
   }
 
   void Connect(const tcp::resolver::results_type& results) {
     stream = std::make_unique<beast::tcp_stream>(client->ioc);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    stream->expires_after(std::max(std::chrono::milliseconds(1),
-                                   std::min(client->options.connect_timeout, left)));
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    stream->expires_after(
+        std::max(std::chrono::milliseconds(1), std::min(client->options.connect_timeout, left)));
     stream->async_connect(results, [self = shared_from_this()](beast::error_code ec,
                                                                const tcp::endpoint&) {
       if (self->finished) return;
@@ -194,7 +196,8 @@ struct UpstreamClient::Impl::Call final : UpstreamCall, std::enable_shared_from_
     stream->expires_at(deadline);
     http::async_write(*stream, req, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (self->finished) return;
-      if (ec == beast::error::timeout) return self->Finish(UpstreamError::kTimeout, self->Timeout());
+      if (ec == beast::error::timeout)
+        return self->Finish(UpstreamError::kTimeout, self->Timeout());
       if (ec && !self->RetryFresh())
         return self->Finish(UpstreamError::kConnect,
                             "sending the request to " + self->ep.url + " failed: " + ec.message());
@@ -205,24 +208,25 @@ struct UpstreamClient::Impl::Call final : UpstreamCall, std::enable_shared_from_
   void ReadHead() {
     parser.emplace();
     parser->body_limit(std::numeric_limits<uint64_t>::max());
-    http::async_read_header(*stream, buf, *parser, [self = shared_from_this()](beast::error_code ec,
-                                                                               size_t) {
-      if (self->finished) return;
-      if (ec == beast::error::timeout) return self->Finish(UpstreamError::kTimeout, self->Timeout());
-      if (ec && !self->RetryFresh())
-        return self->Finish(UpstreamError::kConnect,
-                            self->ep.url + " closed the connection before answering: " +
-                                ec.message());
-      if (ec) return;
-      self->head_seen = true;
-      UpstreamResponseHead head;
-      const auto& msg = self->parser->get();
-      head.status = static_cast<int>(msg.result_int());
-      for (const auto& f : msg) head.headers.emplace_back(f.name_string(), f.value());
-      if (auto n = self->parser->content_length()) head.content_length = *n;
-      if (self->h.on_head) self->h.on_head(std::move(head));
-      if (!self->finished) self->ReadBody();
-    });
+    http::async_read_header(
+        *stream, buf, *parser, [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (self->finished) return;
+          if (ec == beast::error::timeout)
+            return self->Finish(UpstreamError::kTimeout, self->Timeout());
+          if (ec && !self->RetryFresh())
+            return self->Finish(
+                UpstreamError::kConnect,
+                self->ep.url + " closed the connection before answering: " + ec.message());
+          if (ec) return;
+          self->head_seen = true;
+          UpstreamResponseHead head;
+          const auto& msg = self->parser->get();
+          head.status = static_cast<int>(msg.result_int());
+          for (const auto& f : msg) head.headers.emplace_back(f.name_string(), f.value());
+          if (auto n = self->parser->content_length()) head.content_length = *n;
+          if (self->h.on_head) self->h.on_head(std::move(head));
+          if (!self->finished) self->ReadBody();
+        });
   }
 
   void ReadBody() {
@@ -231,20 +235,21 @@ struct UpstreamClient::Impl::Call final : UpstreamCall, std::enable_shared_from_
     parser->get().body().size = piece.size();
     // read_some, not read: it returns with whatever arrived, so each SSE
     // event goes on at once instead of waiting for the buffer to fill.
-    http::async_read_some(*stream, buf, *parser, [self = shared_from_this()](beast::error_code ec,
-                                                                             size_t) {
-      if (self->finished) return;
-      if (ec == http::error::need_buffer) ec = {};
-      // What was parsed before an error still goes to the client.
-      const size_t got = self->piece.size() - self->parser->get().body().size;
-      if (got > 0 && self->h.on_body) self->h.on_body(std::string(self->piece.data(), got));
-      if (self->finished) return;
-      if (ec == beast::error::timeout) return self->Finish(UpstreamError::kTimeout, self->Timeout());
-      if (ec)
-        return self->Finish(UpstreamError::kBroken,
-                            "the response from " + self->ep.url + " broke off: " + ec.message());
-      self->ReadBody();
-    });
+    http::async_read_some(
+        *stream, buf, *parser, [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (self->finished) return;
+          if (ec == http::error::need_buffer) ec = {};
+          // What was parsed before an error still goes to the client.
+          const size_t got = self->piece.size() - self->parser->get().body().size;
+          if (got > 0 && self->h.on_body) self->h.on_body(std::string(self->piece.data(), got));
+          if (self->finished) return;
+          if (ec == beast::error::timeout)
+            return self->Finish(UpstreamError::kTimeout, self->Timeout());
+          if (ec)
+            return self->Finish(UpstreamError::kBroken, "the response from " + self->ep.url +
+                                                            " broke off: " + ec.message());
+          self->ReadBody();
+        });
   }
 
   void Complete() {
@@ -284,7 +289,10 @@ struct UpstreamClient::Impl::Call final : UpstreamCall, std::enable_shared_from_
     stream.reset();
   }
 
-  std::string Timeout() const { return "no complete answer from " + ep.url + " within the request timeout (--request-timeout-ms)"; }
+  std::string Timeout() const {
+    return "no complete answer from " + ep.url +
+           " within the request timeout (--request-timeout-ms)";
+  }
 
   std::shared_ptr<Impl> client;
   Endpoint ep;
@@ -323,7 +331,8 @@ UpstreamClient::~UpstreamClient() { Stop(); }
 std::shared_ptr<UpstreamCall> UpstreamClient::Start(const Endpoint& endpoint,
                                                     UpstreamRequest request,
                                                     UpstreamHandlers handlers) {
-  auto call = std::make_shared<Impl::Call>(impl_, endpoint, std::move(request), std::move(handlers));
+  auto call =
+      std::make_shared<Impl::Call>(impl_, endpoint, std::move(request), std::move(handlers));
   if (impl_->stopped.load()) return call;  // never runs
   net::post(impl_->ioc, [call] {
     if (call->client->stopped.load()) return;

@@ -62,7 +62,7 @@ const char* UpstreamErrorName(UpstreamError e);
 
 struct UpstreamResponseHead {
   int status = 0;
-  HttpHeaders headers;                    // as received (hop-by-hop ones included)
+  HttpHeaders headers;                     // as received (hop-by-hop ones included)
   std::optional<uint64_t> content_length;  // absent: chunked or read to close
 };
 

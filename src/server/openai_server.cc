@@ -3,8 +3,8 @@
 #include <atomic>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -458,12 +458,11 @@ void OpenAiServer::Impl::Route() {
     std::random_device rd;
     char id[24];
     std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
-    const std::string info =
-        DumpJson(ojson{{"role", "colocated"},
-                       {"disaggregation_mode", "null"},
-                       {"model", options.served_model_name},
-                       {"instance_id", std::string(id)},
-                       {"page_size", engine.facts().page_size}});
+    const std::string info = DumpJson(ojson{{"role", "colocated"},
+                                            {"disaggregation_mode", "null"},
+                                            {"model", options.served_model_name},
+                                            {"instance_id", std::string(id)},
+                                            {"page_size", engine.facts().page_size}});
     for (const char* path : {"/server_info", "/get_server_info"})
       http->Handle(
           "GET", path,
