@@ -237,6 +237,7 @@ struct Router::Impl::Exchange : std::enable_shared_from_this<Exchange> {
     HttpHeaders headers;
     std::string body;
     bool stream = false;  // relaying piece by piece (committed)
+    std::string tail;     // the last bytes relayed (to spot the SSE end)
     UpstreamError error = UpstreamError::kNone;
     std::string detail;
     bool done = false;  // its on_done ran
@@ -484,6 +485,8 @@ void Router::Impl::Exchange::OnBody(uint64_t g, bool is_prefill, std::string pie
   if (done || g != gen) return;
   Hop& hop = is_prefill ? prefill : main;
   if (hop.stream) {
+    hop.tail = (hop.tail + piece.substr(piece.size() > 32 ? piece.size() - 32 : 0));
+    if (hop.tail.size() > 32) hop.tail.erase(0, hop.tail.size() - 32);
     res->Write(std::move(piece));
   } else if (hop.body.size() < kRelayWholeBytes + (1 << 20)) {
     hop.body += piece;
@@ -597,6 +600,13 @@ void Router::Impl::Exchange::OnClientGone() {
   STRATA_LOG(DEBUG) << "router: request " << request_id
                     << ": the client went away; closing its upstream requests";
   if (queued && r.admission.Cancel(id)) queued = false;
+  // A client that closes right after the stream's last event (openai-node
+  // does, on `data: [DONE]`) got its whole answer: ok, though the worker's
+  // end of the chunked body had not reached the router yet.
+  if (main.active && main.stream && main.tail.find("data: [DONE]\n\n") != std::string::npos) {
+    main.call->Cancel();
+    EndHop(main, "ok", true);
+  }
   CancelHop(main, "aborted");
   CancelHop(prefill, "aborted");
   Finish();

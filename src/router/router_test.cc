@@ -565,6 +565,36 @@ TEST(RouterTest, ALargeAnswerStreamsThroughIntact) {
   EXPECT_TRUE(res.body == big);
 }
 
+// openai-node closes its connection as soon as it reads `data: [DONE]`,
+// often before the worker's end of the chunked body reached the router: that
+// request was answered in full, so it counts as ok, not aborted.
+TEST(RouterTest, AClientThatLeavesAfterTheLastEventCountsAsOk) {
+  FakeWorker a("a");
+  a.SetGenerate([&](HttpRequest&, std::shared_ptr<HttpResponder> res) {
+    res->StartStream(200, {{"Content-Type", "text/event-stream"}});
+    res->Write("data: {\"i\":0}\n\ndata: [DONE]\n\n");
+    a.Hold(res);  // the stream's end is "late"
+  });
+  RouterOptions o = FastOptions();
+  o.workers = {a.url()};
+  auto r = StartRouter(o);
+  {
+    Client c(Connect(r->port()));
+    ASSERT_TRUE(c.Send(Post("/v1/completions", "{}", "Content-Type: application/json\r\n")));
+    std::string got;
+    char buf[4096];
+    while (got.find("data: [DONE]") == std::string::npos) {
+      const ssize_t n = ::recv(c.fd(), buf, sizeof buf, 0);
+      ASSERT_GT(n, 0);
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  const std::string series = "strata_router_requests_total{worker=\"" + a.url() + "\",outcome=";
+  EXPECT_TRUE(Eventually([&] { return r->in_flight() == 0; }));
+  EXPECT_EQ(Metric(*r, series + "\"ok\"}"), 1);
+  EXPECT_EQ(Metric(*r, series + "\"aborted\"}"), -1) << "never counted";
+}
+
 // ---- PD ---------------------------------------------------------------------
 
 TEST(RouterPdTest, BothRolesGetTheFieldsAndTheDecodeIsStreamed) {
