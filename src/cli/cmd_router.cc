@@ -134,6 +134,9 @@ int RouterCommand(const Args& args) {
   o.breaker.enabled = !rf.disable_circuit_breaker;
   if (rf.disable_retries) o.max_retries = 0;
   o.policy.max_entries = static_cast<size_t>(rf.max_tree_size);
+  // No concurrency limit means nothing ever queues: the queue's default is moot.
+  if (o.admission.max_concurrent_requests == 0 && !f.IsSet("max-queued-requests"))
+    o.admission.max_queued_requests = 0;
   if (!f.IsSet("health-check-timeout-ms"))
     o.health_check_timeout = std::min(o.health_check_timeout, o.health_check_interval);
   if (Status v = router::ValidateRouterOptions(o); !v.ok()) return ConfigError(v.message());

@@ -82,6 +82,16 @@ TEST(RouterE2eTest, InvalidFlagsExit78WithTheFlagNamed) {
     EXPECT_THAT(r.Log(), HasSubstr("invalid configuration"));
     EXPECT_THAT(r.Log(), HasSubstr(c.says));
   }
+  // A port that is taken is a configuration error too (found before serving).
+  Server taken({"--model-path", Fixture("qwen3")});
+  ASSERT_GT(taken.port(), 0);
+  std::vector<std::string> args = {"--worker", Url(taken), "--port", std::to_string(taken.port())};
+  RouterProcess busy(args);
+  EXPECT_EQ(busy.WaitExit(std::chrono::seconds(10)), 78) << busy.Log();
+  EXPECT_THAT(busy.Log(), HasSubstr("--host/--port"));
+  // --max-concurrent-requests 0 alone is valid: no limit, so no queue.
+  RouterProcess unlimited({"--worker", Url(taken), "--max-concurrent-requests", "0"});
+  EXPECT_GT(unlimited.port(), 0) << unlimited.Log();
 }
 
 TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
