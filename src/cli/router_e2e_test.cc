@@ -216,8 +216,28 @@ TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
   EXPECT_EQ(workers[0]["healthy"], false);
   EXPECT_EQ(workers[1]["healthy"], true);
   EXPECT_THAT(r.Log(), HasSubstr("is unhealthy"));
-  // The last worker gone: 503 with Retry-After once health notices.
+  const std::string old_instance = workers[0]["instance_id"];
+  // A new process on the same port: healthy again after its checks pass,
+  // noticed as a replacement, and given requests again.
+  Server again({"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--port",
+                std::to_string(a.port())});
+  ASSERT_EQ(again.port(), a.port()) << again.Log();
+  EXPECT_TRUE(Eventually([&] { return r.Metric(healthy) == 1; }, std::chrono::seconds(5)));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        json w = json::parse(r.Request(Get("/workers")).body)["workers"][0];
+        return w.value("instance_id", "") != old_instance;
+      },
+      std::chrono::seconds(5)));
+  EXPECT_THAT(r.Log(), HasSubstr("was replaced"));
   b.Signal(SIGKILL);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(r.PostJson("/v1/completions", R"({"prompt":"on the new one","max_tokens":2})").status,
+              200);
+  EXPECT_GE(again.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}"),
+            4);
+  // The last worker gone: 503 with Retry-After once health notices.
+  again.Signal(SIGKILL);
   EXPECT_TRUE(
       Eventually([&] { return r.Request(Get("/health")).status == 503; }, std::chrono::seconds(5)));
   Response none = r.PostJson("/v1/completions", R"({"prompt":"x","max_tokens":2})");

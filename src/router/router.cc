@@ -997,6 +997,7 @@ void Router::Impl::OnCheck(Worker& w, bool pass, const std::string& why) {
     ++w.fails;
     if (w.healthy && w.fails >= options.health_failure_threshold) {
       w.healthy = false;
+      w.info_known = false;  // ask /server_info again when it is back: it may be a new process
       STRATA_LOG(WARN) << "router: " << RoleName(w.role) << " worker " << w.ep.url
                        << " is unhealthy after " << w.fails << " failed checks (" << why << ")";
     } else if (!w.ever_healthy && w.fails == 1) {
