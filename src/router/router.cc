@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <unordered_map>
 
 #include "router/request_body.h"
 #include "router/upstream_client.h"
@@ -140,6 +141,7 @@ Status ValidateRouterOptions(const RouterOptions& o) {
 }
 
 struct Router::Impl : std::enable_shared_from_this<Router::Impl> {
+  struct Exchange;
   struct Worker {
     Endpoint ep;
     Role role = Role::kColocated;
@@ -161,14 +163,16 @@ struct Router::Impl : std::enable_shared_from_this<Router::Impl> {
     metrics::Gauge* in_flight_gauge = nullptr;
     metrics::Gauge* load_gauge = nullptr;
     metrics::Histogram* seconds = nullptr;
+    // Exchanges with a request open here (guarded by mu): failed over when
+    // the health checks take this worker out, so a worker that stalls
+    // (SIGSTOP, a hung process) does not hold them until the request timeout.
+    std::unordered_map<Exchange*, std::weak_ptr<Exchange>> open;
 
     int64_t Load() const {  // REQUIRES: mu held
       return reported_load + std::max<int64_t>(0, in_flight.load() - in_flight_at_report);
     }
     void PublishBreaker() { breaker_gauge->Set(static_cast<double>(breaker.state())); }
   };
-
-  struct Exchange;
 
   RouterOptions options;
   bool pd = false;
@@ -206,6 +210,8 @@ struct Router::Impl : std::enable_shared_from_this<Router::Impl> {
   void ScheduleChecks(std::chrono::milliseconds delay);
   void CheckWorker(Worker& w, std::function<void()> done);
   void OnCheck(Worker& w, bool pass, const std::string& why);
+  void OnCheckLocked(Worker& w, bool pass, const std::string& why,
+                     std::vector<std::shared_ptr<Exchange>>* lost);
 
   std::vector<Candidate> Candidates(Role role, const std::vector<int>& exclude);
   void CountHop(Worker& w, const char* outcome) { requests_total->Get({w.ep.url, outcome}).Inc(); }
@@ -287,6 +293,8 @@ struct Router::Impl::Exchange : std::enable_shared_from_this<Exchange> {
   void OnHead(uint64_t g, bool is_prefill, UpstreamResponseHead head);
   void OnBody(uint64_t g, bool is_prefill, std::string piece);
   void OnDone(uint64_t g, bool is_prefill, UpstreamError e, std::string detail);
+  void Done(bool is_prefill, UpstreamError e, std::string detail);  // REQUIRES: mu held
+  void OnWorkerLost(int worker, const std::string& why);
   void OnClientGone();
   void OnPrefillGrace(uint64_t g);
 };
@@ -354,6 +362,7 @@ void Router::Impl::Exchange::StartHop(Hop& hop, int worker, std::string hop_body
     std::lock_guard lock(w.mu);
     w.breaker.OnSend();
     w.PublishBreaker();
+    w.open[this] = weak_from_this();
   }
   w.in_flight_gauge->Set(static_cast<double>(++w.in_flight));
   UpstreamRequest up;
@@ -387,6 +396,7 @@ void Router::Impl::Exchange::EndHop(Hop& hop, const char* outcome, std::optional
   r.CountHop(w, outcome);
   if (success) w.seconds->Observe(std::chrono::duration<double>(Clock::now() - hop.start).count());
   std::lock_guard lock(w.mu);
+  w.open.erase(this);
   const BreakerState before = w.breaker.state();
   if (success)
     w.breaker.Record(*success, Clock::now());
@@ -496,8 +506,27 @@ void Router::Impl::Exchange::OnBody(uint64_t g, bool is_prefill, std::string pie
 void Router::Impl::Exchange::OnDone(uint64_t g, bool is_prefill, UpstreamError e,
                                     std::string detail) {
   std::lock_guard lock(mu);
+  const Hop& hop = is_prefill ? prefill : main;
+  // A stale attempt, or a hop already ended here (cancelled, failed over).
+  if (g != gen || !hop.active) return;
+  Done(is_prefill, e, std::move(detail));
+}
+
+// The worker of an open hop failed its health checks: that hop fails now as
+// if its connection had (retried elsewhere when nothing reached the client
+// yet; a stream in progress ends with an error event).
+void Router::Impl::Exchange::OnWorkerLost(int worker, const std::string& why) {
+  std::lock_guard lock(mu);
+  for (bool is_prefill : {false, true}) {
+    Hop& hop = is_prefill ? prefill : main;
+    if (!hop.active || hop.worker != worker) continue;
+    if (hop.call) hop.call->Cancel();
+    Done(is_prefill, UpstreamError::kConnect, why);
+  }
+}
+
+void Router::Impl::Exchange::Done(bool is_prefill, UpstreamError e, std::string detail) {
   Hop& hop = is_prefill ? prefill : main;
-  if (g != gen) return;
   hop.done = true;
   hop.error = e;
   hop.detail = std::move(detail);
@@ -982,6 +1011,18 @@ void Router::Impl::CheckWorker(Worker& w, std::function<void()> done) {
 }
 
 void Router::Impl::OnCheck(Worker& w, bool pass, const std::string& why) {
+  std::vector<std::shared_ptr<Exchange>> lost;
+  OnCheckLocked(w, pass, why, &lost);
+  // Outside the worker's lock (exchanges lock themselves, then workers).
+  const int index = static_cast<int>(
+      std::find_if(workers.begin(), workers.end(), [&](const auto& p) { return p.get() == &w; }) -
+      workers.begin());
+  for (auto& ex : lost)
+    ex->OnWorkerLost(index, w.ep.url + " stopped passing its health checks (" + why + ")");
+}
+
+void Router::Impl::OnCheckLocked(Worker& w, bool pass, const std::string& why,
+                                 std::vector<std::shared_ptr<Exchange>>* lost) {
   std::lock_guard lock(w.mu);
   if (pass) {
     w.fails = 0;
@@ -998,6 +1039,8 @@ void Router::Impl::OnCheck(Worker& w, bool pass, const std::string& why) {
     if (w.healthy && w.fails >= options.health_failure_threshold) {
       w.healthy = false;
       w.info_known = false;  // ask /server_info again when it is back: it may be a new process
+      for (auto& [ptr, weak] : w.open)
+        if (auto ex = weak.lock()) lost->push_back(std::move(ex));
       STRATA_LOG(WARN) << "router: " << RoleName(w.role) << " worker " << w.ep.url
                        << " is unhealthy after " << w.fails << " failed checks (" << why << ")";
     } else if (!w.ever_healthy && w.fails == 1) {

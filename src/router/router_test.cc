@@ -595,6 +595,45 @@ TEST(RouterTest, AClientThatLeavesAfterTheLastEventCountsAsOk) {
   EXPECT_EQ(Metric(*r, series + "\"aborted\"}"), -1) << "never counted";
 }
 
+// A worker that stops answering (SIGSTOP, a hang) fails its health checks;
+// its open requests then fail over at once instead of waiting for the
+// request timeout: retried elsewhere before any byte reached the client, an
+// error event for a stream in progress.
+TEST(RouterTest, RequestsOnAWorkerThatFailsItsHealthChecksFailOver) {
+  FakeWorker a("a"), b("b");
+  a.SetGenerate([&](HttpRequest& req, std::shared_ptr<HttpResponder> res) {
+    if (req.body.find("stream") != std::string::npos) {
+      res->StartStream(200, {{"Content-Type", "text/event-stream"}});
+      res->Write("data: {\"i\":0}\n\n");
+    }
+    a.Hold(res);  // and then nothing: stalled
+  });
+  RouterOptions o = FastOptions();
+  o.workers = {a.url(), b.url()};
+  o.request_timeout = std::chrono::seconds(60);
+  auto r = StartRouter(o);
+  std::thread stall([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    a.health_status = 503;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Response whole, stream;
+  std::thread t1([&] { whole = PostTo(r->port(), "/v1/completions", "{}"); });  // a (round robin)
+  ASSERT_TRUE(Eventually([&] { return a.served.load() == 1; }));
+  PostTo(r->port(), "/v1/completions", "{}");  // b
+  std::thread t2([&] { stream = PostTo(r->port(), "/v1/completions", R"({"stream":true})"); });
+  t1.join();
+  t2.join();
+  stall.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "not the timeout";
+  EXPECT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(json::parse(whole.body)["worker"], "b") << "failed over to b";
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_THAT(stream.body, HasSubstr("data: {\"i\":0}"));
+  EXPECT_THAT(stream.body, HasSubstr("stopped passing its health checks"));
+  EXPECT_EQ(r->Workers()[0].in_flight, 0);
+}
+
 // ---- PD ---------------------------------------------------------------------
 
 TEST(RouterPdTest, BothRolesGetTheFieldsAndTheDecodeIsStreamed) {
