@@ -245,6 +245,49 @@ TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
   EXPECT_EQ(none.Header("retry-after"), "1");
 }
 
+// SIGSTOP: the worker's sockets stay open but nothing answers. The health
+// checks notice within seconds and its requests fail over (a non-streamed
+// one is answered by the other worker; a stream in progress ends with an
+// error event) instead of hanging until --request-timeout-ms; SIGCONT brings
+// it back.
+TEST(RouterE2eTest, AStalledWorkerIsTakenOutAndItsRequestsFailOver) {
+  Server a({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
+  Server b({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
+  ASSERT_GT(a.port(), 0);
+  ASSERT_GT(b.port(), 0);
+  RouterProcess r({"--worker", Url(a), "--worker", Url(b), "--policy", "round_robin",
+                   "--health-check-interval-ms", "200", "--health-failure-threshold", "2"});
+  ASSERT_GT(r.port(), 0) << r.Log();
+  Response whole, stream;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Round robin: the stream goes to a, the request after it to b, the
+  // non-streamed one to a again.
+  std::thread ts([&] {
+    stream = r.PostJson("/v1/completions",
+                        R"({"prompt":"long","max_tokens":1800,"ignore_eos":true,"stream":true})");
+  });
+  ASSERT_TRUE(Eventually([&] { return a.Metric(kActive) > 0; }));
+  ASSERT_EQ(r.PostJson("/v1/completions", R"({"prompt":"b","max_tokens":2})").status, 200);
+  a.Signal(SIGSTOP);
+  std::thread tw([&] {
+    whole = r.PostJson("/v1/completions", R"({"prompt":"whole","max_tokens":5,"ignore_eos":true})");
+  });
+  ts.join();
+  tw.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(json::parse(whole.body)["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_THAT(stream.body, HasSubstr("stopped passing its health checks"));
+  EXPECT_EQ(r.Metric("strata_router_worker_healthy{worker=\"" + Url(a) + "\"}"), 0);
+  a.Signal(SIGCONT);
+  EXPECT_TRUE(Eventually(
+      [&] { return r.Metric("strata_router_worker_healthy{worker=\"" + Url(a) + "\"}") == 1; },
+      std::chrono::seconds(5)));
+  // The stalled worker saw its client go once it ran again: nothing leaks.
+  EXPECT_TRUE(Eventually([&] { return a.Metric(kActive) == 0; }, std::chrono::seconds(5)));
+}
+
 TEST(RouterE2eTest, ABurstAboveTheRoutersLimitsGetsOnly200sAnd503s) {
   Server w({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   ASSERT_GT(w.port(), 0);
