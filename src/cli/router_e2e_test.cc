@@ -16,6 +16,7 @@
 #include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "cli/router_test_process.h"
@@ -137,7 +138,8 @@ TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
     }
   }
   const std::string ok = "strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}";
-  EXPECT_EQ(b.Metric(ok), 4) << "round robin: half of the 8 routed requests";
+  EXPECT_TRUE(Eventually([&] { return b.Metric(ok) == 4; }))
+      << "round robin: half of the 8 routed requests, not " << b.Metric(ok);
   EXPECT_EQ(r.Metric("strata_router_requests_total{worker=\"" + Url(b) + "\",outcome=\"ok\"}"), 4);
   EXPECT_EQ(r.Metric("strata_router_requests_total{worker=\"" + Url(a) + "\",outcome=\"ok\"}"), 4);
   // /v1/models from a worker.
@@ -183,7 +185,8 @@ TEST(RouterE2eTest, CacheAwareSendsASharedPrefixToTheWorkerThatHasItCached) {
     if (i > 0) EXPECT_GT(cached, 0) << "request " << i << " missed the cache";
   }
   const std::string ok = "strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}";
-  EXPECT_EQ(a.Metric(ok) + b.Metric(ok), 6);
+  // (A worker counts a request just after its answer went out.)
+  EXPECT_TRUE(Eventually([&] { return a.Metric(ok) + b.Metric(ok) == 6; }));
   EXPECT_TRUE(a.Metric(ok) == 6 || b.Metric(ok) == 6) << a.Metric(ok) << " / " << b.Metric(ok);
 }
 
@@ -193,7 +196,7 @@ TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
   ASSERT_GT(a.port(), 0);
   ASSERT_GT(b.port(), 0);
   RouterProcess r({"--worker", Url(a), "--worker", Url(b), "--policy", "round_robin",
-                   "--health-check-interval-ms", "200", "--health-failure-threshold", "2"});
+                   "--health-check-interval-ms", "500", "--health-failure-threshold", "2"});
   ASSERT_GT(r.port(), 0) << r.Log();
   for (int i = 0; i < 4; ++i)
     ASSERT_EQ(r.PostJson("/v1/completions", R"({"prompt":"warm","max_tokens":4})").status, 200);
@@ -234,8 +237,10 @@ TEST(RouterE2eTest, AWorkerKilledWithSigkillIsRoutedAroundAndMarkedDown) {
   for (int i = 0; i < 4; ++i)
     EXPECT_EQ(r.PostJson("/v1/completions", R"({"prompt":"on the new one","max_tokens":2})").status,
               200);
-  EXPECT_GE(again.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}"),
-            4);
+  EXPECT_TRUE(Eventually([&] {
+    return again.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}") >=
+           4;
+  }));
   // The last worker gone: 503 with Retry-After once health notices.
   again.Signal(SIGKILL);
   EXPECT_TRUE(
@@ -255,18 +260,24 @@ TEST(RouterE2eTest, AStalledWorkerIsTakenOutAndItsRequestsFailOver) {
   Server b({"--model-path", Fixture("llama_default"), "--served-model-name", "m"});
   ASSERT_GT(a.port(), 0);
   ASSERT_GT(b.port(), 0);
+  // Checks every 500 ms, 2 failures: taken out within about 1.5 s (and a
+  // loaded machine does not fail the healthy one's checks).
   RouterProcess r({"--worker", Url(a), "--worker", Url(b), "--policy", "round_robin",
-                   "--health-check-interval-ms", "200", "--health-failure-threshold", "2"});
+                   "--health-check-interval-ms", "500", "--health-failure-threshold", "2"});
   ASSERT_GT(r.port(), 0) << r.Log();
-  Response whole, stream;
+  Response whole;
+  std::optional<Response> stream;
+  std::atomic<bool> streaming{false};
   const auto t0 = std::chrono::steady_clock::now();
   // Round robin: the stream goes to a, the request after it to b, the
   // non-streamed one to a again.
   std::thread ts([&] {
-    stream = r.PostJson("/v1/completions",
-                        R"({"prompt":"long","max_tokens":1800,"ignore_eos":true,"stream":true})");
+    Client c(Connect(r.port(), std::chrono::seconds(30)));
+    json body = {{"prompt", "long"}, {"max_tokens", 1800}, {"ignore_eos", true}, {"stream", true}};
+    c.Send(Post("/v1/completions", body.dump(), "Content-Type: application/json\r\n"));
+    stream = c.Read([&](const std::string&) { streaming = true; });
   });
-  ASSERT_TRUE(Eventually([&] { return a.Metric(kActive) > 0; }));
+  ASSERT_TRUE(Eventually([&] { return streaming.load(); }, std::chrono::seconds(10)));
   ASSERT_EQ(r.PostJson("/v1/completions", R"({"prompt":"b","max_tokens":2})").status, 200);
   a.Signal(SIGSTOP);
   std::thread tw([&] {
@@ -277,8 +288,10 @@ TEST(RouterE2eTest, AStalledWorkerIsTakenOutAndItsRequestsFailOver) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   EXPECT_EQ(whole.status, 200) << whole.body;
   EXPECT_EQ(json::parse(whole.body)["usage"]["completion_tokens"], 5);
-  EXPECT_EQ(stream.status, 200);
-  EXPECT_THAT(stream.body, HasSubstr("stopped passing its health checks"));
+  ASSERT_TRUE(stream.has_value()) << r.Log();
+  EXPECT_EQ(stream->status, 200) << stream->body.substr(0, 500) << r.Log();
+  EXPECT_THAT(stream->body.substr(stream->body.size() > 2000 ? stream->body.size() - 2000 : 0),
+              HasSubstr("stopped passing its health checks"));
   EXPECT_EQ(r.Metric("strata_router_worker_healthy{worker=\"" + Url(a) + "\"}"), 0);
   a.Signal(SIGCONT);
   EXPECT_TRUE(Eventually(
@@ -322,10 +335,11 @@ TEST(RouterE2eTest, ABurstAboveTheRoutersLimitsGetsOnly200sAnd503s) {
   EXPECT_GE(ok.load(), 5) << "the 2 running and 3 queued at the peak at least";
   EXPECT_EQ(r.Metric("strata_router_rejected_requests_total{reason=\"max_queued_requests\"}"),
             shed.load());
-  EXPECT_EQ(w.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}"),
-            ok.load())
-      << "the worker never saw the shed ones";
-  EXPECT_EQ(r.Metric("strata_router_in_flight_requests"), 0);
+  const std::string worker_ok =
+      "strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"ok\"}";
+  EXPECT_TRUE(Eventually([&] { return w.Metric(worker_ok) == ok.load(); }))
+      << "the worker never saw the shed ones: " << w.Metric(worker_ok) << " vs " << ok.load();
+  EXPECT_TRUE(Eventually([&] { return r.Metric("strata_router_in_flight_requests") == 0; }));
   EXPECT_EQ(r.Metric("strata_router_queued_requests"), 0);
   EXPECT_TRUE(Eventually([&] { return w.Metric(kActive) == 0; }));
   // The router's exposition passes promtool's checks (when it is installed).
