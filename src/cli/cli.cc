@@ -18,6 +18,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"serve", "OpenAI-compatible server with continuous batching and admission control",
      &ServeCommand},
+    {"router", "route requests to serve workers or PD pairs: policies, health, retries, limits",
+     &RouterCommand},
     {"check", "check a deployment file (or serve flags) against the models and this machine",
      &CheckCommand},
     {"launch", "run and supervise the services of a deployment file", &LaunchCommand},

@@ -10,6 +10,7 @@ namespace strata::cli {
 using Args = std::vector<std::string>;
 
 int ServeCommand(const Args& args);
+int RouterCommand(const Args& args);  // strata router (cmd_router.cc)
 int GenerateCommand(const Args& args);
 int DemoModelCommand(const Args& args);
 int BenchCommand(const Args& args);

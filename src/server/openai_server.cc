@@ -4,10 +4,12 @@
 #include <cctype>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "server/chat_prompt.h"
@@ -461,6 +463,42 @@ void OpenAiServer::Impl::Route() {
         res->SendJson(200, R"({"status":"ok"})");
       },
       HttpAuth::kPublic);
+  // For `strata router` (docs/architecture/disagg.md): what this server is
+  // (role, model, page size, an id that changes when the process is
+  // replaced) and how loaded it is now (from the engine's snapshot). Public,
+  // like /health: the router's health checks send no key.
+  {
+    std::string instance = options.pd ? options.pd->instance_id() : "";
+    if (instance.empty()) {
+      std::random_device rd;
+      char id[24];
+      std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+      instance = id;
+    }
+    ojson j{{"role", options.pd ? options.pd->mode() : "colocated"},
+            {"disaggregation_mode", options.pd ? options.pd->mode() : "null"},
+            {"model", options.served_model_name},
+            {"instance_id", instance},
+            {"page_size", engine.facts().page_size}};
+    if (options.pd && options.pd->mode() == "prefill")
+      j["disaggregation_bootstrap_port"] = options.pd->bootstrap_port();
+    const std::string info = DumpJson(j);
+    for (const char* path : {"/server_info", "/get_server_info"})
+      http->Handle(
+          "GET", path,
+          [info](HttpRequest&&, std::shared_ptr<HttpResponder> res) { res->SendJson(200, info); },
+          HttpAuth::kPublic);
+    http->Handle(
+        "GET", "/load",
+        [this](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
+          const EngineSnapshot s = engine.snapshot();
+          res->SendJson(200, DumpJson(ojson{{"running", s.running},
+                                            {"queued", s.queued_requests},
+                                            {"queued_tokens", s.queued_tokens},
+                                            {"pages_free", s.pages_total - s.pages_active}}));
+        },
+        HttpAuth::kPublic);
+  }
   // Runs every cache and engine invariant check once the engine is idle:
   // 200 {"integrity":"ok"} or 500 with the first violation; 503 +
   // Retry-After when a check is already pending or the engine stays busy

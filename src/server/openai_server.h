@@ -3,11 +3,16 @@
 // tokenizer and chat template, and the AsyncEngine.
 //
 //   GET  /health             200 when ready; 503 while draining
-//   GET  /server_info        role, disaggregation mode and bootstrap port (public; alias
-//   /get_server_info) GET  /metrics            Prometheus text GET  /v1/models GET  /v1/models/{id}
-//   the model object, or 404 model_not_found POST /v1/completions, /v1/chat/completions  (stream or
-//   not) POST /tokenize, /detokenize                   (vLLM's shapes) GET  /debug/integrity (API
-//   key) KV cache / prefix cache invariants, checked
+//   GET  /metrics            Prometheus text
+//   GET  /server_info        (public; alias /get_server_info) role, disaggregation_mode,
+//                            model, instance_id, page_size (docs/architecture/disagg.md)
+//   GET  /load               (public) running, queued, queued_tokens, pages_free (free +
+//                            evictable cached pages), for `strata router`
+//   GET  /v1/models
+//   GET  /v1/models/{id}     the model object, or 404 model_not_found
+//   POST /v1/completions, /v1/chat/completions  (stream or not)
+//   POST /tokenize, /detokenize                   (vLLM's shapes)
+//   GET  /debug/integrity    (API key) KV cache / prefix cache invariants, checked
 //                            by the engine thread when idle, one check at a time;
 //                            503 + Retry-After while one is pending or the engine stays busy
 //

@@ -39,6 +39,14 @@ void FlagSet::String(const std::string& name, std::string* dst, const std::strin
                     }});
 }
 
+void FlagSet::StringList(const std::string& name, std::vector<std::string>* dst,
+                         const std::string& help) {
+  flags_.push_back({name, help + " (repeatable)", "STRING", "", [dst](const std::string& v) {
+                      dst->push_back(v);
+                      return OkStatus();
+                    }});
+}
+
 void FlagSet::Int(const std::string& name, int64_t* dst, const std::string& help, int64_t min,
                   int64_t max) {
   flags_.push_back({name, help, "INT", std::to_string(*dst), [=](const std::string& v) {

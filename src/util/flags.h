@@ -27,6 +27,8 @@ class FlagSet {
   void Double(const std::string& name, double* dst, const std::string& help, double min = -1e300,
               double max = 1e300);
   void Bool(const std::string& name, bool* dst, const std::string& help);
+  // Repeatable: each `--name value` appends to *dst (`--worker A --worker B`).
+  void StringList(const std::string& name, std::vector<std::string>* dst, const std::string& help);
 
   // Parses args (without the program and subcommand names). Positional
   // arguments are an error unless `positional` is non-null.

@@ -26,6 +26,15 @@ TEST(FlagSetTest, RejectEmptyStringsNamesTheFlagAndItsDefault) {
   EXPECT_EQ(host, "0.0.0.0");
 }
 
+TEST(FlagSetTest, StringListAppendsEveryOccurrence) {
+  std::vector<std::string> workers;
+  FlagSet f("router", "test");
+  f.StringList("worker", &workers, "a worker URL");
+  ASSERT_TRUE(f.Parse({"--worker", "http://a:1", "--worker=http://b:2"}).ok());
+  EXPECT_EQ(workers, (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  EXPECT_THAT(f.Help(), HasSubstr("(repeatable)"));
+}
+
 TEST(FlagSetTest, EmptyStringsAreAllowedUnlessRejected) {
   std::string v = "x";
   FlagSet f("cmd", "test");
