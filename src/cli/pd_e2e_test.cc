@@ -19,6 +19,7 @@
 #include <regex>
 #include <thread>
 
+#include "cli/router_test_process.h"
 #include "cli/serve_test_process.h"
 
 namespace strata::http_test {
@@ -396,6 +397,76 @@ TEST(PdFailureTest, BurstFarAboveTheLimitsIsShedCleanly) {
   EXPECT_EQ(other.load(), 0) << (others.empty() ? "" : others[0]);
   ExpectClean(*pd.prefill, "prefill");
   ExpectClean(*pd.decode, "decode");
+}
+
+// ---- through `strata router` ---------------------------------------------
+
+std::string Url(const Server& s) { return "http://127.0.0.1:" + std::to_string(s.port()); }
+
+TEST(RouterPdTest, OutputsThroughTheRouterEqualColocated) {
+  Server colocated(Common(16));
+  Pair pd;
+  RouterProcess router({"--prefill", Url(*pd.prefill), "--decode", Url(*pd.decode), "--health-check-interval-ms",
+                        "500"});
+  ASSERT_GT(router.port(), 0) << router.Log();
+  std::string prompt;
+  for (int i = 0; i < 2; ++i) prompt += kLongText;
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 2}}},
+      {"/v1/chat/completions",
+       {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 10}, {"temperature", 0}}},
+  };
+  for (bool stream : {false, true})
+    for (const auto& [path, body0] : cases) {
+      json body = body0;
+      body["stream"] = stream;
+      Response want = colocated.PostJson(path, body.dump(), "", 60s);
+      ASSERT_EQ(want.status, 200) << want.body;
+      Response got = router.Request(Post(path, body.dump(), "Content-Type: application/json\r\n"), 60s);
+      ASSERT_EQ(got.status, 200) << got.body << "\n" << router.Log();
+      EXPECT_EQ(Essence(got, stream), Essence(want, stream)) << path << " stream=" << stream;
+    }
+  EXPECT_GT(Series(*pd.prefill, "strata_kv_transfer_pages_total"), 0);
+  ExpectClean(*pd.prefill, "prefill");
+  ExpectClean(*pd.decode, "decode");
+}
+
+// The incident, shed cleanly: a burst far above the limits of every role
+// through the router gives only 200s and 503s, every admitted request
+// completes, and nothing is left on either worker.
+TEST(RouterPdTest, TheIncidentsBurstThroughTheRouterIsShedCleanly) {
+  Pair pd(16, {"--max-queued-requests", "2", "--max-running-requests", "2"}, {"--max-running-requests", "8"});
+  RouterProcess router({"--prefill", Url(*pd.prefill), "--decode", Url(*pd.decode), "--max-concurrent-requests",
+                        "6", "--max-queued-requests", "4", "--disable-retries"});
+  ASSERT_GT(router.port(), 0) << router.Log();
+  std::atomic<int> ok{0}, shed{0}, other{0};
+  std::mutex mu;
+  std::string first_other;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 40; ++i)
+    ts.emplace_back([&, i] {
+      json body = {{"prompt", std::string(kLongText) + std::to_string(i)}, {"max_tokens", 8}};
+      Response r = router.Request(Post("/v1/completions", body.dump(), "Content-Type: application/json\r\n"), 60s);
+      if (r.status == 200) {
+        ok++;
+      } else if (r.status == 503 && !r.headers["retry-after"].empty()) {
+        shed++;
+      } else {
+        other++;
+        std::lock_guard<std::mutex> l(mu);
+        if (first_other.empty()) first_other = std::to_string(r.status) + " " + r.body;
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(shed.load(), 0);
+  EXPECT_EQ(other.load(), 0) << first_other;
+  ExpectClean(*pd.prefill, "prefill");
+  ExpectClean(*pd.decode, "decode");
+  Response after = router.Request(Post("/v1/completions", R"({"prompt":"after","max_tokens":3})",
+                                       "Content-Type: application/json\r\n"),
+                                  30s);
+  EXPECT_EQ(after.status, 200) << after.body;
 }
 
 }  // namespace

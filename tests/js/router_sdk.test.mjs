@@ -42,10 +42,26 @@ function stop(p) {
 }
 
 const sdk = (port) => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
+// STRATA_ROUTER_PD=1 (ctest router_pd_sdk_e2e): the router fronts a
+// prefill/decode pair instead, and the direct answers come from a colocated
+// server: PD through the router must answer exactly as one server does.
+const PD = process.env.STRATA_ROUTER_PD === '1';
+const startRole = (mode) => start(['serve', '--model-path', FIXTURE, '--port', '0', '--threads', '1',
+                                   '--served-model-name', 'qwen3-tiny', '--disaggregation-mode', mode,
+                                   '--disaggregation-bootstrap-port', '0'].filter((a, i, all) =>
+                                     mode === 'prefill' || (a !== '--disaggregation-bootstrap-port' &&
+                                                            all[i - 1] !== '--disaggregation-bootstrap-port')),
+                                  /on http:\/\/127\.0\.0\.1:(\d+)/);
 let workers, router, direct, routed;
 before(async () => {
-  workers = await Promise.all([startServer(), startServer()]);
-  router = await startRouter(workers.flatMap((w) => ['--worker', `http://127.0.0.1:${w.port}`]));
+  if (PD) {
+    workers = await Promise.all([startServer(), startRole('prefill'), startRole('decode')]);
+    router = await startRouter(['--prefill', `http://127.0.0.1:${workers[1].port}`,
+                                '--decode', `http://127.0.0.1:${workers[2].port}`]);
+  } else {
+    workers = await Promise.all([startServer(), startServer()]);
+    router = await startRouter(workers.flatMap((w) => ['--worker', `http://127.0.0.1:${w.port}`]));
+  }
   direct = sdk(workers[0].port);
   routed = sdk(router.port);
 });
@@ -115,8 +131,10 @@ test('a worker\'s 400 comes through as the same APIError', async () => {
 });
 
 test('the router\'s own limit surfaces as APIError 503 with Retry-After', async () => {
-  const small = await startRouter(['--worker', `http://127.0.0.1:${workers[1].port}`,
-                                   '--max-concurrent-requests', '1', '--max-queued-requests', '1']);
+  const upstream = PD ? ['--prefill', `http://127.0.0.1:${workers[1].port}`,
+                         '--decode', `http://127.0.0.1:${workers[2].port}`]
+                      : ['--worker', `http://127.0.0.1:${workers[1].port}`];
+  const small = await startRouter([...upstream, '--max-concurrent-requests', '1', '--max-queued-requests', '1']);
   try {
     const c = sdk(small.port);
     const calls = Array.from({ length: 8 }, () =>
