@@ -66,6 +66,10 @@ Status ProbePort(const std::string& host, int64_t port) {
 // weight sizes, the storage directory, the port.
 ServiceInputs ReadInputs(ServiceSpec& s) {
   ServiceInputs in;
+  if (s.command == ServiceCommand::kRouter) {
+    in.port = ProbePort(s.host(), s.port());
+    return in;
+  }
   if (s.serve.model.model_path.empty()) {
     auto demo = EnsureDemoModel();  // as `strata serve` does without --model-path
     if (demo.ok()) s.serve.model.model_path = *demo;

@@ -81,12 +81,13 @@ int LaunchCommand(const Args& args) {
   for (const ServiceSpec& s : d->services) {
     SupervisedService svc;
     svc.name = s.name;
-    svc.argv = {self, "serve"};
+    svc.argv = {self, s.command_name()};
     svc.argv.insert(svc.argv.end(), s.argv.begin(), s.argv.end());
-    svc.host = ProbeHost(s.serve.host);
-    svc.port = static_cast<int>(s.serve.port);
+    svc.host = ProbeHost(s.host());
+    svc.port = static_cast<int>(s.port());
+    svc.role = s.role();
     // Its own drain, then a margin for the engine to stop and the process to exit.
-    svc.drain_timeout = std::chrono::seconds(s.serve.drain_timeout_s + 5);
+    svc.drain_timeout = std::chrono::seconds(s.drain_timeout_s() + 5);
     if (svc.port == 0)
       Log("service '" + s.name +
           "' has port 0: its port is unknown, so it counts as running once started (give it a "

@@ -83,6 +83,32 @@ std::vector<std::string> ParseKeys(const TomlValue& table, FlagSet& flags, const
     if (std::find(skip.begin(), skip.end(), key) != skip.end()) continue;
     const std::string at =
         path + ":" + std::to_string(LineOf(*value)) + ": " + where + ": key " + Quoted(key) + ": ";
+    // An array is a flag given once per element (--worker, --prefill and
+    // --decode of a router repeat).
+    if (value->is_array() && !value->as_array().empty() && flags.IsRepeatable(key)) {
+      bool ok = true;
+      std::vector<std::string> args;
+      for (const TomlValue& e : value->as_array()) {
+        std::optional<std::string> t = FlagText(e);
+        if (!t || e.is_boolean()) {
+          problems->push_back(
+              at + "an array element must be a string or number (one value of the flag)");
+          ok = false;
+          break;
+        }
+        args.push_back("--" + key + "=" + *t);
+      }
+      if (!ok) continue;
+      bool parsed = true;
+      for (const std::string& arg : args)
+        if (Status st = flags.Parse({arg}); !st.ok()) {
+          problems->push_back(at + st.message());
+          parsed = false;
+          break;
+        }
+      if (parsed) argv.insert(argv.end(), args.begin(), args.end());
+      continue;
+    }
     std::optional<std::string> text = FlagText(*value);
     if (!text) {
       const std::string type = TypeName(*value);
@@ -209,9 +235,17 @@ StatusOr<Deployment> ParseDeployment(const std::string& text, const std::string&
       const std::string cmd =
           command != t.end() && command->second.is_string() ? command->second.as_string().str : "";
       if (cmd == "router") {
-        problems.push_back(path + ":" + std::to_string(LineOf(command->second)) + ": " + where +
-                           ": command \"router\" is not available yet (this version runs "
-                           "command = \"serve\" only)");
+        spec.command = ServiceCommand::kRouter;
+        FlagSet f = MakeRouterFlagSet(&spec.router);
+        const size_t before = problems.size();
+        spec.argv = ParseKeys(table, f, path, where, {"name", "command"}, &problems);
+        if (problems.size() != before) continue;
+        if (Status v = ResolveRouterConfig(f, &spec.router); !v.ok()) {
+          problems.push_back(path + ":" + std::to_string(spec.line) + ": " + where + ": " +
+                             v.message());
+          continue;
+        }
+        d.services.push_back(std::move(spec));
         continue;
       }
       if (cmd != "serve") {
@@ -219,9 +253,9 @@ StatusOr<Deployment> ParseDeployment(const std::string& text, const std::string&
             (command == t.end() ? at
                                 : path + ":" + std::to_string(LineOf(command->second)) + ": ") +
             where + ": " +
-            (command == t.end() ? std::string("needs command = \"serve\"")
+            (command == t.end() ? std::string("needs command = \"serve\" or \"router\"")
                                 : "command " + Quoted(FlagText(command->second).value_or("?")) +
-                                      " is not a command (allowed: \"serve\")"));
+                                      " is not a command (allowed: \"serve\", \"router\")"));
         continue;
       }
       FlagSet f = MakeServeFlagSet(&spec.serve);
@@ -232,6 +266,9 @@ StatusOr<Deployment> ParseDeployment(const std::string& text, const std::string&
       d.services.push_back(std::move(spec));
     }
   }
+  // Dependency order: workers before the routers in front of them.
+  std::stable_partition(d.services.begin(), d.services.end(),
+                        [](const ServiceSpec& s) { return s.command == ServiceCommand::kServe; });
   if (!services && problems.empty())
     problems.push_back(path +
                        ": no [[service]] table: a deployment needs at least one (name, command "
@@ -286,11 +323,11 @@ std::vector<std::string> UniquenessProblems(const Deployment& d) {
     if (!seen_name.emplace(s.name, s.name).second)
       problems.push_back(d.path + ":" + std::to_string(s.line) + ": two services are named " +
                          Quoted(s.name) + ": give each [[service]] its own name");
-    if (s.serve.port == 0) continue;  // "any free port" never collides
-    auto [it, fresh] = seen_port.emplace(s.serve.port, "service " + Quoted(s.name));
+    if (s.port() == 0) continue;  // "any free port" never collides
+    auto [it, fresh] = seen_port.emplace(s.port(), "service " + Quoted(s.name));
     if (!fresh)
       problems.push_back("service " + Quoted(s.name) + " and " + it->second + " both use port " +
-                         std::to_string(s.serve.port) +
+                         std::to_string(s.port()) +
                          ": give each its own port (port = N; 0 picks any free port)");
   }
   return problems;
@@ -306,6 +343,14 @@ DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInpu
     const std::string who = "service " + Quoted(s.name) + ": ";
     ServiceMemory m;
     m.name = s.name;
+    if (s.command == ServiceCommand::kRouter) {  // no model, no KV: its port is all to check
+      if (!in.port.ok())
+        m.plan.problems.push_back("--port " + std::to_string(s.port()) + ": " + in.port.message());
+      for (const std::string& p : m.plan.problems) out.problems.push_back(who + p);
+      service_ok.push_back(m.plan.ok());
+      out.services.push_back(std::move(m));
+      continue;
+    }
     m.plan = ValidateServeConfig(s.serve, in.model ? &*in.model : nullptr, in.env);
     m.numa_node = static_cast<int>(s.serve.numa_node);
     m.device = s.serve.model.device;

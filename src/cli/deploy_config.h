@@ -20,9 +20,10 @@
 // service and the key. ServiceSpec::argv is the command line the table stands
 // for (what `strata systemd` puts in ExecStart=).
 //
-// Roles to come slot in as commands: "router" is recognised and refused as
-// not available yet; PD workers will be `serve` services with their
-// disaggregation flags, so they reuse ServeConfig.
+// Commands: "serve" (colocated or a PD role by its disaggregation flags)
+// and "router" (`strata router`'s flags, cli/router_config.h). Services start
+// in dependency order: every serve service before every router (the file's
+// order otherwise).
 //
 // Parsing does file I/O only in ParseDeploymentFile; PlanDeployment is pure
 // (tests fake the host and the per-service inputs). Plain values; thread-
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/router_config.h"
 #include "cli/serve_config.h"
 #include "util/flags.h"
 #include "util/host_memory.h"
@@ -58,7 +60,7 @@ struct LauncherConfig {
 // Registers the [launcher] keys (as flags without --) bound to `config`.
 void RegisterLauncherFlags(FlagSet& flags, LauncherConfig* config);
 
-enum class ServiceCommand { kServe };
+enum class ServiceCommand { kServe, kRouter };
 
 struct ServiceSpec {
   std::string name;  // unique in the deployment; [A-Za-z0-9_.-]
@@ -68,7 +70,24 @@ struct ServiceSpec {
   // "--port=30000", "--enable-hierarchical-cache" (bools as bare flags when
   // true, "--flag=false" when false).
   std::vector<std::string> argv;
-  ServeConfig serve;  // parsed from argv by RegisterServeFlags
+  ServeConfig serve;    // command serve: parsed from argv by RegisterServeFlags
+  RouterConfig router;  // command router: parsed from argv by MakeRouterFlagSet
+
+  const char* command_name() const {
+    return command == ServiceCommand::kRouter ? "router" : "serve";
+  }
+  const std::string& host() const {
+    return command == ServiceCommand::kRouter ? router.host : serve.host;
+  }
+  int64_t port() const { return command == ServiceCommand::kRouter ? router.port : serve.port; }
+  int64_t drain_timeout_s() const {
+    return command == ServiceCommand::kRouter ? router.drain_timeout_s : serve.drain_timeout_s;
+  }
+  // The `role` label of its metrics: "router", "prefill", "decode" or "colocated".
+  std::string role() const {
+    if (command == ServiceCommand::kRouter) return "router";
+    return serve.disaggregation_mode == "null" ? "colocated" : serve.disaggregation_mode;
+  }
 };
 
 struct Deployment {

@@ -94,9 +94,11 @@ host = ""
 
 TEST(DeployConfigTest, TablesNamesAndCommands) {
   EXPECT_THAT(ParseError("[[service]]\nname = \"r\"\ncommand = \"router\"\n"),
-              HasSubstr("deploy.toml:3: service 'r': command \"router\" is not available yet"));
+              HasSubstr("deploy.toml:1: service 'r': "));  // a router needs workers
+  EXPECT_THAT(ParseError("[[service]]\nname = \"r\"\ncommand = \"route\"\n"),
+              HasSubstr("command 'route' is not a command (allowed: \"serve\", \"router\")"));
   EXPECT_THAT(ParseError("[[service]]\nname = \"r\"\n"),
-              HasSubstr("deploy.toml:1: service 'r': needs command = \"serve\""));
+              HasSubstr("deploy.toml:1: service 'r': needs command = \"serve\" or \"router\""));
   EXPECT_THAT(ParseError("[[service]]\ncommand = \"serve\"\n"),
               HasSubstr("deploy.toml:1: [[service]] needs name"));
   EXPECT_THAT(ParseError("[[service]]\nname = \"a b\"\ncommand = \"serve\"\n"),
@@ -110,6 +112,41 @@ TEST(DeployConfigTest, TablesNamesAndCommands) {
   EXPECT_THAT(ParseError("[launcher]\nbackoff-initial-s = 60\nbackoff-max-s = 30\n[[service]]\n"
                          "name = \"a\"\ncommand = \"serve\"\n"),
               HasSubstr("backoff-initial-s 60 exceeds backoff-max-s 30"));
+}
+
+TEST(DeployConfigTest, RouterServicesTakeRouterFlagsArraysRepeatAndStartAfterTheWorkers) {
+  auto d = ParseDeployment(
+      "[[service]]\nname = \"front\"\ncommand = \"router\"\nport = 30000\n"
+      "prefill = [\"http://127.0.0.1:30010\", \"http://127.0.0.1:30012\"]\n"
+      "decode = \"http://127.0.0.1:30011\"\npolicy = \"round_robin\"\n"
+      "[[service]]\nname = \"p\"\ncommand = \"serve\"\nport = 30010\n"
+      "disaggregation-mode = \"prefill\"\n",
+      "deploy.toml");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->services.size(), 2u);
+  EXPECT_EQ(d->services[0].name, "p") << "workers start before the routers in front of them";
+  const ServiceSpec& r = d->services[1];
+  EXPECT_EQ(r.command, ServiceCommand::kRouter);
+  EXPECT_STREQ(r.command_name(), "router");
+  EXPECT_EQ(r.role(), "router");
+  EXPECT_EQ(r.port(), 30000);
+  EXPECT_EQ(r.router.o.prefills.size(), 2u);
+  EXPECT_EQ(r.router.o.decodes.size(), 1u);
+  EXPECT_EQ(r.router.o.policy.name, "round_robin");
+  EXPECT_THAT(r.argv,
+              ::testing::ElementsAre("--port=30000", "--prefill=http://127.0.0.1:30010",
+                                     "--prefill=http://127.0.0.1:30012",
+                                     "--decode=http://127.0.0.1:30011", "--policy=round_robin"));
+  EXPECT_EQ(d->services[0].role(), "prefill");
+  // Router keys are the router's flags, checked by the router's rules.
+  EXPECT_THAT(ParseError("[[service]]\nname = \"r\"\ncommand = \"router\"\nworkers = \"x\"\n"),
+              HasSubstr("deploy.toml:4: service 'r': key 'workers': unknown flag --workers; did "
+                        "you mean --worker?"));
+  EXPECT_THAT(ParseError("[[service]]\nname = \"r\"\ncommand = \"router\"\nworker = [true]\n"),
+              HasSubstr("an array element must be a string or number"));
+  EXPECT_THAT(ParseError("[[service]]\nname = \"r\"\ncommand = \"router\"\n"
+                         "prefill = \"http://127.0.0.1:1\"\n"),
+              HasSubstr("deploy.toml:1: service 'r': "));
 }
 
 TEST(DeployConfigTest, SyntaxErrorsNameTheLine) {

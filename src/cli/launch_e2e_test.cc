@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "cli/supervisor.h"
+#include "server/http_test_client.h"
 
 namespace strata::cli {
 namespace {
@@ -327,4 +328,34 @@ EOF
 }
 
 }  // namespace
+// A PD pair and a router from one file: started in dependency order, the
+// router answers through the pair, `strata status` lists every role.
+TEST_F(LaunchTest, APdPairBehindARouterFromOneFile) {
+  const int prefill = FreePort(), decode = FreePort(), router = FreePort(), bootstrap = FreePort();
+  Launch(File(Launcher() + "[[service]]\nname = \"front\"\ncommand = \"router\"\nport = " +
+              std::to_string(router) + "\nprefill = \"http://127.0.0.1:" + std::to_string(prefill) +
+              "\"\ndecode = \"http://127.0.0.1:" + std::to_string(decode) + "\"\n" +
+              Service("p", Model(), prefill,
+                      "disaggregation-mode = \"prefill\"\ndisaggregation-bootstrap-port = " +
+                          std::to_string(bootstrap) + "\n") +
+              Service("d", Model(), decode, "disaggregation-mode = \"decode\"\n")));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        namespace ht = strata::http_test;
+        ht::Client c(ht::Connect(router, std::chrono::seconds(5)));
+        if (!c.ok() || !c.Send(ht::Post("/v1/completions", R"({"prompt":"hi","max_tokens":4})",
+                                        "Content-Type: application/json\r\n")))
+          return false;
+        auto r = c.Read();
+        return r && r->status == 200;
+      },
+      std::chrono::seconds(60)))
+      << Read(log_);
+  const std::string status =
+      Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_), "--json"}).out;
+  EXPECT_THAT(status, HasSubstr("\"role\":\"prefill\""));
+  EXPECT_THAT(status, HasSubstr("\"role\":\"decode\""));
+  EXPECT_THAT(status, HasSubstr("\"role\":\"router\""));
+}
+
 }  // namespace strata::cli

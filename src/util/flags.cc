@@ -45,6 +45,13 @@ void FlagSet::StringList(const std::string& name, std::vector<std::string>* dst,
                       dst->push_back(v);
                       return OkStatus();
                     }});
+  flags_.back().repeatable = true;
+}
+
+bool FlagSet::IsRepeatable(const std::string& name) const {
+  for (const Flag& f : flags_)
+    if (f.name == name) return f.repeatable;
+  return false;
 }
 
 void FlagSet::Int(const std::string& name, int64_t* dst, const std::string& help, int64_t min,

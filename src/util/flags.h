@@ -42,6 +42,8 @@ class FlagSet {
   // value): what "given explicitly" means for rules such as "--hicache-ratio
   // and --hicache-size together are an error".
   bool IsSet(const std::string& name) const;
+  // True for a flag registered with StringList (it may be given many times).
+  bool IsRepeatable(const std::string& name) const;
   // The names (without --) of every flag that appeared, in registration order.
   std::vector<std::string> SetFlags() const;
   std::string Help() const;
@@ -51,6 +53,7 @@ class FlagSet {
     std::string name, help, kind, default_text;
     std::function<Status(const std::string&)> set;
     bool seen = false;
+    bool repeatable = false;
   };
   Flag* Find(const std::string& name);
   std::string Closest(const std::string& name) const;
