@@ -58,9 +58,12 @@ void ExpectClean(Server& s, const char* who) {
   EXPECT_EQ(r.status, 200) << who << ": " << r.body;
 }
 
-std::vector<std::string> Common(int page_size) {
+std::vector<std::string> Common(int page_size, const std::string& fixture = "qwen3",
+                                const std::string& kv_dtype = "f32") {
   return {"--model-path",
-          Fixture("qwen3"),
+          Fixture(fixture),
+          "--kv-cache-dtype",
+          kv_dtype,
           "--served-model-name",
           "m",
           "--page-size",
@@ -80,13 +83,15 @@ std::vector<std::string> With(std::vector<std::string> a, std::initializer_list<
 
 struct Pair {
   explicit Pair(int page_size = 16, std::initializer_list<std::string> prefill_extra = {},
-                std::initializer_list<std::string> decode_extra = {}) {
+                std::initializer_list<std::string> decode_extra = {},
+                const std::string& fixture = "qwen3", const std::string& kv_dtype = "f32") {
     prefill = std::make_unique<Server>(
-        With(With(Common(page_size),
+        With(With(Common(page_size, fixture, kv_dtype),
                   {"--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0"}),
              prefill_extra));
     decode = std::make_unique<Server>(
-        With(With(Common(page_size), {"--disaggregation-mode", "decode"}), decode_extra));
+        With(With(Common(page_size, fixture, kv_dtype), {"--disaggregation-mode", "decode"}),
+             decode_extra));
     EXPECT_GT(prefill->port(), 0) << prefill->Log();
     EXPECT_GT(decode->port(), 0) << decode->Log();
     EXPECT_TRUE(Eventually([&] { return (bootstrap_port = BootstrapPort(*prefill)) > 0; }, 10s))
@@ -153,12 +158,16 @@ const char* kLongText =
     "The quick brown fox jumps over the lazy dog while the operator watches the queue depth "
     "climb past every limit they had ever configured, and the prefill server keeps going. ";
 
-class PdOutputsTest : public ::testing::TestWithParam<int> {};
+struct OutputsCase {
+  int page_size;
+  std::string fixture, kv_dtype;
+};
+class PdOutputsTest : public ::testing::TestWithParam<OutputsCase> {};
 
 TEST_P(PdOutputsTest, GreedyOutputsAndLogprobsEqualColocated) {
-  const int page = GetParam();
-  Server colocated(Common(page));
-  Pair pd(page);
+  const int page = GetParam().page_size;
+  Server colocated(Common(page, GetParam().fixture, GetParam().kv_dtype));
+  Pair pd(page, {}, {}, GetParam().fixture, GetParam().kv_dtype);
   ASSERT_GT(colocated.port(), 0);
   std::string prompt;
   for (int i = 0; i < 3; ++i) prompt += kLongText;
@@ -179,6 +188,7 @@ TEST_P(PdOutputsTest, GreedyOutputsAndLogprobsEqualColocated) {
       json body = body0;
       body["stream"] = stream;
       Response want = colocated.PostJson(path, body.dump(), "", 60s);
+      if (want.status == 400 && want.body.find("chat template") != std::string::npos) continue;
       ASSERT_EQ(want.status, 200) << want.body;
       PdResult got = SendPd(pd, path, body);
       ASSERT_EQ(got.decode.status, 200) << got.decode.body << "\nprefill: " << got.prefill.body;
@@ -202,7 +212,18 @@ TEST_P(PdOutputsTest, GreedyOutputsAndLogprobsEqualColocated) {
   ExpectClean(*pd.decode, "decode");
 }
 
-INSTANTIATE_TEST_SUITE_P(PageSizes, PdOutputsTest, ::testing::Values(16, 1));
+// Page sizes 1 and larger, every architecture of the fixtures, all KV dtypes.
+INSTANTIATE_TEST_SUITE_P(Models, PdOutputsTest,
+                         ::testing::Values(OutputsCase{16, "qwen3", "f32"},
+                                           OutputsCase{1, "qwen3", "f32"},
+                                           OutputsCase{16, "llama_default", "bf16"},
+                                           OutputsCase{4, "llama3_rope", "f16"},
+                                           OutputsCase{16, "mistral", "bf16"},
+                                           OutputsCase{8, "qwen2", "f32"}),
+                         [](const auto& info) {
+                           return info.param.fixture + "_page" +
+                                  std::to_string(info.param.page_size) + "_" + info.param.kv_dtype;
+                         });
 
 TEST(PdRoleTest, RequestsWithoutBootstrapFieldsAreRefused) {
   Pair pd;
@@ -406,15 +427,18 @@ std::string Url(const Server& s) { return "http://127.0.0.1:" + std::to_string(s
 TEST(RouterPdTest, OutputsThroughTheRouterEqualColocated) {
   Server colocated(Common(16));
   Pair pd;
-  RouterProcess router({"--prefill", Url(*pd.prefill), "--decode", Url(*pd.decode), "--health-check-interval-ms",
-                        "500"});
+  RouterProcess router({"--prefill", Url(*pd.prefill), "--decode", Url(*pd.decode),
+                        "--health-check-interval-ms", "500"});
   ASSERT_GT(router.port(), 0) << router.Log();
   std::string prompt;
   for (int i = 0; i < 2; ++i) prompt += kLongText;
   const std::vector<std::pair<std::string, json>> cases = {
-      {"/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 2}}},
+      {"/v1/completions",
+       {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 2}}},
       {"/v1/chat/completions",
-       {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 10}, {"temperature", 0}}},
+       {{"messages", {{{"role", "user"}, {"content", prompt}}}},
+        {"max_tokens", 10},
+        {"temperature", 0}}},
   };
   for (bool stream : {false, true})
     for (const auto& [path, body0] : cases) {
@@ -422,7 +446,8 @@ TEST(RouterPdTest, OutputsThroughTheRouterEqualColocated) {
       body["stream"] = stream;
       Response want = colocated.PostJson(path, body.dump(), "", 60s);
       ASSERT_EQ(want.status, 200) << want.body;
-      Response got = router.Request(Post(path, body.dump(), "Content-Type: application/json\r\n"), 60s);
+      Response got =
+          router.Request(Post(path, body.dump(), "Content-Type: application/json\r\n"), 60s);
       ASSERT_EQ(got.status, 200) << got.body << "\n" << router.Log();
       EXPECT_EQ(Essence(got, stream), Essence(want, stream)) << path << " stream=" << stream;
     }
@@ -435,9 +460,11 @@ TEST(RouterPdTest, OutputsThroughTheRouterEqualColocated) {
 // through the router gives only 200s and 503s, every admitted request
 // completes, and nothing is left on either worker.
 TEST(RouterPdTest, TheIncidentsBurstThroughTheRouterIsShedCleanly) {
-  Pair pd(16, {"--max-queued-requests", "2", "--max-running-requests", "2"}, {"--max-running-requests", "8"});
-  RouterProcess router({"--prefill", Url(*pd.prefill), "--decode", Url(*pd.decode), "--max-concurrent-requests",
-                        "6", "--max-queued-requests", "4", "--disable-retries"});
+  Pair pd(16, {"--max-queued-requests", "2", "--max-running-requests", "2"},
+          {"--max-running-requests", "8"});
+  RouterProcess router({"--prefill", Url(*pd.prefill), "--decode", Url(*pd.decode),
+                        "--max-concurrent-requests", "6", "--max-queued-requests", "4",
+                        "--disable-retries"});
   ASSERT_GT(router.port(), 0) << router.Log();
   std::atomic<int> ok{0}, shed{0}, other{0};
   std::mutex mu;
@@ -446,7 +473,8 @@ TEST(RouterPdTest, TheIncidentsBurstThroughTheRouterIsShedCleanly) {
   for (int i = 0; i < 40; ++i)
     ts.emplace_back([&, i] {
       json body = {{"prompt", std::string(kLongText) + std::to_string(i)}, {"max_tokens", 8}};
-      Response r = router.Request(Post("/v1/completions", body.dump(), "Content-Type: application/json\r\n"), 60s);
+      Response r = router.Request(
+          Post("/v1/completions", body.dump(), "Content-Type: application/json\r\n"), 60s);
       if (r.status == 200) {
         ok++;
       } else if (r.status == 503 && !r.headers["retry-after"].empty()) {

@@ -648,7 +648,10 @@ const std::vector<WrongTypeCase>& CommonWrongTypes() {
                                                    {"service_tier", "1"},
                                                    {"length_penalty", R"("1")"},
                                                    {"cache_salt", "5"},
-                                                   {"return_token_ids", R"("yes")"}};
+                                                   {"return_token_ids", R"("yes")"},
+                                                   {"bootstrap_host", "5"},
+                                                   {"bootstrap_port", R"("8998")"},
+                                                   {"bootstrap_room", R"("1")"}};
   return cases;
 }
 
