@@ -146,7 +146,7 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
         "PD peers send a heartbeat this often", 10, 600000);
   f.Int("disaggregation-peer-timeout-ms", &c->disaggregation_peer_timeout_ms,
         "a PD peer silent for this long is lost: its rooms fail (peer_lost) and its connection is "
-        "dropped; must exceed --disaggregation-heartbeat-interval-ms",
+        "dropped; at least twice --disaggregation-heartbeat-interval-ms",
         20, 3600000);
 }
 
@@ -244,15 +244,19 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
   if (c.disaggregation_transfer_backend != "ucx")
     problem("--disaggregation-transfer-backend: '" + c.disaggregation_transfer_backend +
             "' is not one of ucx");
-  if (c.disaggregation_peer_timeout_ms <= c.disaggregation_heartbeat_interval_ms)
+  if (c.disaggregation_peer_timeout_ms < 2 * c.disaggregation_heartbeat_interval_ms)
     problem("--disaggregation-peer-timeout-ms " + std::to_string(c.disaggregation_peer_timeout_ms) +
-            " must exceed --disaggregation-heartbeat-interval-ms " +
+            " must be at least twice --disaggregation-heartbeat-interval-ms " +
             std::to_string(c.disaggregation_heartbeat_interval_ms) +
-            " (a peer would be declared lost between two heartbeats)");
+            " (one late heartbeat must not make a live peer lost)");
   if (c.disaggregation_mode == "prefill" && c.disaggregation_bootstrap_port != 0 &&
       c.disaggregation_bootstrap_port == c.port)
     problem("--disaggregation-bootstrap-port " + std::to_string(c.disaggregation_bootstrap_port) +
             " is also --port: give the bootstrap endpoint its own port (default 8998)");
+  if (c.disaggregation_mode != "null" && mf.device != "cpu")
+    problem("--disaggregation-mode " + c.disaggregation_mode + " with --device " + mf.device +
+            ": the PD transfer moves host-memory KV pools only for now (Debian's UCX has no CUDA "
+            "transports; GPU pools need the CUDA IPC transport, not built yet): use --device cpu");
   if (c.disaggregation_mode == "null") {
     for (const char* flag :
          {"disaggregation-bootstrap-port", "disaggregation-bootstrap-host",

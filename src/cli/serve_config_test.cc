@@ -259,6 +259,28 @@ TEST(ServeConfigValidationTest, WeightFileBytesSumsTheSafetensorsFiles) {
   EXPECT_EQ(WeightFileBytes("/nonexistent"), 0u);
 }
 
+TEST(ServeConfigValidationTest, DisaggregationRules) {
+  const ServeEnvironment env = Machine(64 * kGB, 32 * kGB);
+  EXPECT_THAT(ValidateServeConfig(Parse({"--disaggregation-mode", "prefill"}), nullptr, env).problems, IsEmpty());
+  EXPECT_THAT(ValidateServeConfig(Parse({"--disaggregation-mode", "decode"}), nullptr, env).problems, IsEmpty());
+  auto problems = [&](const std::vector<std::string>& args) {
+    return All(ValidateServeConfig(Parse(args), nullptr, env));
+  };
+  EXPECT_THAT(problems({"--disaggregation-mode", "both"}),
+              HasSubstr("--disaggregation-mode: 'both' is not one of null, prefill, decode"));
+  EXPECT_THAT(problems({"--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl"}),
+              HasSubstr("is not one of ucx"));
+  EXPECT_THAT(problems({"--disaggregation-mode", "prefill", "--disaggregation-peer-timeout-ms", "500",
+                        "--disaggregation-heartbeat-interval-ms", "500"}),
+              HasSubstr("must be at least twice --disaggregation-heartbeat-interval-ms"));
+  EXPECT_THAT(problems({"--disaggregation-mode", "prefill", "--port", "8998"}),
+              HasSubstr("is also --port"));
+  EXPECT_THAT(problems({"--disaggregation-bootstrap-port", "9000"}),
+              HasSubstr("applies only to a PD role"));
+  EXPECT_THAT(problems({"--disaggregation-mode", "decode", "--device", "cuda"}),
+              HasSubstr("host-memory KV pools only"));
+}
+
 TEST(ServeConfigValidationTest, ParserNames) {
   for (const char* name : {"auto", "llama3", "hermes", "qwen25", "mistral", "deepseekv3"}) {
     const ServePlan p = ValidateServeConfig(Parse({"--tool-call-parser", name}), nullptr,
