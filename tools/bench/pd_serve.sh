@@ -15,7 +15,7 @@
 #     its /metrics every 100 ms) and the time to drain.
 #
 #   tools/bench/pd_serve.sh [--shape qwen2.5-0.5b|demo] [--rounds 2] [--requests 20]
-#       [--input-len 256] [--output-len 8] [--threads 1] [--burst 300]
+#       [--input-len 256] [--output-len 1] [--threads 1] [--burst 300]
 #       [--models-dir /tmp/strata-bench-models] [--build-dir build-bench] [--skip-build]
 #
 # Part 1 runs on --shape (a random-weight model of a real shape, so the KV
@@ -35,7 +35,7 @@ SHAPE="qwen2.5-0.5b"
 ROUNDS=2
 REQUESTS=20
 INPUT=256
-OUTPUT=8
+OUTPUT=1
 THREADS=1
 BURST=300
 SKIP_BUILD=0
@@ -115,14 +115,17 @@ load() {  # $1 = port, $2 = json out
   "$STRATA" bench serve --url "http://127.0.0.1:$1" --num-requests "$REQUESTS" --concurrency 1 \
     --input-len "$INPUT" --output-len "$OUTPUT" --seed 3 --json "$2" >>"$LOG" 2>&1
 }
-echo "### Overhead at low load ($SHAPE, $INPUT prompt tokens, $OUTPUT output tokens, one request at a time, $REQUESTS per run)"
+echo "### Overhead at low load ($SHAPE, $INPUT prompt tokens, $OUTPUT output token(s), one request at a time, $REQUESTS per run)"
 echo
 echo "| path | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | e2e p50 ms | KV bytes per request |"
 echo "|---|---|---|---|---|---|"
 J="$(mktemp)"
 for _ in $(seq "$ROUNDS"); do
+  # A fresh server per path: the same prompts must not hit a prefix cache.
   serve 18300 "${MODEL_ARGS[@]}"
   load 18300 "$J"; summary "$J" "colocated, direct" "-"
+  stop_all
+  serve 18300 "${MODEL_ARGS[@]}"
   router 18301 --worker http://127.0.0.1:18300 --policy round_robin
   load 18301 "$J"; summary "$J" "router -> colocated" "-"
   stop_all
@@ -149,8 +152,9 @@ burst() {  # $1 = label, $2 = limits on|off
   serve 18321 --max-running-requests 64 --disaggregation-mode decode
   router 18323 --prefill http://127.0.0.1:18320 --decode http://127.0.0.1:18321 "${rl[@]}" --disable-retries
   local peak_file; peak_file="$(mktemp)"
-  ( peak=0; while :; do q="$(metric 18320 strata_queued_requests)"; b="$(metric 18320 strata_bootstrap_queued_requests)"
-      q=$((${q%.*} + ${b%.*})); ((q > peak)) && peak=$q && echo "$peak" > "$peak_file"; sleep 0.1; done ) &
+  # (requests waiting for their decode's pages are in the same queue)
+  ( peak=0; while :; do q="$(metric 18320 strata_queued_requests)"; q=${q%.*}
+      ((q > peak)) && peak=$q && echo "$peak" > "$peak_file"; sleep 0.1; done ) &
   local sampler=$!
   local t0; t0=$(date +%s.%N)
   "$STRATA" bench serve --url http://127.0.0.1:18323 --burst "$BURST" --input-len 256 --output-len 16 \
