@@ -225,6 +225,36 @@ INSTANTIATE_TEST_SUITE_P(Models, PdOutputsTest,
                                   std::to_string(info.param.page_size) + "_" + info.param.kv_dtype;
                          });
 
+// n > 1 (one room per choice: R, R+1, ...), then an idle pair (longer than
+// the peer timeout: only heartbeats keep it) and a burst after the idleness.
+TEST(PdRoleTest, SeveralChoicesIdlenessAndABurstAfterIt) {
+  Server colocated(Common(16));
+  Pair pd;
+  const json body = {{"prompt", kLongText}, {"max_tokens", 6}, {"temperature", 0}, {"n", 3}};
+  Response want = colocated.PostJson("/v1/completions", body.dump(), "", 60s);
+  ASSERT_EQ(want.status, 200) << want.body;
+  PdResult got = SendPd(pd, "/v1/completions", body);
+  ASSERT_EQ(got.decode.status, 200) << got.decode.body << "\nprefill: " << got.prefill.body;
+  next_room += 3;
+  EXPECT_EQ(json::parse(got.decode.body)["choices"].size(), 3u);
+  EXPECT_EQ(Essence(got.decode, false), Essence(want, false));
+  std::this_thread::sleep_for(3500ms);  // > --disaggregation-peer-timeout-ms 1500
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i)
+    ts.emplace_back([&, i] {
+      PdResult r = SendPd(pd, "/v1/completions",
+                          {{"prompt", "after idle " + std::to_string(i)}, {"max_tokens", 4}});
+      if (r.decode.status == 200 && r.prefill.status == 200) ok++;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_EQ(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""), 0)
+      << "the idle pair lost its connection";
+  ExpectClean(*pd.prefill, "prefill");
+  ExpectClean(*pd.decode, "decode");
+}
+
 TEST(PdRoleTest, RequestsWithoutBootstrapFieldsAreRefused) {
   Pair pd;
   Response r = pd.decode->PostJson("/v1/completions", R"({"prompt":"hi","max_tokens":2})");
