@@ -92,7 +92,10 @@ TEST(ServeHardeningTest, HugeBodiesDoNotStallHealthOrStreams) {
   // off the I/O thread it is milliseconds. The bound is generous for a busy
   // 2-core machine, and only meaningful when the tokenizing took longer.
   EXPECT_LT(worst_health, 1.5) << "tokenizing took " << elapsed << " s";
-  EXPECT_GT(elapsed, 3.0) << "the huge bodies were too quick to prove anything";
+  // The bound above proves something only if a blocked I/O thread would
+  // have broken it: the tokenizing must outlast it (2.4-2.9 s on an idle
+  // 2-core machine; 3 s, the old bound, failed there).
+  EXPECT_GT(elapsed, 2.0) << "the huge bodies were too quick to prove anything";
   stream.join();
   EXPECT_TRUE(stream_done.load());
   EXPECT_LT(max_gap, 1.5) << "the stream stalled while the huge bodies were processed";

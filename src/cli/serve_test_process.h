@@ -1,5 +1,6 @@
-// Test helper: a `strata serve` child process on an ephemeral port, with
-// its stderr in a log file, for the end-to-end tests of the real binary.
+// Test helpers: `strata serve` (Server) and other strata commands
+// (StrataProcess; router_test_process.h) as child processes on ephemeral
+// ports, their stderr in log files, for the end-to-end tests of the binary.
 // REQUIRES: STRATA_BINARY and STRATA_SOURCE_DIR defined by the build.
 #pragma once
 
@@ -23,17 +24,23 @@ inline std::string Fixture(const std::string& name) {
   return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
 }
 
-// A `strata serve` child process on an ephemeral port.
-class Server {
+// A `strata <command>` child process on an ephemeral port (--port 0): the
+// port is read from the line it logs once serving, its stderr goes to a log
+// file, and it is killed (SIGKILL) when the object goes.
+class StrataProcess {
  public:
-  explicit Server(std::vector<std::string> args) {
-    log_ = ::testing::TempDir() + "/serve_" + std::to_string(getpid()) + "_" +
+  StrataProcess(const std::string& command, std::vector<std::string> fixed_args,
+                const std::vector<std::string>& args, const std::string& ready_regex,
+                std::chrono::milliseconds request_timeout)
+      : request_timeout_(request_timeout) {
+    log_ = ::testing::TempDir() + "/" + command + "_" + std::to_string(getpid()) + "_" +
            std::to_string(counter_++) + ".log";
     pid_ = fork();
     if (pid_ == 0) {
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 2);
-      std::vector<std::string> all = {STRATA_BINARY, "serve", "--port", "0", "--threads", "1"};
+      std::vector<std::string> all = {STRATA_BINARY, command};
+      all.insert(all.end(), fixed_args.begin(), fixed_args.end());
       all.insert(all.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
@@ -41,22 +48,25 @@ class Server {
       execv(STRATA_BINARY, argv.data());
       _exit(127);
     }
+    const std::regex re(ready_regex);
     Eventually(
         [&] {
           std::smatch m;
           std::string l = Log();
-          static const std::regex re("on http://[^ :]+:(\\d+)");
           if (std::regex_search(l, m, re)) port_ = std::stoi(m[1]);
           return port_ > 0 || Exited();
         },
         std::chrono::seconds(30));
   }
-  ~Server() {
+  ~StrataProcess() {
     if (pid_ > 0 && !exited_) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
   }
+  StrataProcess(const StrataProcess&) = delete;
+  StrataProcess& operator=(const StrataProcess&) = delete;
+
   int port() const { return port_; }
   std::string Log() const {
     std::ifstream in(log_);
@@ -77,18 +87,21 @@ class Server {
   }
   void Signal(int sig) { kill(pid_, sig); }
 
-  Response Request(const std::string& raw,
-                   std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  Response Request(const std::string& raw) { return Request(raw, request_timeout_); }
+  Response Request(const std::string& raw, std::chrono::milliseconds timeout) {
     Client c(Connect(port_, timeout));
     EXPECT_TRUE(c.Send(raw));
     auto r = c.Read();
     return r ? *r : Response{};
   }
-  Response PostJson(const std::string& path, const std::string& body, const std::string& extra = "",
-                    std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  Response PostJson(const std::string& path, const std::string& body, const std::string& extra = "") {
+    return PostJson(path, body, extra, request_timeout_);
+  }
+  Response PostJson(const std::string& path, const std::string& body, const std::string& extra,
+                    std::chrono::milliseconds timeout) {
     return Request(Post(path, body, "Content-Type: application/json\r\n" + extra), timeout);
   }
-  // The server's thread count, from /proc/PID/status (-1 if unknown).
+  // The process's thread count, from /proc/PID/status (-1 if unknown).
   int Threads() const {
     std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
     std::string key;
@@ -100,6 +113,7 @@ class Server {
       }
     return -1;
   }
+  // The value of one series of /metrics (-1 if absent).
   double Metric(const std::string& series) {
     Response r = Request(Get("/metrics"));
     const size_t pos = r.body.find("\n" + series + " ");
@@ -109,11 +123,20 @@ class Server {
 
  private:
   static inline int counter_ = 0;
+  std::chrono::milliseconds request_timeout_;
   pid_t pid_ = -1;
   int port_ = 0;
   bool exited_ = false;
   int code_ = -1;
   std::string log_;
+};
+
+// `strata serve --port 0 --threads 1 ARGS...`.
+class Server : public StrataProcess {
+ public:
+  explicit Server(const std::vector<std::string>& args)
+      : StrataProcess("serve", {"--port", "0", "--threads", "1"}, args, "on http://[^ :]+:(\\d+)",
+                      std::chrono::seconds(5)) {}
 };
 
 }  // namespace strata::http_test
