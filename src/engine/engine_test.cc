@@ -7,29 +7,15 @@
 
 #include <random>
 
+#include "engine/engine_test_util.h"
+
 namespace strata {
 namespace {
 
-struct Stack {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<LoadedModel> model;
-  std::unique_ptr<Engine> engine;
-};
+using Stack = test::EngineStack;
 
 Stack Make(EngineOptions eo, const std::string& fixture = "llama_default") {
-  Stack s;
-  CpuBackendOptions bo;
-  bo.num_threads = 1;
-  s.backend = std::move(*CreateCpuBackend(bo));
-  LoadOptions lo;
-  lo.model.max_batch_tokens = eo.chunked_prefill_size + eo.max_running_requests;
-  auto m = LoadModelDir(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + fixture, *s.backend, lo);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  s.model = std::move(*m);
-  auto e = Engine::Create(*s.model, *s.backend, eo);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  s.engine = std::move(*e);
-  return s;
+  return test::MakeEngineStack(eo, fixture);
 }
 
 std::vector<int32_t> RandomPrompt(std::mt19937& rng, int n) {
@@ -208,7 +194,8 @@ TEST(EngineTest, RandomWorkloadKeepsInvariants) {
     }
     if (!handles.empty() && rng() % 17 == 0) handles[rng() % handles.size()]->Cancel();
     ASSERT_TRUE(s.engine->Step().ok());
-    ASSERT_TRUE(s.engine->CheckIntegrity().ok()) << "step " << step << ": " << s.engine->CheckIntegrity().ToString();
+    ASSERT_TRUE(s.engine->CheckIntegrity().ok())
+        << "step " << step << ": " << s.engine->CheckIntegrity().ToString();
   }
   while (s.engine->HasWork()) ASSERT_TRUE(s.engine->Step().ok());
   for (auto& h : handles) EXPECT_TRUE(h->finished());
@@ -255,7 +242,8 @@ TEST(EngineTest, ConcurrentRequestsWithASharedPrefixComputeItOnce) {
     cached_total += (*res)[i].cached_tokens;
   }
   EXPECT_EQ((*res)[0].cached_tokens, 0);
-  for (size_t i = 1; i < reqs.size(); ++i) EXPECT_EQ((*res)[i].cached_tokens, 160) << "request " << i;
+  for (size_t i = 1; i < reqs.size(); ++i)
+    EXPECT_EQ((*res)[i].cached_tokens, 160) << "request " << i;
   // The shared 160 tokens were computed once, not four times.
   EXPECT_EQ(s.engine->stats().prefill_tokens, prompt_total - cached_total);
   EXPECT_GT(s.engine->stats().deferred_admissions, 0);

@@ -13,32 +13,14 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 
 namespace strata {
 namespace {
 
-struct Stack {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<LoadedModel> model;
-  std::unique_ptr<Engine> engine;
-};
+using Stack = test::EngineStack;
 
-Stack Make(EngineOptions eo) {
-  Stack s;
-  CpuBackendOptions bo;
-  bo.num_threads = 1;
-  s.backend = std::move(*CreateCpuBackend(bo));
-  LoadOptions lo;
-  lo.model.max_batch_tokens = eo.chunked_prefill_size + eo.max_running_requests;
-  auto m = LoadModelDir(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default",
-                        *s.backend, lo);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  s.model = std::move(*m);
-  auto e = Engine::Create(*s.model, *s.backend, eo);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  s.engine = std::move(*e);
-  return s;
-}
+Stack Make(EngineOptions eo) { return test::MakeEngineStack(eo); }
 
 // One room shared by the two sides (single-threaded test: no locking).
 struct Room {
