@@ -234,6 +234,60 @@ def model_specs(tok):
              config=dict(common, intermediate_size=160, num_hidden_layers=2, rms_norm_eps=1e-6,
                          head_dim=32, tie_word_embeddings=False, use_sliding_window=False,
                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+        # DeepSeek V3: MLA (q low-rank, latent KV, interleaved partial rope with yarn), a
+        # dense first layer, then MoE layers with group-limited sigmoid routing. Published
+        # dialect like the real checkpoint ("rope_scaling" with "type": "yarn"), bf16, and
+        # one multi-token-prediction layer appended the way DeepSeek ships it.
+        dict(name="deepseek_v3", cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config",
+             dialect="published", save_dtype=torch.bfloat16, shard=None, seed=107,
+             gen_eos=eos, published_rope_key="type", mtp_layers=1,
+             config=dict(common, num_key_value_heads=4, intermediate_size=128,
+                         moe_intermediate_size=32, num_hidden_layers=3, first_k_dense_replace=1,
+                         n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+                         n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                         norm_topk_prob=True, kv_lora_rank=32, q_lora_rank=48,
+                         qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24,
+                         rope_interleave=True, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                         num_mtp_layers=1,
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                          "factor": 4.0, "original_max_position_embeddings": 512,
+                                          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                                          "mscale_all_dim": 1.0})),
+        # The V2-Lite shape of the same architecture: no q low-rank (q_proj), default rope
+        # without interleaving, no group limit, unnormalised top-k weights; fp32, v5 dialect.
+        dict(name="deepseek_v3_lite", cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config",
+             dialect="transformers5", save_dtype=torch.float32, shard=None, seed=108,
+             gen_eos=[im_end, eos],
+             config=dict(common, num_key_value_heads=4, intermediate_size=96,
+                         moe_intermediate_size=24, num_hidden_layers=3, first_k_dense_replace=2,
+                         n_routed_experts=6, n_shared_experts=2, num_experts_per_tok=3,
+                         n_group=1, topk_group=1, routed_scaling_factor=1.0,
+                         norm_topk_prob=False, kv_lora_rank=24, q_lora_rank=None,
+                         qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                         rope_interleave=False, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                         num_mtp_layers=0,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+        # DeepSeek V4 (the incident's model family): sliding window + compressed sparse
+        # attention (rate 4, indexer) + heavily compressed attention (rate 128),
+        # hyper-connections, hash-routed and sqrtsoftplus-routed MoE. References for the
+        # V4 implementation; bf16, v5 dialect.
+        dict(name="deepseek_v4", cls="DeepseekV4ForCausalLM", config_cls="DeepseekV4Config",
+             dialect="transformers5", save_dtype=torch.bfloat16, shard=None, seed=109,
+             gen_eos=eos,
+             config=dict(common, num_key_value_heads=1, head_dim=32, q_lora_rank=32,
+                         moe_intermediate_size=32, num_hidden_layers=4,
+                         layer_types=["sliding_attention", "compressed_sparse_attention",
+                                      "heavily_compressed_attention",
+                                      "compressed_sparse_attention"],
+                         mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
+                         compress_rates={"compressed_sparse_attention": 4,
+                                         "heavily_compressed_attention": 128},
+                         n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+                         routed_scaling_factor=1.5, hc_mult=2, hc_sinkhorn_iters=20,
+                         sliding_window=16, o_groups=2, o_lora_rank=16, index_n_heads=2,
+                         index_head_dim=16, index_topk=8, partial_rotary_factor=0.25,
+                         swiglu_limit=10.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                         rope_theta=10000.0, compress_rope_theta=160000.0)),
     ]
 
 
@@ -259,6 +313,16 @@ def randomise(model, seed, tokenizer_vocab):
         else:
             v = 0.1 * torch.randn(shape, generator=gen)
         p.copy_(v.to(p.dtype))
+    # Persistent buffers that real checkpoints carry: the MoE router's score
+    # correction bias (zeros would leave it untested) and V4's hash-routing table
+    # (token id -> experts; distinct experts per token, like a real table).
+    for name, b in sorted(model.named_buffers(), key=lambda kv: kv[0]):
+        if name.endswith("e_score_correction_bias"):
+            b.copy_((0.1 * torch.randn(b.shape, generator=gen)).to(b.dtype))
+        elif name.endswith("tid2eid"):
+            n_experts = model.config.n_routed_experts
+            rows = [torch.randperm(n_experts, generator=gen)[: b.shape[1]] for _ in range(b.shape[0])]
+            b.copy_(torch.stack(rows).to(b.dtype))
 
 
 # --------------------------------------------------------------------------------------
@@ -418,6 +482,31 @@ def place_chat_template(d, dialect):
     return wrote
 
 
+def add_mtp_layers(d, num_layers, count, hidden, seed):
+    """Appends multi-token-prediction layers the way DeepSeek's checkpoints carry them
+    (model.layers.<num_layers + i>.*: a decoder layer plus enorm, hnorm, eh_proj and a
+    shared head). transformers never builds them; an engine must skip them explicitly."""
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(d, "model.safetensors")
+    tensors = load_file(path)
+    gen = torch.Generator().manual_seed(seed + 1000)
+    src = f"model.layers.{num_layers - 1}."
+    dtype = tensors["model.embed_tokens.weight"].dtype
+    for i in range(count):
+        dst = f"model.layers.{num_layers + i}."
+        for name in [n for n in tensors if n.startswith(src)]:
+            tensors[dst + name[len(src):]] = tensors[name].clone()
+        tensors[dst + "enorm.weight"] = torch.ones(hidden, dtype=dtype)
+        tensors[dst + "hnorm.weight"] = torch.ones(hidden, dtype=dtype)
+        tensors[dst + "eh_proj.weight"] = (0.1 * torch.randn(hidden, 2 * hidden, generator=gen)).to(dtype)
+        tensors[dst + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+        tensors[dst + "shared_head.norm.weight"] = torch.ones(hidden, dtype=dtype)
+        tensors[dst + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    save_file(tensors, path, metadata={"format": "pt"})
+    log(f"  appended {count} MTP layer(s) at model.layers.{num_layers}")
+
+
 def ensure_sharded(d, max_bytes):
     """If save_pretrained wrote a single file, split it into shards with an index."""
     from safetensors.torch import load_file, save_file
@@ -518,6 +607,9 @@ def make_model(spec, tok, root, prompts):
         log(f"  sharded by {how}")
     else:
         model.save_pretrained(d)
+    if spec.get("mtp_layers"):
+        add_mtp_layers(d, spec["config"]["num_hidden_layers"], spec["mtp_layers"],
+                       spec["config"]["hidden_size"], spec["seed"])
     # Same generation config written regardless of what save_pretrained chose to write.
     model.generation_config.save_pretrained(d)
     tok.save_pretrained(d)
