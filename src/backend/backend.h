@@ -137,8 +137,18 @@ struct AttentionParams {
 struct RopeParams {
   const float* inv_freq = nullptr;  // rotary_dim / 2 entries, host memory
   int32_t head_dim = 0;
-  int32_t rotary_dim = 0;         // <= head_dim; the first rotary_dim dims rotate
-  float attention_scaling = 1.f;  // multiplies cos/sin (1 for the listed rope types)
+  int32_t rotary_dim = 0;  // rotary_offset + rotary_dim <= head_dim
+  float attention_scaling = 1.f;  // multiplies cos/sin (yarn's attention factor; else 1)
+  // First rotated dim of each head: dims [rotary_offset, rotary_offset +
+  // rotary_dim) rotate, the rest pass through (MLA puts the rotary part
+  // after the non-positional part of each query head).
+  int32_t rotary_offset = 0;
+  // false: HF "rotate_half" (dim i pairs with i + rotary_dim / 2). true:
+  // GPT-J / DeepSeek interleaved pairs (2i, 2i + 1) rotated by frequency i,
+  // results written back in de-interleaved order [rotated evens, rotated
+  // odds] as transformers' apply_rotary_pos_emb_interleave does, so q and k
+  // stay consistent with each other.
+  bool interleaved = false;
 };
 
 // Batched copies between backend memory and host memory (HiCache backups
@@ -210,21 +220,33 @@ class Backend {
   virtual void Add(const Tensor& a, const Tensor& b, Tensor out) = 0;
 
   // Rotates q [n, heads * head_dim] and k [n, kv_heads * head_dim] in place,
-  // row i at position positions[i], HF "rotate_half" convention.
+  // row i at position positions[i] (see RopeParams for which dims and how).
+  // k may have no columns (only q rotates): models whose keys have another
+  // head shape rotate them in a second call.
   virtual void Rope(Tensor q, Tensor k, const int32_t* positions, const RopeParams& rope) = 0;
 
   // Writes row i of k and v ([n, kv_heads * head_dim], F32) into token slot
-  // slots[i] of layer, converting to layer.dtype.
+  // slots[i] of layer, converting to layer.dtype. A K-only layer (an MLA
+  // latent pool: layer.v null) stores k alone and ignores v.
   virtual void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer,
                        const int64_t* slots) = 0;
 
   // Causal attention of each sequence's new queries over its paged context.
   // q, out: [total new tokens, num_heads * head_dim], F32. Softmax in F32.
+  // layer.v may equal layer.k (MLA in absorbed form: the values are the
+  // cached latent itself).
   virtual void PagedAttention(const Tensor& q, const KvLayerView& layer, const AttentionSeq* seqs,
                               int32_t num_seqs, const AttentionParams& params, Tensor out) = 0;
 
   // out[i, :] = x[rows[i], :]. Used to pick the rows that need logits.
   virtual void GatherRows(const Tensor& x, const int32_t* rows, Tensor out) = 0;
+
+  // out[rows[i], :] += scales[i] * x[i, :] for i in [0, x.rows), in order of
+  // i (F32; rows and scales in backend memory). The rows of one call must be
+  // distinct. A mixture-of-experts layer adds each expert's outputs back to
+  // the tokens routed to it this way.
+  virtual void ScaleAddRows(const Tensor& x, const int32_t* rows, const float* scales,
+                            Tensor out) = 0;
 };
 
 struct CpuBackendOptions {

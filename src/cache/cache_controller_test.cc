@@ -151,6 +151,7 @@ class RecordingCopyBackend : public Backend {
     std::abort();
   }
   void GatherRows(const Tensor&, const int32_t*, Tensor) override { std::abort(); }
+  void ScaleAddRows(const Tensor&, const int32_t*, const float*, Tensor) override { std::abort(); }
 
  private:
   std::mutex mu_;

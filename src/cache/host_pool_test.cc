@@ -58,6 +58,7 @@ class PinRecorder : public Backend {
     std::abort();
   }
   void GatherRows(const Tensor&, const int32_t*, Tensor) override { std::abort(); }
+  void ScaleAddRows(const Tensor&, const int32_t*, const float*, Tensor) override { std::abort(); }
 };
 
 // Virtual memory of this process in KiB (/proc/self/status VmSize).

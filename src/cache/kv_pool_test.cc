@@ -47,6 +47,7 @@ class MallocBackend : public Backend {
     std::abort();
   }
   void GatherRows(const Tensor&, const int32_t*, Tensor) override { std::abort(); }
+  void ScaleAddRows(const Tensor&, const int32_t*, const float*, Tensor) override { std::abort(); }
 
  private:
   static void Free(void* p) {

@@ -330,12 +330,13 @@ class CpuBackend final : public Backend {
   }
 
   void Rope(Tensor q, Tensor k, const int32_t* positions, const RopeParams& rope) override {
-    STRATA_CHECK(q.dtype == DType::kF32 && k.dtype == DType::kF32 && q.rows == k.rows);
-    const int hd = rope.head_dim, half = rope.rotary_dim / 2;
-    STRATA_CHECK(hd > 0 && rope.rotary_dim <= hd && rope.rotary_dim % 2 == 0);
+    STRATA_CHECK(q.dtype == DType::kF32 && k.dtype == DType::kF32);
+    STRATA_CHECK(k.cols == 0 || q.rows == k.rows);
+    const int hd = rope.head_dim, half = rope.rotary_dim / 2, off = rope.rotary_offset;
+    STRATA_CHECK(hd > 0 && off >= 0 && off + rope.rotary_dim <= hd && rope.rotary_dim % 2 == 0);
     STRATA_CHECK(q.cols % hd == 0 && k.cols % hd == 0);
     ForRows(q.rows, q.cols + k.cols, [&](int64_t r0, int64_t r1) {
-      std::vector<float> cs(2 * half);
+      std::vector<float> cs(2 * half), x(2 * half);
       for (int64_t r = r0; r < r1; ++r) {
         const float pos = static_cast<float>(positions[r]);
         for (int i = 0; i < half; ++i) {
@@ -346,7 +347,16 @@ class CpuBackend final : public Backend {
         }
         auto rotate = [&](float* row, int64_t cols) {
           for (int64_t h = 0; h < cols; h += hd) {
-            float* v = row + h;
+            float* v = row + h + off;
+            if (rope.interleaved) {  // pairs (2i, 2i + 1) -> dims i and half + i
+              std::copy(v, v + 2 * half, x.begin());
+              for (int i = 0; i < half; ++i) {
+                const float x1 = x[2 * i], x2 = x[2 * i + 1];
+                v[i] = x1 * cs[i] - x2 * cs[half + i];
+                v[half + i] = x2 * cs[i] + x1 * cs[half + i];
+              }
+              continue;
+            }
             for (int i = 0; i < half; ++i) {
               const float x1 = v[i], x2 = v[half + i];
               v[i] = x1 * cs[i] - x2 * cs[half + i];
@@ -355,7 +365,7 @@ class CpuBackend final : public Backend {
           }
         };
         rotate(q.row<float>(r), q.cols);
-        rotate(k.row<float>(r), k.cols);
+        if (k.cols > 0) rotate(k.row<float>(r), k.cols);
       }
     });
   }
@@ -363,22 +373,26 @@ class CpuBackend final : public Backend {
   void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer,
                const int64_t* slots) override {
     const int64_t e = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
-    STRATA_CHECK(k.dtype == DType::kF32 && v.dtype == DType::kF32 && k.rows == v.rows);
-    STRATA_CHECK(k.cols == e && v.cols == e) << k.cols << " vs kv width " << e;
+    const bool has_v = layer.v != nullptr;
+    STRATA_CHECK(k.dtype == DType::kF32 && k.cols == e) << k.cols << " vs kv width " << e;
+    if (has_v) {
+      STRATA_CHECK(v.dtype == DType::kF32 && k.rows == v.rows && v.cols == e)
+          << v.cols << " vs kv width " << e;
+    }
     const int64_t num_slots = layer.num_pages * layer.page_size;
     for (int64_t i = 0; i < k.rows; ++i) {
       const int64_t s = slots[i];
       STRATA_CHECK(s >= 0 && s < num_slots) << "KV slot " << s << " out of range " << num_slots;
       const float* kr = k.row<float>(i);
-      const float* vr = v.row<float>(i);
+      const float* vr = has_v ? v.row<float>(i) : nullptr;
       if (layer.dtype == DType::kF32) {
         std::memcpy(static_cast<float*>(layer.k) + s * e, kr, e * 4);
-        std::memcpy(static_cast<float*>(layer.v) + s * e, vr, e * 4);
+        if (has_v) std::memcpy(static_cast<float*>(layer.v) + s * e, vr, e * 4);
         continue;
       }
       for (int64_t c = 0; c < e; ++c) {
         StoreFromFloat(layer.k, layer.dtype, s * e + c, kr[c]);
-        StoreFromFloat(layer.v, layer.dtype, s * e + c, vr[c]);
+        if (has_v) StoreFromFloat(layer.v, layer.dtype, s * e + c, vr[c]);
       }
     }
   }
@@ -426,6 +440,23 @@ class CpuBackend final : public Backend {
       a.head_dim = hd;
       a.scale = p.scale;
       kernels_->attention_row(a);
+    });
+  }
+
+  void ScaleAddRows(const Tensor& x, const int32_t* rows, const float* scales,
+                    Tensor out) override {
+    STRATA_CHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32 && x.cols == out.cols);
+    for (int64_t i = 0; i < x.rows; ++i) {
+      STRATA_CHECK(rows[i] >= 0 && rows[i] < out.rows) << "row " << rows[i] << " of " << out.rows;
+    }
+    // The rows are distinct, so threads may take different ones.
+    ForRows(x.rows, x.cols, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0; i < r1; ++i) {
+        const float* src = x.row<float>(i);
+        float* dst = out.row<float>(rows[i]);
+        const float w = scales[i];
+        for (int64_t c = 0; c < x.cols; ++c) dst[c] += w * src[c];
+      }
     });
   }
 

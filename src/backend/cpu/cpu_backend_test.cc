@@ -323,6 +323,58 @@ TEST_P(CpuBackendTest, RopeRotateHalfWithPartialRotary) {
   check(k0, k, kv_heads);
 }
 
+// MLA's layout: each head is [nope | rotary] (offset = nope), pairs
+// interleaved; k rotates in a second call with its own head shape (k empty
+// in the first). Reference: transformers' apply_rotary_pos_emb_interleave.
+TEST_P(CpuBackendTest, RopeInterleavedAtOffsetAndQOnly) {
+  const int nope = 6, rot = 8, hd = nope + rot, heads = 3;
+  const int64_t n = 17;
+  std::vector<float> inv_freq(rot / 2);
+  for (int i = 0; i < rot / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / rot);
+  RopeParams rp{inv_freq.data(), hd, rot, 0.5f, nope, true};
+  HostTensor q(DType::kF32, n, heads * hd);
+  q.Fill(rng_);
+  HostTensor q0 = q;
+  std::vector<int32_t> pos(n);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i * 53 % 700);
+  const Tensor none{nullptr, DType::kF32, n, 0, 0};
+  backend_->Rope(q.view(), none, pos.data(), rp);
+  for (int64_t r = 0; r < n; ++r)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < hd; ++i) {
+        const int c = h * hd + i;
+        double ref = q0.get(r, c);
+        if (i >= nope) {
+          const int d = i - nope, j = d % (rot / 2);
+          const double f = double(float(pos[r]) * inv_freq[j]);
+          const double cs = 0.5 * std::cos(f), sn = 0.5 * std::sin(f);
+          const double x1 = q0.get(r, h * hd + nope + 2 * j),
+                       x2 = q0.get(r, h * hd + nope + 2 * j + 1);
+          ref = d < rot / 2 ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+        }
+        ASSERT_NEAR(q.get(r, c), ref, 1e-5) << r << " " << c;
+      }
+}
+
+TEST_P(CpuBackendTest, ScaleAddRowsAddsInPlaceOnlyToTheNamedRows) {
+  HostTensor x(DType::kF32, 3, 5000), out(DType::kF32, 6, 5000, 5003);
+  x.Fill(rng_);
+  out.Fill(rng_);
+  HostTensor before = out;
+  std::vector<int32_t> rows = {4, 0, 2};
+  std::vector<float> scales = {0.5f, -2.f, 3.f};
+  backend_->ScaleAddRows(x.view(), rows.data(), scales.data(), out.view());
+  for (int r = 0; r < 6; ++r) {
+    int i = -1;
+    for (int j = 0; j < 3; ++j)
+      if (rows[j] == r) i = j;
+    for (int c = 0; c < 5000; ++c) {
+      const float want = i < 0 ? before.get(r, c) : before.get(r, c) + scales[i] * x.get(i, c);
+      ASSERT_EQ(out.get(r, c), want) << r << " " << c;
+    }
+  }
+}
+
 // ---- KV cache and attention ----
 
 struct PagedKv {
@@ -356,6 +408,26 @@ TEST_P(CpuBackendTest, StoreKvConvertsIntoSlots) {
         EXPECT_EQ(vp.get(slots[i], c), rounded.get(0, 0));
       }
   }
+}
+
+// A K-only layer (an MLA latent pool): v is ignored and never written.
+TEST_P(CpuBackendTest, StoreKvIntoAKOnlyLayerWritesKAlone) {
+  PagedKv kv(DType::kBF16, 2, 1, 12, 4);
+  kv.view.v = nullptr;
+  HostTensor k(DType::kF32, 3, 12);
+  k.Fill(rng_);
+  const Tensor none{nullptr, DType::kF32, 3, 0, 0};
+  const int64_t slots[] = {7, 0, 3};
+  backend_->StoreKv(k.view(), none, kv.view, slots);
+  HostTensor kp(DType::kBF16, 8, 12);
+  kp.bytes = kv.k;
+  for (int i = 0; i < 3; ++i)
+    for (int c = 0; c < 12; ++c) {
+      HostTensor rounded(DType::kBF16, 1, 1);
+      rounded.set(0, 0, k.get(i, c));
+      EXPECT_EQ(kp.get(slots[i], c), rounded.get(0, 0));
+    }
+  EXPECT_TRUE(std::all_of(kv.v.begin(), kv.v.end(), [](uint8_t b) { return b == 0xff; }));
 }
 
 struct SeqSpec {

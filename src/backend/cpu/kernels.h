@@ -51,7 +51,7 @@ struct AttentionRowArgs {
 
 inline constexpr int64_t kMaxGemvRows = 4;
 inline constexpr int kMaxAttentionGroup = 16;
-inline constexpr int kMaxHeadDim = 512;
+inline constexpr int kMaxHeadDim = 576;  // an MLA latent: DeepSeek V3 kv_lora 512 + rope 64
 // Bytes of per-thread scratch a gemm call may use.
 inline constexpr size_t kGemmScratchBytes = 1 << 20;
 

@@ -206,8 +206,8 @@ class CudaBackend final : public Backend {
       std::memcpy(desc_host_, desc.data(), bytes);
       e = cudaMemcpyAsync(desc_dev_, desc_host_, bytes, cudaMemcpyHostToDevice, copy_stream_);
       if (e != cudaSuccess) return CopyError("uploading the copy descriptors", e);
-      cuda::CopyBlocks(static_cast<const cuda::CopyDesc*>(desc_dev_), static_cast<int64_t>(desc.size()),
-                       copy_stream_);
+      cuda::CopyBlocks(static_cast<const cuda::CopyDesc*>(desc_dev_),
+                       static_cast<int64_t>(desc.size()), copy_stream_);
       e = cudaGetLastError();
       if (e != cudaSuccess) return CopyError("launching the page-copy kernel", e);
     } else {
@@ -244,7 +244,8 @@ class CudaBackend final : public Backend {
     // Portable: pinned for every CUDA context, not only this device's.
     // Mapped: the page-copy kernel reads and writes it by its host address
     // (unified addressing; host_pointers_usable_ says the device can).
-    if (e == cudaSuccess) e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
+    if (e == cudaSuccess)
+      e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (e != cudaSuccess) {
       cudaGetLastError();
       const std::string msg = "CUDA backend: cannot pin " + std::to_string(bytes) +
@@ -363,16 +364,19 @@ class CudaBackend final : public Backend {
   }
 
   void Rope(Tensor q, Tensor k, const int32_t* positions, const RopeParams& rope) override {
-    STRATA_CHECK(q.dtype == DType::kF32 && k.dtype == DType::kF32 && q.rows == k.rows);
+    STRATA_CHECK(q.dtype == DType::kF32 && k.dtype == DType::kF32);
+    STRATA_CHECK(k.cols == 0 || q.rows == k.rows);
     const int hd = rope.head_dim, half = rope.rotary_dim / 2;
-    STRATA_CHECK(hd > 0 && hd <= cuda::kMaxHeadDim && rope.rotary_dim <= hd &&
-                 rope.rotary_dim % 2 == 0);
+    STRATA_CHECK(hd > 0 && hd <= cuda::kMaxHeadDim && rope.rotary_offset >= 0 &&
+                 rope.rotary_offset + rope.rotary_dim <= hd && rope.rotary_dim % 2 == 0);
     STRATA_CHECK(q.cols % hd == 0 && k.cols % hd == 0);
     if (q.rows == 0 || half == 0) return;
     cuda::RopeTable t;
     std::copy(rope.inv_freq, rope.inv_freq + half, t.inv_freq);
     t.head_dim = hd;
     t.rotary_dim = rope.rotary_dim;
+    t.rotary_offset = rope.rotary_offset;
+    t.interleaved = rope.interleaved;
     t.attention_scaling = rope.attention_scaling;
     cuda::Rope(ToView(q), ToView(k), positions, t, stream_);
     Launched();
@@ -381,8 +385,11 @@ class CudaBackend final : public Backend {
   void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer,
                const int64_t* slots) override {
     const int64_t e = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
-    STRATA_CHECK(k.dtype == DType::kF32 && v.dtype == DType::kF32 && k.rows == v.rows);
-    STRATA_CHECK(k.cols == e && v.cols == e) << k.cols << " vs kv width " << e;
+    STRATA_CHECK(k.dtype == DType::kF32 && k.cols == e) << k.cols << " vs kv width " << e;
+    if (layer.v != nullptr) {
+      STRATA_CHECK(v.dtype == DType::kF32 && k.rows == v.rows && v.cols == e)
+          << v.cols << " vs kv width " << e;
+    }
     STRATA_CHECK(IsFloatDType(layer.dtype));
     if (k.rows == 0) return;
     cuda::StoreKv(ToView(k), ToView(v), ToKvLayer(layer), slots, ErrWord(), stream_);
@@ -403,6 +410,14 @@ class CudaBackend final : public Backend {
     cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale};
     cuda::PagedAttention(ToView(q), ToKvLayer(layer), reinterpret_cast<const cuda::Seq*>(seqs),
                          num_seqs, a, ToView(out), stream_);
+    Launched();
+  }
+
+  void ScaleAddRows(const Tensor& x, const int32_t* rows, const float* scales,
+                    Tensor out) override {
+    STRATA_CHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32 && x.cols == out.cols);
+    if (x.rows == 0) return;
+    cuda::ScaleAddRows(ToView(x), rows, scales, ToView(out), ErrWord(), stream_);
     Launched();
   }
 

@@ -276,6 +276,35 @@ TEST_F(CudaParityTest, Rope) {
     ExpectClose(Down(dq, q), rq, 1e-6, "Rope q hd " + std::to_string(c.hd));
     ExpectClose(Down(dk, k), rk, 1e-6, "Rope k hd " + std::to_string(c.hd));
   }
+  // MLA: [nope | rotary] heads, interleaved pairs, q alone (k has no columns).
+  for (int nope : {0, 32, 128}) {
+    const int rot = 64, hd = nope + rot, heads = 4, n = 5;
+    std::vector<float> inv_freq(rot / 2);
+    for (int i = 0; i < rot / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / rot);
+    RopeParams rp{inv_freq.data(), hd, rot, 0.9f, nope, true};
+    std::vector<int32_t> pos = {0, 3, 77, 1000, 65535};
+    HostTensor q(DType::kF32, n, heads * hd, heads * hd + 8);
+    q.Fill(rng_);
+    const Tensor none{nullptr, DType::kF32, n, 0, 0};
+    Tensor dq = Up(q);
+    cuda_->Rope(dq, none, UpArray(pos), rp);
+    HostTensor rq = q;
+    cpu_->Rope(rq.view(), none, pos.data(), rp);
+    ExpectClose(Down(dq, q), rq, 1e-6, "interleaved Rope nope " + std::to_string(nope));
+  }
+}
+
+TEST_F(CudaParityTest, ScaleAddRows) {
+  HostTensor x(DType::kF32, 4, 300), out(DType::kF32, 9, 300, 301);
+  x.Fill(rng_);
+  out.Fill(rng_);
+  std::vector<int32_t> rows = {8, 1, 5, 0};
+  std::vector<float> scales = {0.25f, 2.f, -1.f, 7.f};
+  HostTensor ref = out;
+  Tensor dout = Up(out);
+  cuda_->ScaleAddRows(Up(x), UpArray(rows), UpArray(scales), dout);
+  cpu_->ScaleAddRows(x.view(), rows.data(), scales.data(), ref.view());
+  ExpectClose(Down(dout, out), ref, 0, "ScaleAddRows");
 }
 
 TEST_F(CudaParityTest, GatherRows) {

@@ -160,10 +160,49 @@ __global__ void RopeKernel(View q, View k, const int32_t* positions, RopeTable r
         __fmul_rn(static_cast<float>(cos(static_cast<double>(f))), rope.attention_scaling);
     const float sn =
         __fmul_rn(static_cast<float>(sin(static_cast<double>(f))), rope.attention_scaling);
-    float* v = h < qh ? RowF(q, r) + h * hd : RowF(k, r) + (h - qh) * hd;
+    float* v = (h < qh ? RowF(q, r) + h * hd : RowF(k, r) + (h - qh) * hd) + rope.rotary_offset;
     const float x1 = v[i], x2 = v[half + i];
     v[i] = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
     v[half + i] = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+  }
+}
+
+// Interleaved rope: one thread per (row, head) rotates the whole head
+// through registers, since output dim i depends on input dims 2i and 2i + 1.
+__global__ void RopeInterleavedKernel(View q, View k, const int32_t* positions, RopeTable rope) {
+  const int half = rope.rotary_dim / 2, hd = rope.head_dim;
+  const int64_t qh = q.cols / hd, kh = k.cols / hd;
+  const int64_t n = q.rows * (qh + kh);
+  GRID_STRIDE(t, n) {
+    const int64_t h = t % (qh + kh), r = t / (qh + kh);
+    float* v = (h < qh ? RowF(q, r) + h * hd : RowF(k, r) + (h - qh) * hd) + rope.rotary_offset;
+    float x[2 * kMaxRotaryHalf];
+    for (int i = 0; i < 2 * half; ++i) x[i] = v[i];
+    for (int i = 0; i < half; ++i) {
+      const float f = __fmul_rn(static_cast<float>(positions[r]), rope.inv_freq[i]);
+      const float cs =
+          __fmul_rn(static_cast<float>(cos(static_cast<double>(f))), rope.attention_scaling);
+      const float sn =
+          __fmul_rn(static_cast<float>(sin(static_cast<double>(f))), rope.attention_scaling);
+      const float x1 = x[2 * i], x2 = x[2 * i + 1];
+      v[i] = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+      v[half + i] = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+    }
+  }
+}
+
+__global__ void ScaleAddRowsKernel(View x, const int32_t* rows, const float* scales, View out,
+                                   int32_t* err) {
+  const int64_t n = x.rows * x.cols;
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / x.cols, c = i % x.cols;
+    const int32_t dst = rows[r];
+    if (dst < 0 || dst >= out.rows) {
+      SetError(err, kErrScaleAddRow);
+      continue;
+    }
+    float* o = RowF(out, dst) + c;
+    *o = __fadd_rn(*o, __fmul_rn(scales[r], RowF(x, r)[c]));
   }
 }
 
@@ -180,7 +219,7 @@ __global__ void StoreKvKernel(View k, View v, KvLayer layer, const int64_t* slot
       continue;
     }
     static_cast<T*>(layer.k)[s * e + c] = FromFloat<T>(RowF(k, r)[c]);
-    static_cast<T*>(layer.v)[s * e + c] = FromFloat<T>(RowF(v, r)[c]);
+    if (layer.v != nullptr) static_cast<T*>(layer.v)[s * e + c] = FromFloat<T>(RowF(v, r)[c]);
   }
 }
 
@@ -342,6 +381,8 @@ const char* DeviceErrorName(int32_t code) {
       return "StoreKv: a KV slot is outside the layer's pages";
     case kErrGatherRow:
       return "GatherRows: a row index is outside the input";
+    case kErrScaleAddRow:
+      return "ScaleAddRows: a row index is outside the output";
   }
   return "unknown device error";
 }
@@ -375,6 +416,10 @@ void Add(const View& a, const View& b, const View& out, cudaStream_t stream) {
 void Rope(const View& q, const View& k, const int32_t* positions, const RopeTable& rope,
           cudaStream_t stream) {
   const int64_t heads = q.cols / rope.head_dim + k.cols / rope.head_dim;
+  if (rope.interleaved) {
+    RopeInterleavedKernel<<<Blocks(q.rows * heads), kThreads, 0, stream>>>(q, k, positions, rope);
+    return;
+  }
   RopeKernel<<<Blocks(q.rows * heads * (rope.rotary_dim / 2)), kThreads, 0, stream>>>(
       q, k, positions, rope);
 }
@@ -420,6 +465,11 @@ void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_
       AttentionKernel<float><<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
       return;
   }
+}
+
+void ScaleAddRows(const View& x, const int32_t* rows, const float* scales, const View& out,
+                  int32_t* err, cudaStream_t stream) {
+  ScaleAddRowsKernel<<<Blocks(x.rows * x.cols), kThreads, 0, stream>>>(x, rows, scales, out, err);
 }
 
 void GatherRows(const View& x, const int32_t* rows, const View& out, int32_t* err,

@@ -25,6 +25,7 @@ enum DeviceError : int32_t {
   kErrTokenId = 1,    // Embedding: id outside [0, table rows)
   kErrKvSlot = 2,     // StoreKv: slot outside the layer's pages
   kErrGatherRow = 3,  // GatherRows: row outside x
+  kErrScaleAddRow = 4,  // ScaleAddRows: row outside out
 };
 const char* DeviceErrorName(int32_t code);
 
@@ -35,7 +36,8 @@ struct View {
   int64_t rows = 0, cols = 0, stride = 0;
 };
 
-inline constexpr int kMaxHeadDim = 512;  // same bound as the CPU backend
+// Same bound as the CPU backend: 576 is an MLA latent (DeepSeek V3: 512 + 64).
+inline constexpr int kMaxHeadDim = 576;
 inline constexpr int kMaxRotaryHalf = kMaxHeadDim / 2;
 
 // dst = src converted elementwise (any float dtype to any float dtype).
@@ -56,11 +58,16 @@ void Add(const View& a, const View& b, const View& out, cudaStream_t stream);
 // Passed by value: the table travels in the kernel's parameters.
 struct RopeTable {
   float inv_freq[kMaxRotaryHalf];
-  int32_t head_dim = 0, rotary_dim = 0;
+  int32_t head_dim = 0, rotary_dim = 0, rotary_offset = 0;
+  bool interleaved = false;
   float attention_scaling = 1.f;
 };
 void Rope(const View& q, const View& k, const int32_t* positions, const RopeTable& rope,
           cudaStream_t stream);
+
+// out[rows[i], :] += scales[i] * x[i, :]; rows distinct.
+void ScaleAddRows(const View& x, const int32_t* rows, const float* scales, const View& out,
+                  int32_t* err, cudaStream_t stream);
 
 struct KvLayer {
   void* k = nullptr;
