@@ -147,7 +147,7 @@ TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
 // incident: a model-specific check refused --hicache-size).
 TEST(HiCacheE2eTest, EveryModelServesWithSizeAndWithRatio) {
   const std::string prompt = Prompts(1)[0];
-  for (const char* model : {"llama_default", "mistral", "qwen2", "qwen3"}) {
+  for (const char* model : {"llama_default", "mistral", "qwen2", "qwen3", "deepseek_v3"}) {
     std::string reference;
     for (const std::vector<std::string>& sizing : std::vector<std::vector<std::string>>{
              {}, {"--hicache-size", "0.05"}, {"--hicache-ratio", "3"}}) {

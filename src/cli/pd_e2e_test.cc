@@ -219,7 +219,10 @@ INSTANTIATE_TEST_SUITE_P(Models, PdOutputsTest,
                                            OutputsCase{16, "llama_default", "bf16"},
                                            OutputsCase{4, "llama3_rope", "f16"},
                                            OutputsCase{16, "mistral", "bf16"},
-                                           OutputsCase{8, "qwen2", "f32"}),
+                                           OutputsCase{8, "qwen2", "f32"},
+                                           // MLA: one K-only latent pool group.
+                                           OutputsCase{16, "deepseek_v3", "bf16"},
+                                           OutputsCase{1, "deepseek_v3_lite", "f32"}),
                          [](const auto& info) {
                            return info.param.fixture + "_page" +
                                   std::to_string(info.param.page_size) + "_" + info.param.kv_dtype;

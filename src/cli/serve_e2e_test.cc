@@ -4,9 +4,9 @@
 // disconnects free pages within a second, SIGTERM drains, the transformers
 // goldens come through /v1/completions and /tokenize, auth, and malformed
 // input never hurts the server.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "cli/serve_test_process.h"
@@ -43,49 +44,85 @@ TEST(ServeTest, InvalidFlagsExit78BeforeLoadingAnything) {
 }
 
 TEST(ServeTest, GoldensThroughCompletionsAndTokenize) {
-  Server s({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
-  ASSERT_GT(s.port(), 0) << s.Log();
-  std::ifstream in(Fixture("qwen3") + "/golden.json");
-  json g = json::parse(in);
-  for (int i : {2, 5}) {
-    const json& c = g["cases"][i];
-    json body = {{"model", "m"}, {"prompt", c["prompt_ids"]}, {"max_tokens", c["output_ids"].size()},
-                 {"temperature", 0}, {"logprobs", 5}, {"ignore_eos", true}, {"return_tokens_as_token_ids", true}};
-    Response r = s.PostJson("/v1/completions", body.dump());
-    ASSERT_EQ(r.status, 200) << r.body << s.Log() << " port " << s.port();
-    json j = json::parse(r.body);
-    const json& lp = j["choices"][0]["logprobs"];
-    for (size_t k = 0; k < c["output_ids"].size(); ++k) {
-      EXPECT_EQ(lp["tokens"][k], "token_id:" + std::to_string(c["output_ids"][k].get<int>()));
-      EXPECT_NEAR(lp["token_logprobs"][k].get<double>(), c["steps"][k]["logprob"].get<double>(), 1e-3);
+  for (const char* fixture : {"qwen3", "deepseek_v3"}) {
+    SCOPED_TRACE(fixture);
+    Server s({"--model-path", Fixture(fixture), "--served-model-name", "m"});
+    ASSERT_GT(s.port(), 0) << s.Log();
+    std::ifstream in(Fixture(fixture) + "/golden.json");
+    json g = json::parse(in);
+    for (int i : {2, 5}) {
+      const json& c = g["cases"][i];
+      json body = {{"model", "m"},
+                   {"prompt", c["prompt_ids"]},
+                   {"max_tokens", c["output_ids"].size()},
+                   {"temperature", 0},
+                   {"logprobs", 5},
+                   {"ignore_eos", true},
+                   {"return_tokens_as_token_ids", true}};
+      Response r = s.PostJson("/v1/completions", body.dump());
+      ASSERT_EQ(r.status, 200) << r.body << s.Log() << " port " << s.port();
+      json j = json::parse(r.body);
+      const json& lp = j["choices"][0]["logprobs"];
+      for (size_t k = 0; k < c["output_ids"].size(); ++k) {
+        EXPECT_EQ(lp["tokens"][k], "token_id:" + std::to_string(c["output_ids"][k].get<int>()));
+        EXPECT_NEAR(lp["token_logprobs"][k].get<double>(), c["steps"][k]["logprob"].get<double>(),
+                    1e-3);
+      }
     }
+    const json& tc = g["text_cases"][0];
+    Response t = s.PostJson("/tokenize", json{{"prompt", tc["prompt"]}}.dump());
+    ASSERT_EQ(t.status, 200);
+    json tj = json::parse(t.body);
+    EXPECT_EQ(tj["tokens"], tc["prompt_ids"]);
+    EXPECT_EQ(tj["count"], tc["prompt_ids"].size());
+    EXPECT_EQ(tj["max_model_len"], 2048);
+    Response d = s.PostJson("/detokenize", json{{"tokens", tc["prompt_ids"]}}.dump());
+    EXPECT_THAT(d.body, HasSubstr("The quick brown fox"));
+    // The chat template's golden, streamed.
+    const json& cc = g["chat_cases"][0];
+    json chat = {
+        {"model", "m"},     {"messages", cc["messages"]}, {"max_tokens", cc["output_ids"].size()},
+        {"temperature", 0}, {"ignore_eos", true},         {"stream", true}};
+    chat["stream"] = false;
+    Response whole = s.PostJson("/v1/chat/completions", chat.dump());
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    EXPECT_EQ(json::parse(whole.body)["choices"][0]["message"]["content"],
+              cc["output_text"].get<std::string>());
+    chat["stream"] = true;
+    Response st = s.PostJson("/v1/chat/completions", chat.dump());
+    ASSERT_EQ(st.status, 200) << st.body;
+    std::string text;
+    std::istringstream lines(st.body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("data: {", 0) != 0) continue;
+      json ev = json::parse(line.substr(6));
+      if (!ev["choices"].empty() && ev["choices"][0]["delta"].contains("content"))
+        text += ev["choices"][0]["delta"]["content"].get<std::string>();
+    }
+    EXPECT_EQ(text, cc["output_text"].get<std::string>());
   }
-  const json& tc = g["text_cases"][0];
-  Response t = s.PostJson("/tokenize", json{{"prompt", tc["prompt"]}}.dump());
-  ASSERT_EQ(t.status, 200);
-  json tj = json::parse(t.body);
-  EXPECT_EQ(tj["tokens"], tc["prompt_ids"]);
-  EXPECT_EQ(tj["count"], tc["prompt_ids"].size());
-  EXPECT_EQ(tj["max_model_len"], 2048);
-  Response d = s.PostJson("/detokenize", json{{"tokens", tc["prompt_ids"]}}.dump());
-  EXPECT_THAT(d.body, HasSubstr("The quick brown fox"));
 }
 
 TEST(ServeTest, BurstIsShedCleanlyAndNothingLeaks) {
-  Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m", "--max-running-requests", "2",
-            "--max-queued-requests", "3", "--max-queued-tokens", "400"});
+  Server s({"--model-path", Fixture("llama_default"), "--served-model-name", "m",
+            "--max-running-requests", "2", "--max-queued-requests", "3", "--max-queued-tokens",
+            "400"});
   ASSERT_GT(s.port(), 0) << s.Log();
   std::atomic<int> ok{0}, shed{0}, other{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < 60; ++i) {
     ts.emplace_back([&, i] {
-      json body = {{"prompt", "burst request number " + std::to_string(i)}, {"max_tokens", 40},
-                   {"ignore_eos", true}, {"stream", i % 2 == 0}};
+      json body = {{"prompt", "burst request number " + std::to_string(i)},
+                   {"max_tokens", 40},
+                   {"ignore_eos", true},
+                   {"stream", i % 2 == 0}};
       Response r = s.PostJson("/v1/completions", body.dump());
       if (r.status == 200) {
         if (i % 2 == 0) {
-          if (r.body.find("data: [DONE]") != std::string::npos) ok++;
-          else other++;
+          if (r.body.find("data: [DONE]") != std::string::npos)
+            ok++;
+          else
+            other++;
         } else if (json::parse(r.body)["usage"]["completion_tokens"] == 40) {
           ok++;
         } else {
@@ -100,14 +137,16 @@ TEST(ServeTest, BurstIsShedCleanlyAndNothingLeaks) {
     });
   }
   for (auto& t : ts) t.join();
-  EXPECT_EQ(other.load(), 0) << s.Log() << "server exited: " << s.Exited() << " code " << s.WaitExit(std::chrono::seconds(0));
+  EXPECT_EQ(other.load(), 0) << s.Log() << "server exited: " << s.Exited() << " code "
+                             << s.WaitExit(std::chrono::seconds(0));
   EXPECT_GT(shed.load(), 0);
   EXPECT_GT(ok.load(), 0);
   EXPECT_EQ(s.Request(Get("/health")).status, 200);
   EXPECT_TRUE(Eventually([&] { return s.Metric(kActive) == 0; }));
   Response integrity = s.Request(Get("/debug/integrity"));
   EXPECT_EQ(integrity.status, 200) << integrity.body;
-  EXPECT_EQ(s.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"rejected\"}"), shed.load());
+  EXPECT_EQ(s.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"rejected\"}"),
+            shed.load());
   // The live exposition passes promtool's checks (when promtool is installed;
   // scripts/test.sh installs it).
   if (system("command -v promtool >/dev/null 2>&1") == 0) {
@@ -122,7 +161,8 @@ TEST(ServeTest, DisconnectMidStreamFreesPagesWithinASecond) {
   ASSERT_GT(s.port(), 0);
   {
     Client c(s.port(), true);
-    json body = {{"prompt", "stream forever"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+    json body = {
+        {"prompt", "stream forever"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
     ASSERT_TRUE(c.Send(Post("/v1/completions", body.dump(), "Content-Type: application/json\r\n")));
     char buf[4096];
     ASSERT_GT(::recv(c.fd(), buf, sizeof buf, 0), 0);  // the stream started
@@ -132,7 +172,8 @@ TEST(ServeTest, DisconnectMidStreamFreesPagesWithinASecond) {
   EXPECT_TRUE(Eventually([&] { return s.Metric(kActive) == 0; }, std::chrono::seconds(1)));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   EXPECT_TRUE(Eventually([&] {
-    return s.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"aborted\"}") == 1;
+    return s.Metric("strata_requests_total{model=\"m\",role=\"colocated\",outcome=\"aborted\"}") ==
+           1;
   }));
 }
 
@@ -157,7 +198,8 @@ TEST(ServeTest, SigtermDrainsInFlightAndRefusesNew) {
 }
 
 TEST(ServeTest, ApiKeyAndErrorsInOpenAiShape) {
-  Server s({"--model-path", Fixture("qwen3"), "--api-key", "sekret", "--max-request-body-bytes", "4096"});
+  Server s({"--model-path", Fixture("qwen3"), "--api-key", "sekret", "--max-request-body-bytes",
+            "4096"});
   ASSERT_GT(s.port(), 0);
   Response noauth = s.PostJson("/v1/completions", R"({"prompt":"x"})");
   EXPECT_EQ(noauth.status, 401);
@@ -168,9 +210,12 @@ TEST(ServeTest, ApiKeyAndErrorsInOpenAiShape) {
   Response bad = s.PostJson("/v1/completions", R"({"prompt":"x","top_p":5})", auth);
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(json::parse(bad.body)["error"]["param"], "top_p");
-  Response too_long = s.PostJson("/v1/completions", json{{"prompt", std::vector<int>(3000, 5)}}.dump(), auth);
+  Response too_long =
+      s.PostJson("/v1/completions", json{{"prompt", std::vector<int>(3000, 5)}}.dump(), auth);
   EXPECT_EQ(too_long.status, 413);
-  Response over_ctx = s.PostJson("/v1/completions", json{{"prompt", std::vector<int>(1000, 5)}, {"max_tokens", 1500}}.dump(), auth);
+  Response over_ctx =
+      s.PostJson("/v1/completions",
+                 json{{"prompt", std::vector<int>(1000, 5)}, {"max_tokens", 1500}}.dump(), auth);
   EXPECT_EQ(over_ctx.status, 400);
   EXPECT_EQ(s.PostJson("/v1/completions", "{not json", auth).status, 400);
   EXPECT_EQ(s.Request(Get("/v2/nothing")).status, 404);
@@ -205,7 +250,10 @@ TEST(ServeTest, FieldPolicyAndVllmResponseFields) {
   EXPECT_EQ(chat({{"priority", 1}}).status, 400);
   EXPECT_EQ(chat({{"modalities", json::array({"text", "audio"})}}).status, 400);
   EXPECT_EQ(chat({{"return_token_ids", "yes"}}).status, 400);
-  EXPECT_EQ(chat({{"priority", 0}, {"modalities", json::array({"text"})}, {"metadata", {{"a", "b"}}}}).status, 200);
+  EXPECT_EQ(
+      chat({{"priority", 0}, {"modalities", json::array({"text"})}, {"metadata", {{"a", "b"}}}})
+          .status,
+      200);
 
   Response ids = chat({{"return_token_ids", true}, {"request_id", "e2e-1"}});
   ASSERT_EQ(ids.status, 200) << ids.body;
@@ -217,20 +265,26 @@ TEST(ServeTest, FieldPolicyAndVllmResponseFields) {
   EXPECT_EQ(j["prompt_token_ids"], json::parse(tokenized.body)["tokens"]);
   EXPECT_EQ(j["choices"][0]["token_ids"].size(), j["usage"]["completion_tokens"].get<size_t>());
 
-  json completion = json::parse(s.PostJson("/v1/completions", R"({"prompt": "Hello", "max_tokens": 2})").body);
+  json completion =
+      json::parse(s.PostJson("/v1/completions", R"({"prompt": "Hello", "max_tokens": 2})").body);
   ASSERT_TRUE(completion["choices"][0].contains("prompt_logprobs"));
   EXPECT_TRUE(completion["choices"][0]["prompt_logprobs"].is_null());
 
-  Response stream = s.PostJson("/v1/completions", R"({"prompt": "Hello", "max_tokens": 3, "stream": true,
+  Response stream =
+      s.PostJson("/v1/completions", R"({"prompt": "Hello", "max_tokens": 3, "stream": true,
       "stream_options": {"continuous_usage_stats": true}})");
   EXPECT_EQ(stream.status, 200);
-  EXPECT_THAT(stream.body, Not(HasSubstr("usage"))) << "continuous_usage_stats alone sends no usage (vLLM)";
+  EXPECT_THAT(stream.body, Not(HasSubstr("usage")))
+      << "continuous_usage_stats alone sends no usage (vLLM)";
 
   // Each token's bytes are its own (not U+FFFD's where it splits a character).
   auto tok = strata::Tokenizer::FromDir(Fixture("qwen3"));
   ASSERT_TRUE(tok.ok());
-  Response lp = chat({{"logprobs", true}, {"top_logprobs", 2}, {"return_tokens_as_token_ids", true},
-                      {"max_tokens", 16}, {"ignore_eos", true}});
+  Response lp = chat({{"logprobs", true},
+                      {"top_logprobs", 2},
+                      {"return_tokens_as_token_ids", true},
+                      {"max_tokens", 16},
+                      {"ignore_eos", true}});
   ASSERT_EQ(lp.status, 200) << lp.body;
   auto expect_own_bytes = [&](const json& entry) {
     const int32_t id = std::stoi(entry["token"].get<std::string>().substr(9));  // "token_id:N"
@@ -248,7 +302,8 @@ TEST(ServeTest, FieldPolicyAndVllmResponseFields) {
   big += "}}";
   const auto start = std::chrono::steady_clock::now();
   Response huge = s.PostJson("/v1/completions", big);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(huge.status, 200) << huge.body.substr(0, 300);
   EXPECT_LT(seconds, 10.0) << "a 2.2 MB body of 200,000 keys took 39 s to parse before";
   EXPECT_EQ(s.Request(Get("/health")).status, 200);

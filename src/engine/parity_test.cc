@@ -22,7 +22,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kModels = {"llama_default", "llama_linear", "llama3_rope", "mistral", "qwen2", "qwen3"};
+const std::vector<std::string> kModels = {"llama_default", "llama_linear", "llama3_rope", "mistral", "qwen2", "qwen3", "deepseek_v3", "deepseek_v3_lite"};
 constexpr double kTol = 1e-3;
 
 std::string FixtureDir(const std::string& name) {

@@ -126,6 +126,7 @@ Status DecoderModel::Init(WeightStore& w) {
   rope_.inv_freq = inv_freq_.data();
   rope_.head_dim = static_cast<int32_t>(hd);
   rope_.rotary_dim = rotary_dim;
+  rope_.attention_scaling = RopeAttentionScaling(config_.rope);
 
   const int64_t T = options_.max_batch_tokens;
   const int64_t widths[kNumBufs] = {H, H, nh * hd, nkv * hd, nkv * hd, nh * hd, H, I, I, H};

@@ -40,6 +40,8 @@ constexpr TypeDefaults kTypes[] = {
      TypeDefaults::kQwenWindow},
     {"qwen3", "Qwen3ForCausalLM", 32768, 32, 128, std::nullopt, std::nullopt, true, false, false,
      TypeDefaults::kQwenWindow},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", 4096, 0, 0, 0, 1, true, false, false,
+     TypeDefaults::kNoWindow},
 };
 
 // Typed access to one JSON object with errors that name the file and field.
@@ -194,7 +196,7 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
     RETURN_IF_ERROR(f.String(f.Has("rope_type") ? "rope_type" : "type", &rope->type));
     RETURN_IF_ERROR(f.Double("rope_theta", &rope->theta));
     RETURN_IF_ERROR(f.Double("partial_rotary_factor", &rope->partial_rotary_factor));
-    if (rope->type == "linear" || rope->type == "llama3") {
+    if (rope->type == "linear" || rope->type == "llama3" || rope->type == "yarn") {
       if (!f.Has("factor")) return f.Missing("factor", "a number, the rope scaling factor");
       RETURN_IF_ERROR(f.Double("factor", &rope->factor));
       if (rope->factor <= 0) return f.Error("factor", "a positive number");
@@ -218,10 +220,33 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
                                std::to_string(rope->high_freq_factor));
       }
     }
+    if (rope->type == "yarn") {
+      if (!f.Has("original_max_position_embeddings")) {
+        return f.Missing("original_max_position_embeddings",
+                         "an integer; yarn rope scaling needs it");
+      }
+      RETURN_IF_ERROR(
+          f.Positive("original_max_position_embeddings", &rope->original_max_position_embeddings));
+      RETURN_IF_ERROR(f.Double("beta_fast", &rope->beta_fast));
+      RETURN_IF_ERROR(f.Double("beta_slow", &rope->beta_slow));
+      RETURN_IF_ERROR(f.Double("mscale", &rope->mscale));
+      RETURN_IF_ERROR(f.Double("mscale_all_dim", &rope->mscale_all_dim));
+      RETURN_IF_ERROR(f.Bool("truncate", &rope->truncate));
+      if (f.Has("attention_factor")) {
+        double a = 0;
+        RETURN_IF_ERROR(f.Double("attention_factor", &a));
+        if (a <= 0) return f.Error("attention_factor", "a positive number");
+        rope->attention_factor = a;
+      }
+      // transformers: a 0 or null beta falls back to its default.
+      if (rope->beta_fast == 0) rope->beta_fast = 32.0;
+      if (rope->beta_slow == 0) rope->beta_slow = 1.0;
+    }
   }
-  if (rope->type != "default" && rope->type != "linear" && rope->type != "llama3") {
+  if (rope->type != "default" && rope->type != "linear" && rope->type != "llama3" &&
+      rope->type != "yarn") {
     return Unimplemented(path + ": rope type '" + rope->type +
-                         "' is not supported (supported: default, linear, llama3)");
+                         "' is not supported (supported: default, linear, llama3, yarn)");
   }
   if (rope->theta <= 0) {
     return InvalidArgument(path + ": rope_theta must be positive, got " +
@@ -288,6 +313,87 @@ Status ParseSlidingWindow(const Json& j, const std::string& path, const TypeDefa
   return OkStatus();
 }
 
+// DeepSeek V3's MLA and MoE fields, with DeepseekV3Config's defaults. The
+// published config also names its routing ("scoring_func": "sigmoid",
+// "topk_method": "noaux_tc", "moe_layer_freq": 1); anything else is another
+// model (DeepSeek V2's softmax routing) and is refused rather than run wrong.
+Status ParseDeepseekV3(const Json& j, const std::string& path, ModelConfig* c) {
+  Fields f(j, path);
+  MlaConfig& m = c->mla;
+  m.kv_lora_rank = 512;
+  m.q_lora_rank = 1536;
+  m.qk_rope_head_dim = 64;
+  m.qk_nope_head_dim = 128;
+  m.v_head_dim = 128;
+  RETURN_IF_ERROR(f.Positive("kv_lora_rank", &m.kv_lora_rank));
+  if (f.Contains("q_lora_rank") && j.at("q_lora_rank").is_null()) m.q_lora_rank = 0;
+  RETURN_IF_ERROR(f.Positive("q_lora_rank", &m.q_lora_rank));
+  RETURN_IF_ERROR(f.Positive("qk_rope_head_dim", &m.qk_rope_head_dim));
+  RETURN_IF_ERROR(f.Positive("qk_nope_head_dim", &m.qk_nope_head_dim));
+  RETURN_IF_ERROR(f.Positive("v_head_dim", &m.v_head_dim));
+  RETURN_IF_ERROR(f.Bool("rope_interleave", &m.rope_interleave));
+  if (m.qk_rope_head_dim % 2) return f.Error("qk_rope_head_dim", "an even number");
+
+  MoeConfig& e = c->moe;
+  e.n_routed_experts = 256;
+  e.n_shared_experts = 1;
+  e.num_experts_per_tok = 8;
+  e.moe_intermediate_size = 2048;
+  e.first_k_dense_replace = 3;
+  e.n_group = 8;
+  e.topk_group = 4;
+  e.routed_scaling_factor = 2.5;
+  RETURN_IF_ERROR(f.Positive("n_routed_experts", &e.n_routed_experts));
+  RETURN_IF_ERROR(f.Int("n_shared_experts", &e.n_shared_experts));
+  RETURN_IF_ERROR(f.Positive("num_experts_per_tok", &e.num_experts_per_tok));
+  RETURN_IF_ERROR(f.Positive("moe_intermediate_size", &e.moe_intermediate_size));
+  RETURN_IF_ERROR(f.Int("first_k_dense_replace", &e.first_k_dense_replace));
+  RETURN_IF_ERROR(f.Positive("n_group", &e.n_group));
+  RETURN_IF_ERROR(f.Positive("topk_group", &e.topk_group));
+  RETURN_IF_ERROR(f.Bool("norm_topk_prob", &e.norm_topk_prob));
+  RETURN_IF_ERROR(f.Double("routed_scaling_factor", &e.routed_scaling_factor));
+  RETURN_IF_ERROR(f.String("scoring_func", &e.scoring_func));
+  if (e.n_shared_experts < 0) return f.Error("n_shared_experts", "an integer >= 0");
+  if (e.first_k_dense_replace < 0) return f.Error("first_k_dense_replace", "an integer >= 0");
+  if (e.scoring_func != "sigmoid") {
+    return Unimplemented(path + ": scoring_func '" + e.scoring_func +
+                         "' is not supported for deepseek_v3 (supported: sigmoid)");
+  }
+  std::string topk_method = "noaux_tc";
+  RETURN_IF_ERROR(f.String("topk_method", &topk_method));
+  if (topk_method != "noaux_tc") {
+    return Unimplemented(path + ": topk_method '" + topk_method +
+                         "' is not supported for deepseek_v3 (supported: noaux_tc)");
+  }
+  int64_t freq = 1;
+  RETURN_IF_ERROR(f.Positive("moe_layer_freq", &freq));
+  if (freq != 1) {
+    return Unimplemented(path + ": moe_layer_freq " + std::to_string(freq) +
+                         " is not supported (supported: 1, every layer after "
+                         "first_k_dense_replace is MoE)");
+  }
+  if (e.n_routed_experts % e.n_group != 0 || e.n_routed_experts / e.n_group < 2) {
+    return InvalidArgument(path + ": n_routed_experts (" + std::to_string(e.n_routed_experts) +
+                           ") must split into n_group (" + std::to_string(e.n_group) +
+                           ") groups of at least 2 experts");
+  }
+  if (e.topk_group > e.n_group ||
+      e.num_experts_per_tok > e.topk_group * (e.n_routed_experts / e.n_group)) {
+    return InvalidArgument(path + ": num_experts_per_tok (" +
+                           std::to_string(e.num_experts_per_tok) + ") must fit in topk_group (" +
+                           std::to_string(e.topk_group) + ") of n_group (" +
+                           std::to_string(e.n_group) + ") expert groups");
+  }
+  // DeepseekV3Config's num_mtp_layers (default 1), spelled
+  // num_nextn_predict_layers in config.json.
+  c->num_nextn_predict_layers = 1;
+  RETURN_IF_ERROR(f.Int("num_nextn_predict_layers", &c->num_nextn_predict_layers));
+  if (c->num_nextn_predict_layers < 0) {
+    return f.Error("num_nextn_predict_layers", "an integer >= 0");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path) {
@@ -301,8 +407,9 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
     if (c.model_type == d.model_type) t = &d;
   }
   if (t == nullptr) {
-    return Unimplemented(path + ": model_type '" + c.model_type +
-                         "' is not supported (supported: llama, mistral, qwen2, qwen3)");
+    return Unimplemented(
+        path + ": model_type '" + c.model_type +
+        "' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3)");
   }
   if (f.Has("architectures")) {
     const Json& a = j.at("architectures");
@@ -383,6 +490,7 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   }
 
   RETURN_IF_ERROR(ParseRope(j, path, &c.rope));
+  if (c.model_type == "deepseek_v3") RETURN_IF_ERROR(ParseDeepseekV3(j, path, &c));
 
   c.bos_token_id = t->bos_token_id;
   RETURN_IF_ERROR(f.OptionalTokenId("bos_token_id", &c.bos_token_id));

@@ -6,11 +6,12 @@
 //  - transformers >= 5:     "rope_parameters" (holds rope_theta and the
 //                           scaling fields) + "dtype"
 // Fields a config leaves out get the defaults of transformers' config class
-// for its model_type (llama, mistral, qwen2, qwen3; others are Unimplemented).
+// for its model_type (llama, mistral, qwen2, qwen3, deepseek_v3; others are
+// Unimplemented).
 // Errors name the file and the field and say what was expected:
 // InvalidArgument for missing/mistyped/inconsistent fields, Unimplemented for
 // valid settings Strata cannot run (rope types other than default/linear/
-// llama3, sliding windows on only some layers, quantized checkpoints).
+// llama3/yarn, sliding windows on only some layers, quantized checkpoints).
 #pragma once
 
 #include <cstdint>
@@ -23,18 +24,52 @@
 namespace strata {
 
 struct RopeConfig {
-  std::string type = "default";  // "default", "linear", "llama3" (others: Unimplemented)
+  std::string type = "default";  // "default", "linear", "llama3", "yarn" (others: Unimplemented)
   double theta = 10000.0;
   double factor = 1.0;  // linear, llama3
   double low_freq_factor = 1.0;  // llama3
   double high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position_embeddings = 0;  // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn
   double partial_rotary_factor = 1.0;
+  // yarn (transformers' _compute_yarn_parameters; 0 / absent as there).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  std::optional<double> attention_factor;
+  bool truncate = true;
+};
+
+// Multi-head latent attention (DeepSeek V2/V3): queries through an optional
+// low-rank projection; keys and values expanded from one compressed latent
+// per token plus a shared rotary key, which is all the KV cache holds.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0: a direct q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool rope_interleave = true;  // rotary dims in interleaved pairs
+};
+
+// A mixture-of-experts MLP (routed plus shared experts). n_routed_experts 0:
+// every layer is dense.
+struct MoeConfig {
+  int64_t n_routed_experts = 0;
+  int64_t n_shared_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t first_k_dense_replace = 0;  // layers [0, k) use the dense MLP
+  int64_t n_group = 1;                // group-limited routing: experts in n_group groups,
+  int64_t topk_group = 1;             // tokens pick from the best topk_group of them
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
+  std::string scoring_func = "sigmoid";
 };
 
 struct ModelConfig {
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "deepseek_v3"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -52,6 +87,12 @@ struct ModelConfig {
   int64_t sliding_window = 0;   // 0: none (Mistral: null; Qwen: use_sliding_window false)
   std::string dtype = "bfloat16";  // torch_dtype / dtype: "bfloat16", "float16", "float32"
   RopeConfig rope;
+  MlaConfig mla;  // deepseek_v3
+  MoeConfig moe;  // deepseek_v3
+  // Multi-token-prediction layers a checkpoint may append after the last
+  // decoder layer (model.layers.<num_hidden_layers + i>.*); loaded as
+  // nothing (skipped explicitly), never mistaken for decoder layers.
+  int64_t num_nextn_predict_layers = 0;
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // eos_token_id may be an int or a list
 };

@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "model/rope.h"
 
 namespace strata {
 namespace {
@@ -393,13 +397,46 @@ TEST(HfConfigTest, RopeLinearWithOldTypeKey) {
   EXPECT_EQ(c.rope.type, "default");
 }
 
-TEST(HfConfigTest, UnknownRopeTypeIsUnimplemented) {
-  Status s = ParseError(Patched(
+// Qwen2.5's documented long-context setting: yarn, factor 4 over 32k.
+TEST(HfConfigTest, YarnRopeFromQwenAndItsAttentionFactor) {
+  ModelConfig c = MustParse(Patched(
       kQwen25,
       {{"rope_scaling",
         {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}}}));
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);
+  // transformers: attention_factor = get_mscale(factor) = 0.1 ln 4 + 1.
+  EXPECT_NEAR(RopeAttentionScaling(c.rope), 0.1 * std::log(4.0) + 1, 1e-6);
+  // mscale / mscale_all_dim (DeepSeek) take their ratio instead; an explicit
+  // attention_factor wins.
+  c.rope.mscale = 1.0;
+  c.rope.mscale_all_dim = 1.0;
+  EXPECT_FLOAT_EQ(RopeAttentionScaling(c.rope), 1.0f);
+  c.rope.mscale_all_dim = 0.5;
+  EXPECT_NEAR(RopeAttentionScaling(c.rope), (0.1 * std::log(4.0) + 1) / (0.05 * std::log(4.0) + 1),
+              1e-6);
+  c.rope.attention_factor = 0.7;
+  EXPECT_FLOAT_EQ(RopeAttentionScaling(c.rope), 0.7f);
+  Status s = ParseError(Patched(kQwen25, {{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}}}));
+  EXPECT_THAT(s.message(), HasSubstr("rope_scaling.original_max_position_embeddings"));
+  // The inv_freq table: the fastest dims keep their frequency (extrapolation),
+  // the slowest are divided by the factor (interpolation).
+  auto inv = ComputeInvFreq(c.rope, 128);
+  ASSERT_TRUE(inv.ok());
+  RopeConfig plain;
+  plain.theta = c.rope.theta;
+  auto base = ComputeInvFreq(plain, 128);
+  EXPECT_FLOAT_EQ((*inv)[0], (*base)[0]);
+  EXPECT_NEAR((*inv)[63], (*base)[63] / 4.0, 1e-12);
+}
+
+TEST(HfConfigTest, UnknownRopeTypeIsUnimplemented) {
+  Status s = ParseError(Patched(kLlama32V5, {{"rope_parameters", {{"rope_type", "longrope"}}}}));
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), HasSubstr("'yarn'"));
+  EXPECT_THAT(s.message(), HasSubstr("'longrope'"));
   s = ParseError(Patched(kLlama32V5, {{"rope_parameters", {{"rope_type", "dynamic"}}}}));
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr("'dynamic'"));
@@ -529,6 +566,98 @@ TEST(HfConfigTest, LoadModelConfigMissingFile) {
   auto c = LoadModelConfig("/nonexistent/dir/config.json");
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/dir/config.json"));
+}
+
+// deepseek-ai/DeepSeek-V3's config.json as published, less its FP8
+// quantization_config (a bf16 conversion of it).
+const char* kDeepseekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+  "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+  "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+  "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+  "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true,
+  "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+  "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.46.3", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 129280
+})";
+
+TEST(HfConfigTest, DeepseekV3Published) {
+  ModelConfig c = MustParse(kDeepseekV3);
+  EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
+  EXPECT_EQ(c.mla.q_lora_rank, 1536);
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(c.mla.qk_rope_head_dim, 64);
+  EXPECT_EQ(c.mla.v_head_dim, 128);
+  EXPECT_TRUE(c.mla.rope_interleave);
+  EXPECT_EQ(c.moe.n_routed_experts, 256);
+  EXPECT_EQ(c.moe.n_shared_experts, 1);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe.moe_intermediate_size, 2048);
+  EXPECT_EQ(c.moe.first_k_dense_replace, 3);
+  EXPECT_EQ(c.moe.n_group, 8);
+  EXPECT_EQ(c.moe.topk_group, 4);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.moe.routed_scaling_factor, 2.5);
+  EXPECT_EQ(c.num_nextn_predict_layers, 1);
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.factor, 40);
+  EXPECT_DOUBLE_EQ(c.rope.mscale_all_dim, 1.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  // The real checkpoint is FP8: refused as quantized, saying so.
+  Status s = ParseError(Patched(kDeepseekV3, {{"quantization_config", {{"quant_method", "fp8"}}}}));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("fp8"));
+  // No q low-rank (V2-Lite's shape): an explicit null; absent means
+  // DeepseekV3Config's default, 1536.
+  Json j = Json::parse(kDeepseekV3);
+  j["q_lora_rank"] = nullptr;
+  c = MustParse(j.dump());
+  EXPECT_EQ(c.mla.q_lora_rank, 0);
+  j.erase("q_lora_rank");
+  EXPECT_EQ(MustParse(j.dump()).mla.q_lora_rank, 1536);
+}
+
+TEST(HfConfigTest, DeepseekV3RoutingOtherThanV3sIsRefused) {
+  Status s = ParseError(Patched(kDeepseekV3, {{"scoring_func", "softmax"}}));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("scoring_func 'softmax'"));
+  s = ParseError(Patched(kDeepseekV3, {{"topk_method", "group_limited_greedy"}}));
+  EXPECT_THAT(s.message(), HasSubstr("topk_method 'group_limited_greedy'"));
+  s = ParseError(Patched(kDeepseekV3, {{"moe_layer_freq", 2}}));
+  EXPECT_THAT(s.message(), HasSubstr("moe_layer_freq 2"));
+  s = ParseError(Patched(kDeepseekV3, {{"n_group", 7}}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("n_group (7)"));
+  s = ParseError(Patched(kDeepseekV3, {{"num_experts_per_tok", 200}}));
+  EXPECT_THAT(s.message(), HasSubstr("num_experts_per_tok (200)"));
+  s = ParseError(Patched(kDeepseekV3, {{"qk_rope_head_dim", 63}}));
+  EXPECT_THAT(s.message(), HasSubstr("qk_rope_head_dim"));
+  s = ParseError(Patched(kDeepseekV3, {{"kv_lora_rank", "big"}}));
+  EXPECT_THAT(s.message(), HasSubstr("'kv_lora_rank'"));
+}
+
+// The KV cache DeepSeek V3 declares: one K-only latent group of
+// kv_lora_rank + qk_rope_head_dim per token and layer (576 x 61 layers).
+TEST(HfConfigTest, DeepseekV3KvLayoutIsOneLatentGroup) {
+  auto layout = KvLayoutForConfig(MustParse(kDeepseekV3), 64, DType::kBF16);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  ASSERT_EQ(layout->groups.size(), 1u);
+  const PoolGroupSpec& g = layout->groups[0];
+  EXPECT_EQ(g.name, "mla_latent");
+  EXPECT_EQ(g.num_layers, 61);
+  EXPECT_EQ(g.num_kv_heads, 1);
+  EXPECT_EQ(g.head_dim, 576);
+  EXPECT_FALSE(g.has_v);
+  EXPECT_EQ(layout->BytesPerToken(), 61u * 576 * 2);
 }
 
 TEST(GenerationConfigTest, Llama32Instruct) {

@@ -71,7 +71,8 @@ class KvLayoutForConfigTest : public ::testing::Test {
 TEST_F(KvLayoutForConfigTest, AgreesWithTheLoadedModelForEveryArchitecture) {
   std::set<std::string> covered;
   for (const char* f :
-       {"llama_default", "llama3_rope", "llama_linear", "mistral", "qwen2", "qwen3"})
+       {"llama_default", "llama3_rope", "llama_linear", "mistral", "qwen2", "qwen3", "deepseek_v3",
+        "deepseek_v3_lite"})
     covered.insert(Check(FixtureDir(f)));
   // A new architecture needs a fixture here, or this test says so.
   for (const std::string& a : SupportedArchitectures())
@@ -108,7 +109,7 @@ TEST_F(KvLayoutForConfigTest, UnknownArchitecturesAndBadConfigsAreErrors) {
   ASSERT_FALSE(u.ok());
   EXPECT_EQ(u.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(u.status().message(),
-              HasSubstr("'GPT2LMHeadModel' is not supported (supported: LlamaForCausalLM"));
+              HasSubstr("'GPT2LMHeadModel' is not supported (supported: DeepseekV3ForCausalLM, LlamaForCausalLM"));
   auto p = KvLayoutForConfig(*config, 0, DType::kBF16);
   EXPECT_FALSE(p.ok());  // page size 0: the layout's own validation
 }

@@ -15,10 +15,13 @@ StatusOr<std::unique_ptr<Model>> CreateQwen2(const ModelConfig&, WeightStore&, B
                                              const ModelOptions&);
 StatusOr<std::unique_ptr<Model>> CreateQwen3(const ModelConfig&, WeightStore&, Backend&,
                                              const ModelOptions&);
+StatusOr<std::unique_ptr<Model>> CreateDeepseekV3(const ModelConfig&, WeightStore&, Backend&,
+                                                  const ModelOptions&);
 KvLayout LlamaKvLayout(const ModelConfig&, int, DType);
 KvLayout MistralKvLayout(const ModelConfig&, int, DType);
 KvLayout Qwen2KvLayout(const ModelConfig&, int, DType);
 KvLayout Qwen3KvLayout(const ModelConfig&, int, DType);
+KvLayout DeepseekV3KvLayout(const ModelConfig&, int, DType);
 
 namespace {
 struct Architecture {
@@ -27,6 +30,7 @@ struct Architecture {
 };
 const std::map<std::string, Architecture>& Table() {
   static const std::map<std::string, Architecture> table = {
+      {"DeepseekV3ForCausalLM", {&CreateDeepseekV3, &DeepseekV3KvLayout}},
       {"LlamaForCausalLM", {&CreateLlama, &LlamaKvLayout}},
       {"MistralForCausalLM", {&CreateMistral, &MistralKvLayout}},
       {"Qwen2ForCausalLM", {&CreateQwen2, &Qwen2KvLayout}},
