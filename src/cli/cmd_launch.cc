@@ -75,7 +75,11 @@ int LaunchCommand(const Args& args) {
       return kExitFailure;
     }
   // The whole of `strata check` first: nothing starts on a file it refuses.
-  if (int rc = CheckCommand({"--config", config_path}); rc != kExitOk) {
+  const int checked = CheckCommand({"--config", config_path});
+  // The plan goes out now, not when the launcher exits: its stdout is a
+  // file or the journal more often than a terminal.
+  std::fflush(stdout);
+  if (int rc = checked; rc != kExitOk) {
     std::fprintf(stderr, "strata launch: %s was refused by the check above; nothing started\n",
                  config_path.c_str());
     return rc;
