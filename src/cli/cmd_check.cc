@@ -5,7 +5,8 @@
 // port too), the KV transport of PD roles (a self-test write between two
 // transports of this process), each router's URLs against the services of
 // the file (CheckRouterUrls), and host memory summed over the services on
-// each NUMA node (cli/deploy_config.h). Prints
+// each NUMA node (cli/deploy_config.h); and the launcher's own port and
+// log directory. Prints
 // the memory plan and every problem; exit 0 when it is all valid, 78
 // (kExitConfig) otherwise.
 #include <ifaddrs.h>
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "cli/cli.h"
@@ -127,6 +129,35 @@ std::vector<std::string> LocalHosts() {
   return out;
 }
 
+// What `strata launch` needs of this machine for itself: its port free (as
+// the services' ports) and its log directory creatable and writable (the
+// nearest existing ancestor is tested: the check creates nothing).
+std::vector<std::string> LauncherProblems(const LauncherConfig& l) {
+  std::vector<std::string> out;
+  if (Status st = ProbePort("127.0.0.1", l.port); !st.ok())
+    out.push_back("[launcher] port " + std::to_string(l.port) + ": " + st.message());
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(l.log_dir, ec);
+  while (!ec && !dir.empty() && !std::filesystem::exists(dir, ec) && dir != dir.parent_path())
+    dir = dir.parent_path();
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    out.push_back("[launcher] log-dir '" + l.log_dir + "': " + dir.string() +
+                  " is not a directory (give a directory, or a path one can be created at)");
+  else {
+    // A directory made and removed at once: access(W_OK) says yes to root
+    // on read-only and virtual file systems alike.
+    std::string probe = (dir / ".strata-check-XXXXXX").string();
+    if (mkdtemp(probe.data()) == nullptr)
+      out.push_back("[launcher] log-dir '" + l.log_dir + "': cannot create a directory in " +
+                    dir.string() + ": " + std::strerror(errno) +
+                    " (give a writable directory, e.g. log-dir = \"strata-logs\" under the "
+                    "working directory)");
+    else
+      rmdir(probe.c_str());
+  }
+  return out;
+}
+
 // The I/O half of the check for one service: the model's config.json and
 // weight sizes, the storage directory, the port; for PD roles the bootstrap
 // port and the KV transport.
@@ -217,7 +248,9 @@ int CheckCommand(const Args& args) {
   for (ServiceSpec& s : d->services) inputs.push_back(ReadInputs(s));
   HostMemoryFacts host;
   if (auto facts = ReadHostMemoryFacts("/"); facts.ok()) host = std::move(*facts);
-  const DeploymentPlan plan = PlanDeployment(*d, inputs, host, LocalHosts());
+  DeploymentPlan plan = PlanDeployment(*d, inputs, host, LocalHosts());
+  if (!d->from_command_line)
+    for (std::string& p : LauncherProblems(d->launcher)) plan.problems.push_back(std::move(p));
 
   std::printf("%s", FormatDeploymentPlan(plan).c_str());
   for (const std::string& w : plan.warnings) std::printf("warning: %s\n", w.c_str());

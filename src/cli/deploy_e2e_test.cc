@@ -178,6 +178,25 @@ TEST_F(DeployTest, APortInUseIsAProblem) {
   EXPECT_THAT(r.err,
               HasSubstr("service 'chat': --port " + std::to_string(held.port()) +
                         ": 127.0.0.1:" + std::to_string(held.port()) + " is already in use"));
+
+  // The launcher's own port and log directory are checked too.
+  const std::string launcher =
+      File("launcher.toml", "[launcher]\nport = " + std::to_string(held.port()) +
+                                "\nlog-dir = \"/proc/strata-no-such/logs\"\n" +
+                                Service("chat", FreePort()));
+  r = Run({"check", "--config", launcher});
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[launcher] port " + std::to_string(held.port()) + ": 127.0.0.1:" +
+                               std::to_string(held.port()) + " is already in use"));
+  EXPECT_THAT(r.err, HasSubstr("[launcher] log-dir '/proc/strata-no-such/logs': cannot create a "
+                               "directory in /proc"));
+  // A log-dir still to be made is fine, and the check makes nothing.
+  const std::string later =
+      File("later.toml", "[launcher]\nport = " + std::to_string(FreePort()) + "\nlog-dir = \"" +
+                             tmp_ + "/a/b/logs\"\n" + Service("chat", FreePort()));
+  r = Run({"check", "--config", later});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_FALSE(fs::exists(tmp_ + "/a"));
 }
 
 // A PD pair behind a router: what one machine can tell before anything
