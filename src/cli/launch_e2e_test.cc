@@ -204,9 +204,13 @@ class LaunchTest : public ::testing::Test {
 };
 
 TEST_F(LaunchTest, TheIncidentsFileIsRefusedBeforeAnythingStarts) {
-  Launch(File(Launcher() + Service("decode", Model(), FreePort()) +
+  // The incident's PD pair: the prefill's host cache is far past this machine.
+  Launch(File(Launcher() +
+              Service("decode", Model(), FreePort(), "disaggregation-mode = \"decode\"\n") +
               Service("prefill", Model(), FreePort(),
-                      "enable-hierarchical-cache = true\nhicache-size = 100000\n")));
+                      "disaggregation-mode = \"prefill\"\ndisaggregation-bootstrap-port = " +
+                          std::to_string(FreePort()) +
+                          "\nenable-hierarchical-cache = true\nhicache-size = 100000\n")));
   EXPECT_EQ(WaitExit(std::chrono::seconds(60)), 78) << Read(log_);
   const std::string out = Read(log_);
   EXPECT_THAT(out, HasSubstr("service 'prefill': the HiCache host tier does not fit"));
