@@ -1,23 +1,35 @@
 // strata check: validates a deployment (or one `strata serve` command line)
 // against the model directories and this host before anything starts: each
 // service's own ValidateServeConfig (the check `strata serve` runs at its
-// start), the ports (unique, and free by a bind test), and host memory
-// summed over the services on each NUMA node (cli/deploy_config.h). Prints
+// start), the ports (unique, and free by a bind test; a prefill's bootstrap
+// port too), the KV transport of PD roles (a self-test write between two
+// transports of this process), each router's URLs against the services of
+// the file (CheckRouterUrls), and host memory summed over the services on
+// each NUMA node (cli/deploy_config.h); and the launcher's own port and
+// log directory. Prints
 // the memory plan and every problem; exit 0 when it is all valid, 78
 // (kExitConfig) otherwise.
+#include <ifaddrs.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <map>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/deploy_config.h"
+#include "disagg/kv_transport.h"
 #include "model/model_dir.h"
+#include "util/logging.h"
 
 namespace strata::cli {
 namespace {
@@ -62,8 +74,93 @@ Status ProbePort(const std::string& host, int64_t port) {
   return st;
 }
 
+// The KV transport's self-test on this host, once per backend (every PD
+// service of a deployment gets the same answer), with the fix in the
+// message. The servers `strata launch` starts inherit this environment, so
+// they get the UCX_TLS tested here.
+Status TransportOnThisHost(const std::string& backend) {
+  static std::map<std::string, Status> tested;
+  if (auto it = tested.find(backend); it != tested.end()) return it->second;
+  disagg::TransportOptions o;
+  o.backend = backend;
+  // The outcome is the message; the transports' own INFO logs would only
+  // repeat it.
+  const LogLevel level = GetLogLevel();
+  SetLogLevel(LogLevel::ERROR);
+  Status st = disagg::SelfTestKvTransport(o, std::chrono::seconds(10));
+  SetLogLevel(level);
+  if (!st.ok()) {
+    const char* tls = std::getenv("UCX_TLS");
+    st = Status(st.code(),
+                "KV pages cannot move between two processes of this machine (UCX_TLS=" +
+                    std::string(tls ? tls : "unset: UCX's default") + "): " + st.message() +
+                    (tls ? " (unset UCX_TLS or set UCX_TLS=tcp; docs/architecture/disagg.md, "
+                           "Data plane)"
+                         : " (see what UCX offers here: ucx_info -d)"));
+  }
+  tested.emplace(backend, st);
+  return st;
+}
+
+// This machine's addresses and names, for CheckRouterUrls: a router URL
+// naming one of them must be a service of the file.
+std::vector<std::string> LocalHosts() {
+  std::vector<std::string> out;
+  char name[256];
+  if (gethostname(name, sizeof name) == 0) {
+    name[sizeof name - 1] = '\0';
+    out.emplace_back(name);
+  }
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    const int fam = i->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    char host[NI_MAXHOST];
+    const socklen_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(i->ifa_addr, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0) {
+      std::string h = host;
+      if (auto pct = h.find('%'); pct != std::string::npos) h.erase(pct);  // fe80::1%eth0
+      out.push_back(h);
+    }
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
+// What `strata launch` needs of this machine for itself: its port free (as
+// the services' ports) and its log directory creatable and writable (the
+// nearest existing ancestor is tested: the check creates nothing).
+std::vector<std::string> LauncherProblems(const LauncherConfig& l) {
+  std::vector<std::string> out;
+  if (Status st = ProbePort("127.0.0.1", l.port); !st.ok())
+    out.push_back("[launcher] port " + std::to_string(l.port) + ": " + st.message());
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(l.log_dir, ec);
+  while (!ec && !dir.empty() && !std::filesystem::exists(dir, ec) && dir != dir.parent_path())
+    dir = dir.parent_path();
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    out.push_back("[launcher] log-dir '" + l.log_dir + "': " + dir.string() +
+                  " is not a directory (give a directory, or a path one can be created at)");
+  else {
+    // A directory made and removed at once: access(W_OK) says yes to root
+    // on read-only and virtual file systems alike.
+    std::string probe = (dir / ".strata-check-XXXXXX").string();
+    if (mkdtemp(probe.data()) == nullptr)
+      out.push_back("[launcher] log-dir '" + l.log_dir + "': cannot create a directory in " +
+                    dir.string() + ": " + std::strerror(errno) +
+                    " (give a writable directory, e.g. log-dir = \"strata-logs\" under the "
+                    "working directory)");
+    else
+      rmdir(probe.c_str());
+  }
+  return out;
+}
+
 // The I/O half of the check for one service: the model's config.json and
-// weight sizes, the storage directory, the port.
+// weight sizes, the storage directory, the port; for PD roles the bootstrap
+// port and the KV transport.
 ServiceInputs ReadInputs(ServiceSpec& s) {
   ServiceInputs in;
   if (s.command == ServiceCommand::kRouter) {
@@ -81,6 +178,15 @@ ServiceInputs ReadInputs(ServiceSpec& s) {
     in.model_status = model.status();
   in.env = ReadServeEnvironment(s.serve, s.serve.model.model_path);
   in.port = ProbePort(s.serve.host, s.serve.port);
+  const std::string role = s.role();
+  if (role == "prefill")
+    in.bootstrap_port = ProbePort(s.serve.disaggregation_bootstrap_host.empty()
+                                      ? s.serve.host
+                                      : s.serve.disaggregation_bootstrap_host,
+                                  s.serve.disaggregation_bootstrap_port);
+  // An unknown backend is ValidateServeConfig's problem, with its fix.
+  if ((role == "prefill" || role == "decode") && s.serve.disaggregation_transfer_backend == "ucx")
+    in.transport = TransportOnThisHost(s.serve.disaggregation_transfer_backend);
   return in;
 }
 
@@ -97,13 +203,16 @@ int CheckCommand(const Args& args) {
     own.erase(dash, own.end());
   }
   std::string config_path, only;
-  FlagSet f(cmd,
-            "Checks a deployment before anything starts: every service's flags against its model "
-            "and this machine (what `strata serve` checks at startup), ports unique and free, and "
-            "host memory summed per NUMA node over the services placed there. Prints the memory "
-            "plan and every problem with its fix; exit 0 when valid, 78 otherwise.\n\n"
-            "  strata check --config deploy.toml [--service NAME]\n"
-            "  strata check -- <strata serve flags>");
+  FlagSet f(
+      cmd,
+      "Checks a deployment before anything starts: every service's flags against its model "
+      "and this machine (what `strata serve` checks at startup), ports unique and free (a "
+      "prefill's bootstrap port too), the KV transport of PD roles on this machine (with "
+      "this UCX_TLS), each router's URLs against the services of the file (port and role), "
+      "and host memory summed per NUMA node over the services placed there. Prints the memory "
+      "plan and every problem with its fix; exit 0 when valid, 78 otherwise.\n\n"
+      "  strata check --config deploy.toml [--service NAME]\n"
+      "  strata check -- <strata serve flags>");
   f.String("config", &config_path, "the deployment file (TOML; docs/architecture/cli.md)");
   f.String("service", &only, "check only this service of the file");
   if (Status s = f.Parse(own); !s.ok()) return UsageError(cmd, s);
@@ -139,7 +248,9 @@ int CheckCommand(const Args& args) {
   for (ServiceSpec& s : d->services) inputs.push_back(ReadInputs(s));
   HostMemoryFacts host;
   if (auto facts = ReadHostMemoryFacts("/"); facts.ok()) host = std::move(*facts);
-  const DeploymentPlan plan = PlanDeployment(*d, inputs, host);
+  DeploymentPlan plan = PlanDeployment(*d, inputs, host, LocalHosts());
+  if (!d->from_command_line)
+    for (std::string& p : LauncherProblems(d->launcher)) plan.problems.push_back(std::move(p));
 
   std::printf("%s", FormatDeploymentPlan(plan).c_str());
   for (const std::string& w : plan.warnings) std::printf("warning: %s\n", w.c_str());

@@ -6,7 +6,9 @@
 // /v1/targets (Prometheus service discovery) on
 // 127.0.0.1:<[launcher] port>. SIGTERM/SIGINT stop every service in reverse
 // order (SIGTERM, its --drain-timeout-s plus a margin, then SIGKILL) and
-// exit 0.
+// exit 0. A launcher that is killed takes its services with it
+// (PR_SET_PDEATHSIG); the next one ends any still draining before its check
+// (StopLeftoverServices) and starts them afresh.
 #include <unistd.h>
 
 #include <chrono>
@@ -64,8 +66,20 @@ int LaunchCommand(const Args& args) {
       (!positional.empty() && config_path != positional[0]))
     return UsageError(cmd, InvalidArgument("give one deployment file: strata launch deploy.toml"));
 
+  // A previous launcher of this deployment that was killed (kill -9, the
+  // OOM killer) took its children with it, but one still draining would
+  // hold its ports and fail the check below: end those first (supervisor.h).
+  if (auto pre = ParseDeploymentFile(config_path); pre.ok())
+    if (Status st = StopLeftoverServices(pre->launcher.log_dir, Log); !st.ok()) {
+      std::fprintf(stderr, "strata launch: %s; nothing started\n", st.message().c_str());
+      return kExitFailure;
+    }
   // The whole of `strata check` first: nothing starts on a file it refuses.
-  if (int rc = CheckCommand({"--config", config_path}); rc != kExitOk) {
+  const int checked = CheckCommand({"--config", config_path});
+  // The plan goes out now, not when the launcher exits: its stdout is a
+  // file or the journal more often than a terminal.
+  std::fflush(stdout);
+  if (int rc = checked; rc != kExitOk) {
     std::fprintf(stderr, "strata launch: %s was refused by the check above; nothing started\n",
                  config_path.c_str());
     return rc;

@@ -8,6 +8,7 @@
 #include <toml.hpp>
 
 #include "cache/hicache_plan.h"
+#include "router/upstream_client.h"
 
 namespace strata::cli {
 namespace {
@@ -317,24 +318,166 @@ int64_t NodeBudget::HeadroomBytes() const {
 std::vector<std::string> UniquenessProblems(const Deployment& d) {
   std::vector<std::string> problems;
   std::map<std::string, std::string> seen_name;
-  std::map<int64_t, std::string> seen_port;
-  if (!d.from_command_line) seen_port[d.launcher.port] = "the [launcher]";
+  // port -> (who uses it, which service: "" for the launcher)
+  std::map<int64_t, std::pair<std::string, std::string>> seen_port;
+  if (!d.from_command_line) seen_port[d.launcher.port] = {"the [launcher]", ""};
   for (const ServiceSpec& s : d.services) {
     if (!seen_name.emplace(s.name, s.name).second)
       problems.push_back(d.path + ":" + std::to_string(s.line) + ": two services are named " +
                          Quoted(s.name) + ": give each [[service]] its own name");
-    if (s.port() == 0) continue;  // "any free port" never collides
-    auto [it, fresh] = seen_port.emplace(s.port(), "service " + Quoted(s.name));
-    if (!fresh)
-      problems.push_back("service " + Quoted(s.name) + " and " + it->second + " both use port " +
-                         std::to_string(s.port()) +
-                         ": give each its own port (port = N; 0 picks any free port)");
+    if (s.port() != 0) {  // "any free port" never collides
+      auto [it, fresh] =
+          seen_port.emplace(s.port(), std::pair("service " + Quoted(s.name), s.name));
+      if (!fresh)
+        problems.push_back("service " + Quoted(s.name) + " and " + it->second.first +
+                           " both use port " + std::to_string(s.port()) +
+                           ": give each its own port (port = N; 0 picks any free port)");
+    }
+    // A prefill's bootstrap endpoint is a port of this machine too. Its
+    // clash with its own --port is ValidateServeConfig's.
+    if (s.role() != "prefill" || s.serve.disaggregation_bootstrap_port == 0) continue;
+    const int64_t bp = s.serve.disaggregation_bootstrap_port;
+    auto [it, fresh] =
+        seen_port.emplace(bp, std::pair("the bootstrap port of service " + Quoted(s.name), s.name));
+    if (!fresh && it->second.second != s.name)
+      problems.push_back("service " + Quoted(s.name) + ": disaggregation-bootstrap-port " +
+                         std::to_string(bp) + " is also used by " + it->second.first +
+                         ": give each prefill a bootstrap port no other service or prefill uses "
+                         "(disaggregation-bootstrap-port = N; 0 picks any free port)");
   }
   return problems;
 }
 
+namespace {
+
+std::string Unbracket(const std::string& host) {
+  return host.size() > 2 && host.front() == '[' && host.back() == ']'
+             ? host.substr(1, host.size() - 2)
+             : host;
+}
+bool IsLoopback(const std::string& host) {
+  const std::string h = Unbracket(host);
+  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
+}
+bool IsWildcard(const std::string& host) {
+  const std::string h = Unbracket(host);
+  return h.empty() || h == "0.0.0.0" || h == "::";
+}
+// Whether a socket listening on `listen` accepts a connection to `target`.
+bool Reaches(const std::string& listen, const std::string& target) {
+  if (IsWildcard(listen)) return true;
+  auto norm = [](std::string h) {
+    h = Unbracket(h);
+    return h == "localhost" ? std::string("127.0.0.1") : h;
+  };
+  return norm(listen) == norm(target);
+}
+
+}  // namespace
+
+RouterCrossCheck CheckRouterUrls(const Deployment& d, const std::vector<std::string>& local_hosts) {
+  RouterCrossCheck out;
+  auto local = [&](const std::string& host) {
+    return IsLoopback(host) ||
+           std::find(local_hosts.begin(), local_hosts.end(), Unbracket(host)) != local_hosts.end();
+  };
+  auto role_key = [](const std::string& role) {
+    return role == "colocated" ? std::string("no disaggregation-mode")
+                               : "disaggregation-mode = \"" + role + "\"";
+  };
+  std::vector<std::string> referenced;
+  bool any_router = false;
+  for (const ServiceSpec& r : d.services) {
+    if (r.command != ServiceCommand::kRouter) continue;
+    any_router = true;
+    const std::string who = "service " + Quoted(r.name) + ": ";
+    const struct {
+      const char* flag;
+      const std::vector<std::string>* urls;
+      const char* role;
+    } lists[] = {{"worker", &r.router.o.workers, "colocated"},
+                 {"prefill", &r.router.o.prefills, "prefill"},
+                 {"decode", &r.router.o.decodes, "decode"}};
+    for (const auto& list : lists) {
+      // The services of that role, as the fix names them.
+      std::string candidates;
+      for (const ServiceSpec& s : d.services)
+        if (s.command == ServiceCommand::kServe && s.role() == list.role && s.port() != 0)
+          candidates += (candidates.empty() ? "" : ", ") + Quoted(s.name) + " on port " +
+                        std::to_string(s.port());
+      const std::string fix =
+          candidates.empty()
+              ? std::string(" (the file has no ") + list.role + " service: add one (" +
+                    role_key(list.role) + "), or name a server of another machine)"
+              : std::string(" (the file's ") + list.role + " services: " + candidates + ")";
+      for (const std::string& url : *list.urls) {
+        auto ep = router::ParseWorkerUrl(url);
+        if (!ep.ok() || !local(ep->host)) continue;  // another machine: not ours to check
+        const std::string at = who + "--" + list.flag + " " + url + ": ";
+        if (ep->port == r.port()) {
+          out.problems.push_back(at + "that is this router's own port; give the port of a " +
+                                 list.role + " service" + fix);
+          continue;
+        }
+        const ServiceSpec* target = nullptr;
+        for (const ServiceSpec& s : d.services)
+          if (s.port() == ep->port && &s != &r) target = &s;
+        if (!target) {
+          out.problems.push_back(at + "no service of " + d.path + " listens on port " +
+                                 std::to_string(ep->port) + " of this machine; give the port of " +
+                                 "a " + list.role + " service" + fix);
+          continue;
+        }
+        referenced.push_back(target->name);
+        const std::string role = target->role();
+        if (role != list.role) {
+          out.problems.push_back(at + "that is service " + Quoted(target->name) + ", a " + role +
+                                 (target->command == ServiceCommand::kRouter
+                                      ? ""
+                                      : " service (" + role_key(role) + ")") +
+                                 ", but --" + list.flag + " takes " + list.role + " services (" +
+                                 role_key(list.role) + "): point it at one" + fix);
+          continue;
+        }
+        if (!Reaches(target->serve.host, ep->host)) {
+          out.problems.push_back(at + "service " + Quoted(target->name) + " listens on " +
+                                 target->serve.host + " only (host), so the router cannot reach " +
+                                 "it at " + ep->host + ": give the URL that address (http://" +
+                                 target->serve.host + ":" + std::to_string(ep->port) +
+                                 ") or let the service listen on every address (host = "
+                                 "\"0.0.0.0\")");
+          continue;
+        }
+        if (role != "prefill") continue;
+        // The router hands the decode this URL's host as bootstrap_host.
+        const std::string& bh = target->serve.disaggregation_bootstrap_host.empty()
+                                    ? target->serve.host
+                                    : target->serve.disaggregation_bootstrap_host;
+        if (!Reaches(bh, ep->host))
+          out.problems.push_back(
+              at + "the router gives decode servers this URL's host, " + ep->host +
+              ", as the bootstrap host, but service " + Quoted(target->name) +
+              "'s bootstrap endpoint listens on " + bh +
+              " only, so no decode can connect: set its disaggregation-bootstrap-host to " +
+              ep->host + " or \"0.0.0.0\", or give the URL the address " + bh);
+      }
+    }
+  }
+  if (!any_router) return out;
+  for (const ServiceSpec& s : d.services) {
+    if (s.command != ServiceCommand::kServe || s.role() == "colocated") continue;
+    if (std::find(referenced.begin(), referenced.end(), s.name) != referenced.end()) continue;
+    out.warnings.push_back("service " + Quoted(s.name) + " (" + s.role() +
+                           ") is behind no router of the file, so no request reaches it: add "
+                           "its URL to a router's " +
+                           s.role() + " = [...]");
+  }
+  return out;
+}
+
 DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInputs>& inputs,
-                              const HostMemoryFacts& host) {
+                              const HostMemoryFacts& host,
+                              const std::vector<std::string>& local_hosts) {
   DeploymentPlan out;
   std::vector<bool> service_ok;
   for (size_t i = 0; i < d.services.size(); ++i) {
@@ -364,6 +507,14 @@ DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInpu
     if (!in.port.ok())
       m.plan.problems.push_back("--port " + std::to_string(s.serve.port) + ": " +
                                 in.port.message());
+    if (!in.bootstrap_port.ok())
+      m.plan.problems.push_back("--disaggregation-bootstrap-port " +
+                                std::to_string(s.serve.disaggregation_bootstrap_port) + ": " +
+                                in.bootstrap_port.message());
+    if (!in.transport.ok())
+      m.plan.problems.push_back("--disaggregation-transfer-backend " +
+                                s.serve.disaggregation_transfer_backend + ": " +
+                                in.transport.message());
     for (const std::string& p : m.plan.problems) out.problems.push_back(who + p);
     for (const std::string& w : m.plan.warnings) out.warnings.push_back(who + w);
     service_ok.push_back(m.plan.ok());
@@ -371,6 +522,9 @@ DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInpu
   }
 
   for (std::string& p : UniquenessProblems(d)) out.problems.push_back(std::move(p));
+  RouterCrossCheck urls = CheckRouterUrls(d, local_hosts);
+  for (std::string& p : urls.problems) out.problems.push_back(std::move(p));
+  for (std::string& w : urls.warnings) out.warnings.push_back(std::move(w));
 
   // Memory together, per NUMA node and over every allowed node.
   if (host.nodes.empty()) {

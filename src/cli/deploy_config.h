@@ -117,6 +117,11 @@ struct ServiceInputs {
   Status model_status = OkStatus();  // why it is empty
   ServeEnvironment env;              // ReadServeEnvironment
   Status port = OkStatus();          // the bind test of --host/--port
+  // PD roles. A prefill: the bind test of its bootstrap host and port. Both
+  // roles: the KV transport's self-test on this host
+  // (disagg::SelfTestKvTransport with the launcher's UCX_TLS).
+  Status bootstrap_port = OkStatus();
+  Status transport = OkStatus();
 };
 
 // One service's validated plan and the host memory it takes.
@@ -155,20 +160,39 @@ struct DeploymentPlan {
   bool ok() const { return problems.empty(); }
 };
 
-// Names and ports unique across the deployment (the launcher's port
-// included; port 0 is "any" and never collides). PlanDeployment runs it;
-// `strata systemd` too (two units of one name would overwrite each other).
+// Names and ports unique across the deployment (the launcher's port and
+// each prefill's bootstrap port included; port 0 is "any" and never
+// collides). PlanDeployment runs it; `strata systemd` too (two units of one
+// name would overwrite each other).
 std::vector<std::string> UniquenessProblems(const Deployment& d);
 
+// A router's view of the deployment: each --worker, --prefill and --decode
+// URL whose host is this machine (a loopback address, "localhost", or one
+// of `local_hosts`: this machine's addresses and names) must be a service
+// of the file on that port, of the role the flag names (--prefill: a
+// prefill-mode service, --decode: decode-mode, --worker: colocated), and
+// that service must listen where the router connects (--host 0.0.0.0, ::
+// or the URL's host); a prefill's bootstrap endpoint too, since the router
+// hands the decode the prefill's URL host as bootstrap_host. A URL of
+// another machine cannot be checked here and is not. A PD service no router
+// of the file sends to is a warning (when the file has a router).
+struct RouterCrossCheck {
+  std::vector<std::string> problems, warnings;
+};
+RouterCrossCheck CheckRouterUrls(const Deployment& d, const std::vector<std::string>& local_hosts);
+
 // Validates every service (ValidateServeConfig with inputs[i]) and the
-// deployment: UniquenessProblems, each port free (inputs[i].port), and memory
-// summed per NUMA node: the services with --numa-node N against node N, and
-// every service against all allowed nodes (and the cgroup), each with one
-// reserve for the OS. Services that each fit alone but not together are a
-// problem naming all of them and what would fit.
+// deployment: UniquenessProblems, each port free (inputs[i].port; a
+// prefill's bootstrap port too), the KV transport of PD roles
+// (inputs[i].transport), CheckRouterUrls (`local_hosts` as it takes them),
+// and memory summed per NUMA node: the services with --numa-node N against
+// node N, and every service against all allowed nodes (and the cgroup), each
+// with one reserve for the OS. Services that each fit alone but not together
+// are a problem naming all of them and what would fit.
 // REQUIRES: inputs.size() == d.services.size().
 DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInputs>& inputs,
-                              const HostMemoryFacts& host);
+                              const HostMemoryFacts& host,
+                              const std::vector<std::string>& local_hosts = {});
 
 // The memory plan as a text table (per service: weights, device KV pool per
 // group, host pool per group; per node: free, reserve, planned, headroom).

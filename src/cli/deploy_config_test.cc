@@ -326,5 +326,163 @@ TEST(DeployPlanTest, EachServicesOwnProblemsAreNamedAndTheTableShowsThePlan) {
   EXPECT_THAT(table, HasSubstr("host memory per NUMA node"));
 }
 
+// A PD pair behind a router; `urls` are the router's keys.
+Deployment PdPair(const std::string& urls, const std::string& prefill_more = "") {
+  return MustParse(R"(
+[[service]]
+name = "prefill"
+command = "serve"
+port = 30010
+disaggregation-mode = "prefill"
+)" + prefill_more + R"(
+[[service]]
+name = "decode"
+command = "serve"
+port = 30011
+disaggregation-mode = "decode"
+[[service]]
+name = "chat"
+command = "serve"
+port = 30012
+[[service]]
+name = "router"
+command = "router"
+port = 30000
+)" + urls);
+}
+
+std::string AllOf(const RouterCrossCheck& c) {
+  std::string s;
+  for (auto& x : c.problems) s += x + "\n";
+  return s;
+}
+
+TEST(RouterUrlsTest, TheExamplesUrlsAreServicesOfTheRightRole) {
+  const RouterCrossCheck ok = CheckRouterUrls(
+      PdPair("prefill = [\"http://127.0.0.1:30010\"]\ndecode = [\"http://localhost:30011/\"]\n"),
+      {});
+  EXPECT_TRUE(ok.problems.empty()) << AllOf(ok);
+  EXPECT_TRUE(ok.warnings.empty());
+  // A colocated router's --worker takes a colocated service.
+  const RouterCrossCheck worker = CheckRouterUrls(MustParse(R"(
+[[service]]
+name = "chat"
+command = "serve"
+port = 30012
+[[service]]
+name = "router"
+command = "router"
+port = 30000
+worker = ["http://127.0.0.1:30012"]
+)"),
+                                                  {});
+  EXPECT_TRUE(worker.problems.empty()) << AllOf(worker);
+}
+
+TEST(RouterUrlsTest, ATypodPortOrTheWrongRoleIsAProblemWithItsFix) {
+  const RouterCrossCheck c = CheckRouterUrls(
+      PdPair("prefill = [\"http://127.0.0.1:30011\"]\ndecode = [\"http://127.0.0.1:30021\", "
+             "\"http://127.0.0.1:30000\", \"http://127.0.0.1:30012\"]\n"),
+      {});
+  const std::string all = AllOf(c);
+  ASSERT_EQ(c.problems.size(), 4u) << all;
+  EXPECT_THAT(c.problems[0],
+              HasSubstr("service 'router': --prefill http://127.0.0.1:30011: that is service "
+                        "'decode', a decode service (disaggregation-mode = \"decode\"), but "
+                        "--prefill takes prefill services (disaggregation-mode = \"prefill\"): "
+                        "point it at one (the file's prefill services: 'prefill' on port 30010)"));
+  EXPECT_THAT(c.problems[1],
+              HasSubstr("--decode http://127.0.0.1:30021: no service of deploy.toml listens on "
+                        "port 30021 of this machine; give the port of a decode service (the "
+                        "file's decode services: 'decode' on port 30011)"));
+  EXPECT_THAT(c.problems[2], HasSubstr("--decode http://127.0.0.1:30000: that is this router's "
+                                       "own port"));
+  EXPECT_THAT(c.problems[3], HasSubstr("that is service 'chat', a colocated service (no "
+                                       "disaggregation-mode), but --decode takes decode"));
+  // The prefill is named by no router: a warning, not a problem.
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0], HasSubstr("service 'prefill' (prefill) is behind no router"));
+}
+
+TEST(RouterUrlsTest, OnlyThisMachinesUrlsAreChecked) {
+  const std::string urls =
+      "prefill = [\"http://10.9.8.7:30099\", \"http://127.0.0.1:30010\"]\n"
+      "decode = [\"http://10.9.8.7:30011\", \"http://127.0.0.1:30011\"]\n";
+  EXPECT_TRUE(CheckRouterUrls(PdPair(urls), {}).problems.empty());
+  // Once 10.9.8.7 is an address of this machine, port 30099 is a typo, and
+  // the decode (--host 127.0.0.1 by default) cannot be reached there.
+  const RouterCrossCheck c = CheckRouterUrls(PdPair(urls), {"10.9.8.7"});
+  ASSERT_EQ(c.problems.size(), 2u) << AllOf(c);
+  EXPECT_THAT(c.problems[0], HasSubstr("--prefill http://10.9.8.7:30099: no service"));
+  EXPECT_THAT(c.problems[1], HasSubstr("--decode http://10.9.8.7:30011: service 'decode' listens "
+                                       "on 127.0.0.1 only (host), so the router cannot reach it "
+                                       "at 10.9.8.7"));
+}
+
+TEST(RouterUrlsTest, TheRouterAndTheDecodeMustReachWhereThePrefillListens) {
+  const std::string urls =
+      "prefill = [\"http://127.0.0.1:30010\"]\ndecode = [\"http://127.0.0.1:30011\"]\n";
+  RouterCrossCheck c = CheckRouterUrls(PdPair(urls, "host = \"10.0.0.5\"\n"), {"10.0.0.5"});
+  ASSERT_EQ(c.problems.size(), 1u) << AllOf(c);
+  EXPECT_THAT(c.problems[0], HasSubstr("service 'prefill' listens on 10.0.0.5 only (host), so the "
+                                       "router cannot reach it at 127.0.0.1: give the URL that "
+                                       "address (http://10.0.0.5:30010)"));
+  // The decode connects to the URL's host, where the bootstrap endpoint must listen.
+  c = CheckRouterUrls(PdPair(urls, "disaggregation-bootstrap-host = \"10.0.0.5\"\n"), {});
+  ASSERT_EQ(c.problems.size(), 1u) << AllOf(c);
+  EXPECT_THAT(c.problems[0],
+              HasSubstr("the router gives decode servers this URL's host, 127.0.0.1, as the "
+                        "bootstrap host, but service 'prefill''s bootstrap endpoint listens on "
+                        "10.0.0.5 only, so no decode can connect: set its "
+                        "disaggregation-bootstrap-host to 127.0.0.1 or \"0.0.0.0\""));
+  c = CheckRouterUrls(PdPair(urls, "disaggregation-bootstrap-host = \"0.0.0.0\"\n"), {});
+  EXPECT_TRUE(c.problems.empty()) << AllOf(c);
+}
+
+TEST(DeployPlanTest, BootstrapPortsAreUniqueAndTheirBindTestAndTheTransportAreProblems) {
+  const HostMemoryFacts host = TwoNodes240();
+  const Deployment d = MustParse(R"(
+[launcher]
+port = 8090
+[[service]]
+name = "p1"
+command = "serve"
+port = 30010
+disaggregation-mode = "prefill"
+[[service]]
+name = "p2"
+command = "serve"
+port = 30011
+disaggregation-mode = "prefill"
+[[service]]
+name = "p3"
+command = "serve"
+port = 30012
+disaggregation-mode = "prefill"
+disaggregation-bootstrap-port = 30010
+[[service]]
+name = "p4"
+command = "serve"
+port = 30013
+disaggregation-mode = "prefill"
+disaggregation-bootstrap-port = 8090
+)");
+  std::vector<ServiceInputs> in(4, Inputs(host));
+  in[0].bootstrap_port = FailedPrecondition("127.0.0.1:8998 is already in use");
+  in[1].transport = Unavailable("KV pages cannot move");
+  const std::string all = All(PlanDeployment(d, in, host));
+  EXPECT_THAT(all, HasSubstr("service 'p2': disaggregation-bootstrap-port 8998 is also used by "
+                             "the bootstrap port of service 'p1': give each prefill a bootstrap "
+                             "port no other service or prefill uses"));
+  EXPECT_THAT(all, HasSubstr("service 'p3': disaggregation-bootstrap-port 30010 is also used by "
+                             "service 'p1'"));
+  EXPECT_THAT(all, HasSubstr("service 'p4': disaggregation-bootstrap-port 8090 is also used by "
+                             "the [launcher]"));
+  EXPECT_THAT(all, HasSubstr("service 'p1': --disaggregation-bootstrap-port 8998: 127.0.0.1:8998 "
+                             "is already in use"));
+  EXPECT_THAT(all, HasSubstr("service 'p2': --disaggregation-transfer-backend ucx: KV pages "
+                             "cannot move"));
+}
+
 }  // namespace
 }  // namespace strata::cli

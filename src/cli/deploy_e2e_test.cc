@@ -2,7 +2,9 @@
 // binary: a valid deployment file prints its memory plan and exits 0; the
 // incident's file (a host cache sized far past this machine), an unknown key,
 // a TOML syntax error and a port already in use exit 78 with the numbers,
-// file and line; the generated systemd units pass `systemd-analyze verify`.
+// file and line; a PD file's router URLs, bootstrap port and KV transport
+// (UCX_TLS) are checked; the generated systemd units pass `systemd-analyze
+// verify`.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -76,8 +78,9 @@ class DeployTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(tmp_); }
 
-  Result Run(const std::vector<std::string>& args) {
-    std::string cmd = "STRATA_HOME=" + Quote(tmp_ + "/home") + " " + Quote(STRATA_BINARY);
+  // `env`: "NAME=value " assignments before the command.
+  Result Run(const std::vector<std::string>& args, const std::string& env = "") {
+    std::string cmd = env + "STRATA_HOME=" + Quote(tmp_ + "/home") + " " + Quote(STRATA_BINARY);
     for (const auto& a : args) cmd += " " + Quote(a);
     cmd += " 2>" + Quote(tmp_ + "/stderr");
     Result r;
@@ -175,6 +178,94 @@ TEST_F(DeployTest, APortInUseIsAProblem) {
   EXPECT_THAT(r.err,
               HasSubstr("service 'chat': --port " + std::to_string(held.port()) +
                         ": 127.0.0.1:" + std::to_string(held.port()) + " is already in use"));
+
+  // The launcher's own port and log directory are checked too.
+  const std::string launcher =
+      File("launcher.toml", "[launcher]\nport = " + std::to_string(held.port()) +
+                                "\nlog-dir = \"/proc/strata-no-such/logs\"\n" +
+                                Service("chat", FreePort()));
+  r = Run({"check", "--config", launcher});
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[launcher] port " + std::to_string(held.port()) + ": 127.0.0.1:" +
+                               std::to_string(held.port()) + " is already in use"));
+  EXPECT_THAT(r.err, HasSubstr("[launcher] log-dir '/proc/strata-no-such/logs': cannot create a "
+                               "directory in /proc"));
+  // A log-dir still to be made is fine, and the check makes nothing.
+  const std::string later =
+      File("later.toml", "[launcher]\nport = " + std::to_string(FreePort()) + "\nlog-dir = \"" +
+                             tmp_ + "/a/b/logs\"\n" + Service("chat", FreePort()));
+  r = Run({"check", "--config", later});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_FALSE(fs::exists(tmp_ + "/a"));
+}
+
+// A PD pair behind a router: what one machine can tell before anything
+// starts. The router's URLs name services of the file of the right role, the
+// prefill's bootstrap port is free, and the KV transport moves bytes here
+// with this environment's UCX_TLS.
+TEST_F(DeployTest, APdFileIsCheckedAsOneDeploymentUcxAndTheRoutersUrlsIncluded) {
+  const int prefill = FreePort(), decode = FreePort(), router = FreePort();
+  Listener bootstrap_taken;
+  const int bootstrap = FreePort();
+  auto pd = [&](int bootstrap_port, int decode_url_port, int prefill_url_port = 0) {
+    return "[launcher]\nport = " + std::to_string(FreePort()) + "\n" +
+           Service("prefill", prefill,
+                   "disaggregation-mode = \"prefill\"\ndisaggregation-bootstrap-port = " +
+                       std::to_string(bootstrap_port) + "\n") +
+           Service("decode", decode, "disaggregation-mode = \"decode\"\n") +
+           "[[service]]\nname = \"router\"\ncommand = \"router\"\nport = " +
+           std::to_string(router) + "\nprefill = [\"http://127.0.0.1:" +
+           std::to_string(prefill_url_port ? prefill_url_port : prefill) +
+           "\"]\ndecode = [\"http://127.0.0.1:" + std::to_string(decode_url_port) + "\"]\n";
+  };
+  const std::string good = File("pd.toml", pd(bootstrap, decode));
+  Result r = Run({"check", "--config", good});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("OK: 3 services"));
+  EXPECT_THAT(r.out, Not(HasSubstr("warning")));
+
+  // A typo'd port in the router's --decode: the fix names the decode.
+  r = Run({"check", "--config", File("typo.toml", pd(bootstrap, decode + 1000))});
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("service 'router': --decode http://127.0.0.1:" +
+                               std::to_string(decode + 1000) + ": no service of "));
+  EXPECT_THAT(r.err, HasSubstr("give the port of a decode service (the file's decode services: "
+                               "'decode' on port " +
+                               std::to_string(decode) + ")"));
+  // The router's URLs swapped: each names the wrong role.
+  r = Run({"check", "--config", File("role.toml", pd(bootstrap, prefill, decode))});
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("that is service 'prefill', a prefill service"));
+  EXPECT_THAT(r.err, HasSubstr("that is service 'decode', a decode service"));
+
+  // The bootstrap port is taken on this machine.
+  r = Run({"check", "--config", File("taken.toml", pd(bootstrap_taken.port(), decode))});
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("service 'prefill': --disaggregation-bootstrap-port " +
+                               std::to_string(bootstrap_taken.port()) + ": 127.0.0.1:" +
+                               std::to_string(bootstrap_taken.port()) + " is already in use"));
+
+  // UCX_TLS=shm: UCX 1.13's shared memory cannot report a dead peer, so the
+  // servers would fail at their first transfer; the check says so now.
+  r = Run({"check", "--config", good}, "UCX_TLS=shm ");
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("service 'prefill': --disaggregation-transfer-backend ucx: KV pages "
+                               "cannot move between two processes of this machine (UCX_TLS=shm)"));
+  EXPECT_THAT(r.err, HasSubstr("service 'decode': --disaggregation-transfer-backend ucx"));
+  EXPECT_THAT(r.err, HasSubstr("set UCX_TLS=tcp"));
+  r = Run({"check", "--config", good}, "UCX_TLS=no_such_transport ");
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("initialising the transport"));
+  r = Run({"check", "--config", good}, "UCX_TLS=tcp ");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+}
+
+TEST_F(DeployTest, ThePdExampleIsValidOnAFreshMachine) {
+  Result r =
+      Run({"check", "--config", std::string(STRATA_SOURCE_DIR) + "/deploy/examples/pd.toml"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("OK: 3 services"));
+  EXPECT_THAT(r.out, Not(HasSubstr("warning")));
 }
 
 TEST_F(DeployTest, BothCommandsHaveHelp) {

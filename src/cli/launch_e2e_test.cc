@@ -4,7 +4,9 @@
 // that fails at every start is a crash loop after the burst, is not
 // restarted again and `strata status` shows its last error line; a healthy
 // service killed once is restarted and healthy again; SIGTERM stops
-// everything and the launcher exits 0; `strata status --systemd` reads units
+// everything and the launcher exits 0; a launcher killed with SIGKILL takes
+// its services with it and a new one starts them afresh, ending one still
+// holding its port first; `strata status --systemd` reads units
 // from systemctl and journalctl (fakes on PATH: no systemd is PID 1 here).
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -78,6 +80,7 @@ class LaunchTest : public ::testing::Test {
     port_ = FreePort();
   }
   void TearDown() override {
+    if (stopped_ > 0) kill(stopped_, SIGKILL);  // a SIGSTOPped service, should a test fail
     if (pid_ > 0 && !exited_) {
       kill(pid_, SIGKILL);  // its children die with it (PR_SET_PDEATHSIG)
       waitpid(pid_, nullptr, 0);
@@ -103,8 +106,10 @@ class LaunchTest : public ::testing::Test {
     return path;
   }
   // `strata launch FILE` in the background, its output in tmp_/launch.log.
-  void Launch(const std::string& file) {
-    log_ = tmp_ + "/launch.log";
+  void Launch(const std::string& file, const std::string& log_name = "launch.log") {
+    log_ = tmp_ + "/" + log_name;
+    exited_ = false;
+    code_ = -1;
     pid_ = fork();
     if (pid_ == 0) {
       const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -161,17 +166,51 @@ class LaunchTest : public ::testing::Test {
     return r;
   }
 
+  // The live (not zombie) processes with "--port=<port>" in their argv, and
+  // each one's parent: what runs a service of that port.
+  static std::vector<std::pair<pid_t, pid_t>> ServersOnPort(int port) {
+    std::vector<std::pair<pid_t, pid_t>> out;
+    const std::string want = "--port=" + std::to_string(port);
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmdline = Read(e.path().string() + "/cmdline");
+      bool match = false;
+      for (size_t at = 0; at < cmdline.size();) {
+        const size_t end = cmdline.find('\0', at);
+        if (cmdline.substr(at, end - at) == want) match = true;
+        if (end == std::string::npos) break;
+        at = end + 1;
+      }
+      if (!match) continue;
+      const std::string stat = Read(e.path().string() + "/stat");
+      const size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 2));
+      char state = 0;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (state != 'Z') out.emplace_back(std::stoi(name), ppid);
+    }
+    return out;
+  }
+
   std::string tmp_, log_;
   int port_ = 0;
+  pid_t stopped_ = -1;
   pid_t pid_ = -1;
   bool exited_ = false;
   int code_ = -1;
 };
 
 TEST_F(LaunchTest, TheIncidentsFileIsRefusedBeforeAnythingStarts) {
-  Launch(File(Launcher() + Service("decode", Model(), FreePort()) +
+  // The incident's PD pair: the prefill's host cache is far past this machine.
+  Launch(File(Launcher() +
+              Service("decode", Model(), FreePort(), "disaggregation-mode = \"decode\"\n") +
               Service("prefill", Model(), FreePort(),
-                      "enable-hierarchical-cache = true\nhicache-size = 100000\n")));
+                      "disaggregation-mode = \"prefill\"\ndisaggregation-bootstrap-port = " +
+                          std::to_string(FreePort()) +
+                          "\nenable-hierarchical-cache = true\nhicache-size = 100000\n")));
   EXPECT_EQ(WaitExit(std::chrono::seconds(60)), 78) << Read(log_);
   const std::string out = Read(log_);
   EXPECT_THAT(out, HasSubstr("service 'prefill': the HiCache host tier does not fit"));
@@ -267,6 +306,75 @@ TEST_F(LaunchTest, AKilledServiceIsRestartedAndSigtermStopsEverything) {
   r = Run({"status", "--launcher", "http://127.0.0.1:" + std::to_string(port_)});
   EXPECT_EQ(r.code, 69);
   EXPECT_THAT(r.err, HasSubstr("cannot reach the launcher at http://127.0.0.1:"));
+}
+
+// kill -9 of the launcher: its services die with it (PR_SET_PDEATHSIG:
+// SIGTERM, they drain), and a new launcher of the same file starts them
+// afresh. One of them is stopped (SIGSTOP) when the launcher dies, so it
+// still holds its port when the new launcher starts, as a service draining
+// a long request would: the new launcher ends it (from launcher.state)
+// before its check probes the ports, instead of refusing the file because
+// the port is in use. Nothing is left without a parent.
+TEST_F(LaunchTest, AKilledLauncherIsRelaunchedCleanlyAndLeavesNoOrphans) {
+  const int a = FreePort(), b = FreePort();
+  const std::string file = File(Launcher() + Service("chat", Model(), a, "drain-timeout-s = 5\n") +
+                                Service("chat2", Model(), b));
+  Launch(file, "launch1.log");
+  ASSERT_TRUE(WaitState("chat2", "running", std::chrono::seconds(120))) << Read(log_);
+  const pid_t first_launcher = pid_;
+  const int old_chat = Svc("chat")["pid"], old_chat2 = Svc("chat2")["pid"];
+  ASSERT_GT(old_chat, 0);
+  ASSERT_GT(old_chat2, 0);
+  ASSERT_EQ(kill(old_chat, SIGSTOP), 0);
+  stopped_ = old_chat;
+  ASSERT_EQ(kill(first_launcher, SIGKILL), 0);
+  EXPECT_EQ(WaitExit(std::chrono::seconds(10)), -100 - SIGKILL);
+  // chat2 got SIGTERM from the kernel and drains away; chat cannot (stopped).
+  EXPECT_TRUE(Eventually([&] { return ServersOnPort(b).empty(); }, std::chrono::seconds(30)));
+  ASSERT_EQ(ServersOnPort(a).size(), 1u);
+
+  Launch(file, "launch2.log");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto x = Svc("chat"), y = Svc("chat2");
+        return x.is_object() && y.is_object() && x["state"] == "running" && y["state"] == "running";
+      },
+      std::chrono::seconds(120)))
+      << Read(log_) << Read(tmp_ + "/logs/chat.log");
+  const std::string log = Read(log_);
+  EXPECT_THAT(log, HasSubstr("service 'chat': pid " + std::to_string(old_chat) +
+                             " of the previous launcher (pid " + std::to_string(first_launcher) +
+                             ", gone) still runs"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("already in use")));
+  EXPECT_THAT(Read(tmp_ + "/logs/chat.log"), HasSubstr("of the previous launcher"));
+  // Fresh processes, children of the new launcher; the old ones are gone.
+  for (int port : {a, b}) {
+    auto servers = ServersOnPort(port);
+    ASSERT_EQ(servers.size(), 1u) << "port " << port;
+    EXPECT_EQ(servers[0].second, pid_)
+        << "port " << port << ": pid " << servers[0].first << " is not the new launcher's child";
+    EXPECT_NE(servers[0].first, old_chat);
+    EXPECT_NE(servers[0].first, old_chat2);
+    auto health = HttpGetOnce("127.0.0.1", port, "/health", std::chrono::seconds(5));
+    ASSERT_TRUE(health.ok()) << health.status().message();
+    EXPECT_EQ(health->status, 200);
+  }
+  stopped_ = -1;                          // gone (its pid may be another process's soon)
+  EXPECT_EQ(Svc("chat")["restarts"], 0);  // a new launcher: a first start, not a restart
+
+  // A second launcher of the same file while this one runs touches nothing.
+  Result again = Run({"launch", file});
+  EXPECT_EQ(again.code, 1) << again.out << again.err;
+  EXPECT_THAT(again.err, HasSubstr("another strata launch (pid " + std::to_string(pid_) + ")"));
+  EXPECT_THAT(again.err, HasSubstr("nothing started"));
+  EXPECT_EQ(ServersOnPort(a).size(), 1u);
+  EXPECT_EQ(ServersOnPort(a)[0].second, pid_);
+
+  kill(pid_, SIGTERM);
+  EXPECT_EQ(WaitExit(std::chrono::seconds(90)), 0) << Read(log_);
+  EXPECT_TRUE(ServersOnPort(a).empty());
+  EXPECT_TRUE(ServersOnPort(b).empty());
+  EXPECT_FALSE(fs::exists(tmp_ + "/logs/launcher.state"));
 }
 
 TEST_F(LaunchTest, StatusShowsSystemdUnitsFromSystemctlAndTheJournal) {

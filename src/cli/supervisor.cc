@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "cli/cli.h"
@@ -42,7 +44,115 @@ std::string Secs(std::chrono::milliseconds ms) {
   return buf;
 }
 
+// What /proc/<pid>/stat says of a process: its state letter and its start
+// time (clock ticks after boot; with the pid it names one process for good).
+struct ProcInfo {
+  char state = 0;
+  uint64_t start = 0;
+};
+std::optional<ProcInfo> ReadProc(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return std::nullopt;
+  const size_t close = text.rfind(')');  // the command name may hold spaces and ')'
+  if (close == std::string::npos || close + 2 > text.size()) return std::nullopt;
+  std::istringstream rest(text.substr(close + 2));
+  ProcInfo p;
+  rest >> p.state;
+  std::string skip;
+  for (int field = 4; field <= 21; ++field) rest >> skip;  // ppid ... itrealvalue
+  rest >> p.start;                                         // field 22: starttime
+  if (!rest) return std::nullopt;
+  return p;
+}
+// The process (pid, start) still runs: not gone, not reused, not a zombie
+// (a zombie has closed its sockets; only its parent's wait is missing).
+bool StillRuns(pid_t pid, uint64_t start) {
+  if (pid <= 0) return false;
+  std::optional<ProcInfo> p = ReadProc(pid);
+  return p && p->start == start && p->state != 'Z' && p->state != 'X';
+}
+
+constexpr const char* kStateFile = "/launcher.state";
+
 }  // namespace
+
+Status StopLeftoverServices(const std::string& log_dir,
+                            const std::function<void(const std::string&)>& log) {
+  const std::string path = log_dir + kStateFile;
+  std::ifstream in(path);
+  if (!in) return OkStatus();
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, false);
+  auto num = [](const nlohmann::json& j, const char* key) -> int64_t {
+    if (!j.is_object()) return 0;
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  };
+  const nlohmann::json none;
+  const nlohmann::json& launcher =
+      doc.is_object() && doc.contains("launcher") ? doc.at("launcher") : none;
+  const pid_t launcher_pid = static_cast<pid_t>(num(launcher, "pid"));
+  if (launcher_pid != getpid() && StillRuns(launcher_pid, num(launcher, "start")))
+    return FailedPrecondition(
+        "another strata launch (pid " + std::to_string(launcher_pid) +
+        ") supervises the services of log-dir " + log_dir + " (" + path +
+        "): stop it first (kill " + std::to_string(launcher_pid) +
+        " stops its services too), or give this deployment its own [launcher] log-dir");
+
+  struct Leftover {
+    std::string name;
+    pid_t pid;
+    uint64_t start;
+    Clock::time_point deadline;
+  };
+  std::vector<Leftover> left;
+  const auto now = Clock::now();
+  if (doc.is_object() && doc.contains("children") && doc.at("children").is_array())
+    for (const nlohmann::json& c : doc.at("children")) {
+      const pid_t pid = static_cast<pid_t>(num(c, "pid"));
+      const uint64_t start = static_cast<uint64_t>(num(c, "start"));
+      if (!StillRuns(pid, start)) continue;
+      const std::string name =
+          c.contains("name") && c.at("name").is_string() ? c.at("name").get<std::string>() : "?";
+      const auto drain =
+          std::chrono::milliseconds(std::max<int64_t>(num(c, "drain_timeout_ms"), 0));
+      left.push_back({name, pid, start, now + drain});
+      const std::string line =
+          "service '" + name + "': pid " + std::to_string(pid) + " of the previous launcher (pid " +
+          std::to_string(launcher_pid) +
+          ", gone) still runs (draining, or stopped); it gets SIGTERM, and SIGKILL after " +
+          Secs(drain) + " s, so that its ports are free again";
+      log(line);
+      // Into the service's own log too: its story continues there.
+      if (name.find('/') == std::string::npos) {
+        std::ofstream(log_dir + "/" + name + ".log", std::ios::app)
+            << "strata launch: " << line << "\n";
+      }
+      kill(pid, SIGCONT);  // a stopped process would not act on SIGTERM
+      kill(pid, SIGTERM);
+    }
+  for (const Leftover& l : left) {
+    while (StillRuns(l.pid, l.start) && Clock::now() < l.deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!StillRuns(l.pid, l.start)) continue;
+    log("service '" + l.name + "': pid " + std::to_string(l.pid) +
+        " did not exit within its drain timeout; SIGKILL");
+    kill(l.pid, SIGKILL);
+    const auto killed_by = Clock::now() + std::chrono::seconds(10);
+    while (StillRuns(l.pid, l.start) && Clock::now() < killed_by)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (StillRuns(l.pid, l.start))
+      return FailedPrecondition("service '" + l.name + "': pid " + std::to_string(l.pid) +
+                                " of the previous launcher does not exit even after SIGKILL "
+                                "(stuck in the kernel? see /proc/" +
+                                std::to_string(l.pid) +
+                                "/stack); it may hold its ports: end it, then launch again");
+  }
+  ::unlink(path.c_str());
+  return OkStatus();
+}
 
 StatusOr<HttpReply> HttpGetOnce(const std::string& host, int port, const std::string& target,
                                 std::chrono::milliseconds timeout) {
@@ -225,7 +335,31 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(SupervisorOptions optio
     s->crashloop_->Get({c->spec.name});
     s->children_.push_back(std::move(c));
   }
+  s->state_path_ = s->options_.log_dir + kStateFile;
+  s->WriteState();
   return s;
+}
+
+void Supervisor::WriteState() {
+  nlohmann::json children = nlohmann::json::array();
+  for (const auto& c : children_) {
+    if (c->pid <= 0) continue;
+    std::optional<ProcInfo> info = ReadProc(c->pid);
+    children.push_back({{"name", c->spec.name},
+                        {"pid", c->pid},
+                        {"start", info ? info->start : 0},
+                        {"drain_timeout_ms", c->spec.drain_timeout.count()}});
+  }
+  std::optional<ProcInfo> self = ReadProc(getpid());
+  const nlohmann::json doc = {{"launcher", {{"pid", getpid()}, {"start", self ? self->start : 0}}},
+                              {"children", children}};
+  const std::string tmp = state_path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << doc.dump() << "\n";
+    if (!out) return;  // a full disk: the next launcher finds the last good file
+  }
+  ::rename(tmp.c_str(), state_path_.c_str());
 }
 
 Supervisor::~Supervisor() {
@@ -283,6 +417,7 @@ void Supervisor::Launch(Child& c) {
   std::vector<char*> argv;
   for (std::string& a : c.spec.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
     // The child: its output into the pipe, signals as a fresh process has
@@ -302,6 +437,8 @@ void Supervisor::Launch(Child& c) {
     if (close_range(3, ~0U, 0) != 0)
       for (long fd = 3, max = sysconf(_SC_OPEN_MAX); fd < max; ++fd) close(static_cast<int>(fd));
     prctl(PR_SET_PDEATHSIG, SIGTERM);
+    // The launcher died before the line above: no signal will come.
+    if (getppid() != parent) _exit(127);
     execv(argv[0], argv.data());
     // Only async-signal-safe calls between fork and exec (other threads may
     // hold the allocator's lock): no std::string here.
@@ -325,22 +462,25 @@ void Supervisor::Launch(Child& c) {
   }
   fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
   note((restart ? "restarting (pid " : "starting (pid ") + std::to_string(pid) + "): " + cmdline);
-  std::lock_guard lock(mu_);
-  if (restart) {
-    ++c.restarts;
-    restarts_->Get({c.spec.name}).Inc();
+  {
+    std::lock_guard lock(mu_);
+    if (restart) {
+      ++c.restarts;
+      restarts_->Get({c.spec.name}).Inc();
+    }
+    c.launched = true;
+    c.pid = pid;
+    c.out_fd = fds[0];
+    c.started = Clock::now();
+    c.next_probe = c.started;
+    c.start_time_s = UnixNow();
+    c.ready = c.spec.port == 0;
+    if (c.ready) c.ready_at = c.started;
+    c.kill_reason.clear();
+    c.state = c.ready ? ServiceState::kRunning : ServiceState::kStarting;
+    UpdateMetricsLocked(c);
   }
-  c.launched = true;
-  c.pid = pid;
-  c.out_fd = fds[0];
-  c.started = Clock::now();
-  c.next_probe = c.started;
-  c.start_time_s = UnixNow();
-  c.ready = c.spec.port == 0;
-  if (c.ready) c.ready_at = c.started;
-  c.kill_reason.clear();
-  c.state = c.ready ? ServiceState::kRunning : ServiceState::kStarting;
-  UpdateMetricsLocked(c);
+  WriteState();
 }
 
 void Supervisor::ReadOutput(Child& c, bool until_eof) {
@@ -403,6 +543,7 @@ void Supervisor::Exited(Child& c, int wait_status) {
     }
     UpdateMetricsLocked(c);
   }
+  WriteState();
   if (!stopped_ && code != 0 && code != kExitConfig)
     Failed(c, line);
   else
@@ -527,6 +668,7 @@ void Supervisor::Stop() {
       c.state = ServiceState::kStopped;
     UpdateMetricsLocked(c);
   }
+  ::unlink(state_path_.c_str());  // nothing of this launcher runs any more
 }
 
 void Supervisor::UpdateMetricsLocked(Child& c) {

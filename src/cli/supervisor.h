@@ -20,6 +20,20 @@
 //   - exit 0 (the service stopped by itself or by someone else's SIGTERM):
 //     state stopped, not restarted (systemd's Restart=on-failure).
 //
+// A launcher restart loses nothing: its children die with it and the next
+// launcher starts them afresh. Each child has PR_SET_PDEATHSIG = SIGTERM
+// (it drains as on `strata launch`'s own SIGTERM; the signal comes when the
+// thread that forked it exits, so Poll() runs on a thread that lives as
+// long as the supervisor: the launcher's main thread). A child still
+// draining (or stopped, or one that outlived the launcher some other way)
+// would hold its ports when the next launcher starts, so the supervisor
+// keeps <log-dir>/launcher.state (its own pid and each child's pid, with
+// their start times from /proc, so a reused pid is not mistaken for one of
+// them) and the next launcher's StopLeftoverServices ends those processes
+// (SIGTERM, up to their drain timeout, then SIGKILL) before its check
+// probes the ports. Re-adopting them instead is not possible: only a
+// parent can wait for a process's exit status.
+//
 // Time: Poll() reads std::chrono::steady_clock (tests set the durations small).
 // Thread-safety: Poll(), Stop() and the constructor from one thread (the
 // launcher's main loop); Snapshot(), ServicesJson() and RenderMetrics() from
@@ -31,6 +45,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,6 +113,17 @@ std::string ErrorLine(const std::deque<std::string>& lines);
 // `strata status --json` for systemd units.
 std::string ServicesJson(const std::vector<ServiceStatus>& statuses);
 
+// Before a launcher starts the services of `log_dir`: ends the processes a
+// previous launcher of that log-dir left running (its <log-dir>/
+// launcher.state names them; processes that are gone, or whose pid now
+// belongs to another process, are skipped): SIGCONT and SIGTERM, up to each
+// one's drain timeout, then SIGKILL; `log` gets one line per process (and
+// the service's log file a line too). FailedPrecondition, touching nothing,
+// when the launcher that wrote the file still runs. OK when there is no
+// file. Blocks while processes drain.
+Status StopLeftoverServices(const std::string& log_dir,
+                            const std::function<void(const std::string&)>& log);
+
 // One blocking HTTP/1.1 GET (Connection: close) of http://host:port/target,
 // for the readiness probe and `strata status`. Unavailable (naming
 // host:port and why) when nothing answers within `timeout`.
@@ -142,6 +168,9 @@ class Supervisor {
   void Failed(Child& c, const std::string& why);  // backoff or crashloop
   void ReadOutput(Child& c, bool until_eof);
   void UpdateMetricsLocked(Child& c);
+  // Rewrites <log-dir>/launcher.state (atomically: a temporary file, then
+  // rename) with this process and the children running now.
+  void WriteState();
   ServiceStatus StatusLocked(const Child& c) const;
 
   const SupervisorOptions options_;
@@ -153,6 +182,7 @@ class Supervisor {
   metrics::Family<metrics::Gauge>* start_time_ = nullptr;
   mutable std::mutex mu_;  // guards the children's status fields
   std::vector<std::unique_ptr<Child>> children_;
+  std::string state_path_;
   size_t gate_ = 0;  // services [0, gate_] may start; advances past one not starting
   bool stopped_ = false;
 };

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -289,6 +290,89 @@ TEST_F(SupervisorTest, AnUnwritableLogDirIsRefusedWithItsName) {
   auto s = Supervisor::Create(opt_, {Sh("w", "exit 0")});
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("[launcher] log-dir '/proc/strata-no-such/logs'"));
+}
+
+// /proc/<pid>/stat field 22 (the start time), as launcher.state records it.
+uint64_t StartTicks(pid_t pid) {
+  const std::string stat = Read("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 21; ++i) rest >> field;
+  uint64_t start = 0;
+  rest >> start;
+  return start;
+}
+
+TEST_F(SupervisorTest, TheStateFileNamesTheChildrenAndTheNextLauncherEndsTheLeftovers) {
+  // A child that ignores SIGTERM (SIG_IGN survives exec): it needs the SIGKILL.
+  SupervisedService stubborn = Sh("w", "trap '' TERM; echo up; exec sleep 60");
+  stubborn.drain_timeout = milliseconds(300);
+  Supervisor& s = Start({stubborn});
+  ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) {  // past its trap
+    return !st.log_tail.empty() && st.log_tail.back() == "up";
+  }));
+  const pid_t child = s.Snapshot()[0].pid;
+  const std::string state = Read(opt_.log_dir + "/launcher.state");
+  auto doc = nlohmann::json::parse(state);
+  EXPECT_EQ(doc["launcher"]["pid"], getpid());
+  ASSERT_EQ(doc["children"].size(), 1u) << state;
+  EXPECT_EQ(doc["children"][0]["name"], "w");
+  EXPECT_EQ(doc["children"][0]["pid"], child);
+  EXPECT_EQ(doc["children"][0]["start"], StartTicks(child));
+
+  // As a next launcher would find it (this process wrote it, so it is not
+  // "another launcher"): the child is ended, SIGKILL after its drain timeout.
+  const std::string other = tmp_ + "/other";
+  fs::create_directories(other);
+  std::ofstream(other + "/launcher.state") << state;
+  std::vector<std::string> lines;
+  auto log = [&](const std::string& l) { lines.push_back(l); };
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(StopLeftoverServices(other, log).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(300));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0],
+              HasSubstr("service 'w': pid " + std::to_string(child) + " of the previous launcher"));
+  EXPECT_THAT(lines[1], HasSubstr("did not exit within its drain timeout; SIGKILL"));
+  EXPECT_FALSE(fs::exists(other + "/launcher.state"));
+  EXPECT_THAT(Read(other + "/w.log"), HasSubstr("of the previous launcher"));
+  ASSERT_TRUE(PollUntil(0, [](const ServiceStatus& st) { return st.last_exit_code.has_value(); }));
+  EXPECT_EQ(s.Snapshot()[0].last_exit_code, 128 + SIGKILL);
+
+  // A pid that now names another process (its start time differs) is not
+  // touched; a launcher that still runs makes it refuse, touching nothing.
+  const pid_t sleeper = fork();
+  if (sleeper == 0) {
+    execl("/bin/sleep", "sleep", "60", nullptr);
+    _exit(127);
+  }
+  nlohmann::json reused = {{"launcher", {{"pid", 1}, {"start", 1}}},
+                           {"children",
+                            {{{"name", "x"},
+                              {"pid", sleeper},
+                              {"start", StartTicks(sleeper) + 1},
+                              {"drain_timeout_ms", 0}}}}};
+  std::ofstream(other + "/launcher.state") << reused.dump();
+  lines.clear();
+  EXPECT_TRUE(StopLeftoverServices(other, log).ok());
+  EXPECT_TRUE(lines.empty());
+  EXPECT_EQ(kill(sleeper, 0), 0);
+  nlohmann::json live = {{"launcher", {{"pid", sleeper}, {"start", StartTicks(sleeper)}}},
+                         {"children", nlohmann::json::array()}};
+  std::ofstream(other + "/launcher.state") << live.dump();
+  Status st = StopLeftoverServices(other, log);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("another strata launch (pid " + std::to_string(sleeper) +
+                                      ") supervises the services of log-dir " + other));
+  EXPECT_TRUE(fs::exists(other + "/launcher.state"));
+  kill(sleeper, SIGKILL);
+  waitpid(sleeper, nullptr, 0);
+  // No file: nothing to do.
+  EXPECT_TRUE(StopLeftoverServices(tmp_ + "/none", log).ok());
+
+  // A stopped supervisor leaves no state file behind.
+  s.Stop();
+  EXPECT_FALSE(fs::exists(opt_.log_dir + "/launcher.state"));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 // back into the transport except Write/Disconnect.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -111,5 +112,15 @@ struct TransportOptions {
 // listing the known names otherwise, Unavailable when the transport's
 // library fails to initialise (with its message).
 StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(const TransportOptions& options);
+
+// What `strata check` can tell of the transport on this machine before any
+// server starts: two transports of `options` in this process (UCX with this
+// process's UCX_TLS, as the servers it starts will have it), a receiver's
+// 64-byte region, Connect from its descriptor and one Write that must land
+// within `timeout`. OK when KV pages can move between two processes of this
+// host; otherwise the first step that failed and its message (UCX_TLS naming
+// no transport here, or only ones without peer failure handling, such as
+// shm). Says nothing of other hosts. Blocks for up to about `timeout`.
+Status SelfTestKvTransport(const TransportOptions& options, std::chrono::milliseconds timeout);
 
 }  // namespace strata::disagg
