@@ -17,7 +17,7 @@ echo "== model parity (CUDA)"
 timeout 240 ./parity_test --gtest_filter='Cuda/*' > "$OUT/parity_cuda.log" 2>&1
 grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/parity_cuda.log" | head -20
 echo "== generate cpu vs cuda"
-for m in qwen3 llama3_rope mistral; do
+for m in qwen3 llama3_rope mistral deepseek_v3 deepseek_v3_lite; do
   for d in cpu cuda; do
     ./strata generate --device $d --model-path "$R/tests/fixtures/models/$m" --prompt-ids 1,2,3,4,5,6,7,8 \
       --max-tokens 48 --temperature 0 --json > /tmp/gen_${m}_$d.json 2> /tmp/gen_${m}_$d.err || cat /tmp/gen_${m}_$d.err
