@@ -11,9 +11,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 
@@ -22,7 +22,9 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kModels = {"llama_default", "llama_linear", "llama3_rope", "mistral", "qwen2", "qwen3", "deepseek_v3", "deepseek_v3_lite"};
+const std::vector<std::string> kModels = {"llama_default", "llama_linear",    "llama3_rope",
+                                          "mistral",       "qwen2",           "qwen3",
+                                          "deepseek_v3",   "deepseek_v3_lite"};
 constexpr double kTol = 1e-3;
 
 std::string FixtureDir(const std::string& name) {
@@ -140,8 +142,8 @@ TEST_P(ParityTest, GreedyTokensAndLogprobsMatchTransformers) {
     reqs.push_back(GreedyRequest(c));
     auto res = s.engine->Generate(std::move(reqs));
     ASSERT_TRUE(res.ok()) << res.status().ToString();
-    total += CompareSteps(name + " prompt_len " + std::to_string(c["prompt_ids"].size()), c["steps"],
-                          (*res)[0], near_tie);
+    total += CompareSteps(name + " prompt_len " + std::to_string(c["prompt_ids"].size()),
+                          c["steps"], (*res)[0], near_tie);
   }
   EXPECT_GT(total, 100) << "too few steps compared: fixtures full of near-ties?";
   EXPECT_EQ(s.engine->load().pages_active, 0);
@@ -161,8 +163,36 @@ TEST_P(ParityTest, BatchedMatchesReference) {
   auto res = s.engine->Generate(std::move(reqs));
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   for (size_t i = 0; i < golden["cases"].size(); ++i)
-    CompareSteps(name + " batched case " + std::to_string(i), golden["cases"][i]["steps"], (*res)[i],
-                 golden["near_tie"]);
+    CompareSteps(name + " batched case " + std::to_string(i), golden["cases"][i]["steps"],
+                 (*res)[i], golden["near_tie"]);
+  EXPECT_EQ(s.engine->load().pages_active, 0);
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
+}
+
+// The same prompts again on a warm engine: their pages come from the radix
+// prefix cache (chunked prefill of the rest over the cached prefix, page
+// size 4), with the same answers.
+TEST_P(ParityTest, PrefixCacheHitsMatchReference) {
+  const std::string name = GetParam();
+  json golden = LoadGolden(name);
+  Stack s = Load(name, "auto", /*page_size=*/4, /*chunk=*/64);
+  if (!s.skip.empty()) GTEST_SKIP() << s.skip;
+  ASSERT_TRUE(s.engine);
+  int64_t cached = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const json& c : golden["cases"]) {
+      if (c["prompt_ids"].size() < 17) continue;  // under a few pages: nothing to reuse
+      std::vector<GenerationRequest> reqs;
+      reqs.push_back(GreedyRequest(c));
+      auto res = s.engine->Generate(std::move(reqs));
+      ASSERT_TRUE(res.ok()) << res.status().ToString();
+      if (round == 1) cached += (*res)[0].cached_tokens;
+      CompareSteps(name + " round " + std::to_string(round) + " prompt_len " +
+                       std::to_string(c["prompt_ids"].size()),
+                   c["steps"], (*res)[0], golden["near_tie"]);
+    }
+  }
+  EXPECT_GT(cached, 500) << "the second round should have reused the first round's pages";
   EXPECT_EQ(s.engine->load().pages_active, 0);
   EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
 }
@@ -182,9 +212,11 @@ TEST_P(ParityTest, TextPromptsMatchTransformers) {
     reqs.push_back(GreedyRequest(c));
     auto res = s.engine->Generate(std::move(reqs));
     ASSERT_TRUE(res.ok());
-    int n = CompareSteps(name + " text '" + prompt + "'", c["steps"], (*res)[0], golden["near_tie"]);
+    int n =
+        CompareSteps(name + " text '" + prompt + "'", c["steps"], (*res)[0], golden["near_tie"]);
     if (n == static_cast<int>(c["steps"].size()))
-      EXPECT_EQ(s.model->tokenizer->Decode((*res)[0].output, true), c["output_text"].get<std::string>());
+      EXPECT_EQ(s.model->tokenizer->Decode((*res)[0].output, true),
+                c["output_text"].get<std::string>());
   }
 }
 
@@ -205,7 +237,8 @@ TEST_P(ParityTest, ChatPromptsMatchTransformers) {
     auto text = s.model->chat_template->Render(in);
     ASSERT_TRUE(text.ok()) << text.status().ToString();
     EXPECT_EQ(*text, c["rendered"].get<std::string>());
-    EXPECT_EQ(s.model->tokenizer->Encode(*text, false), c["prompt_ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(s.model->tokenizer->Encode(*text, false),
+              c["prompt_ids"].get<std::vector<int32_t>>());
   }
 }
 
@@ -217,8 +250,9 @@ std::vector<std::string> CudaParams() {
   for (const std::string& m : kModels) p.push_back(kCudaPrefix + m);
   return p;
 }
-INSTANTIATE_TEST_SUITE_P(Cuda, ParityTest, ::testing::ValuesIn(CudaParams()),
-                         [](const auto& info) { return info.param.substr(sizeof kCudaPrefix - 1); });
+INSTANTIATE_TEST_SUITE_P(Cuda, ParityTest, ::testing::ValuesIn(CudaParams()), [](const auto& info) {
+  return info.param.substr(sizeof kCudaPrefix - 1);
+});
 
 // Every instruction-set level this CPU has gives the reference answers.
 TEST(ParityIsaTest, EveryIsaMatchesOnQwen3) {
