@@ -16,6 +16,7 @@
 #include "server/http_auth.h"
 #include "server/json_body.h"
 #include "server/openai_response.h"
+#include "server/openai_responses.h"
 #include "server/reasoning_parser.h"
 #include "server/stop_matcher.h"
 #include "server/tool_call_parser.h"
@@ -214,7 +215,9 @@ struct OpenAiServer::Impl {
   void SendError(HttpResponder& res, const ApiError& err, HttpHeaders extra = {});
   void CountRequest(const char* outcome) { requests_total->Get({outcome}).Inc(); }
 
-  void HandleCompletions(HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat,
+  // The generation endpoints; /v1/responses runs the chat path (openai_responses.h).
+  enum class Api { kCompletions, kChat, kResponses };
+  void HandleCompletions(HttpRequest& req, const std::shared_ptr<HttpResponder>& res, Api api,
                          Clock::time_point arrival);
   void HandleTokenize(HttpRequest& req, HttpResponder& res);
   void HandleDetokenize(HttpRequest& req, HttpResponder& res);
@@ -238,11 +241,30 @@ struct OpenAiServer::Impl::Exchange {
   ResponseMeta meta;
   LogprobOptions logprobs;
   std::unique_ptr<StreamEncoder> encoder;
+  // /v1/responses: its context, and its own event stream in place of encoder.
+  std::optional<ResponsesContext> responses;
+  std::unique_ptr<ResponsesStreamEncoder> responses_encoder;
   std::string role = "assistant";
   Clock::time_point arrival;
   bool echo = false;
   bool return_token_ids = false;
   int n = 1;  // choices per prompt
+
+  // The stream's events, in whichever encoding the endpoint speaks.
+  std::string StreamStart() {
+    return responses_encoder ? responses_encoder->Start() : encoder->Start();
+  }
+  std::string StreamDeltaEvents(const StreamDelta& d) {
+    return responses_encoder ? responses_encoder->Delta(d) : encoder->Delta(d);
+  }
+  std::string StreamFinish(const Usage& u) {
+    return responses_encoder ? responses_encoder->Finish(u) : encoder->Finish(u);
+  }
+  // An error mid-stream, and the stream's end.
+  std::string StreamErrorEnd(const ApiError& e, const Usage& u) {
+    return responses_encoder ? responses_encoder->Error(e, u)
+                             : StreamEncoder::Error(e) + encoder->Finish(u);
+  }
 };
 
 void OpenAiServer::Impl::Retire(Exchange& ex) {
@@ -401,7 +423,7 @@ void OpenAiServer::Impl::Abort(Exchange& ex, const std::string& why) {
   if (ex.stream && ex.headers_sent) {
     // Mid-stream: a final error event, then the stream's normal end, so the
     // client sees a clean, explained end rather than a cut connection.
-    res.Write(StreamEncoder::Error(e) + ex.encoder->Finish(UsageOf(ex)));
+    res.Write(ex.StreamErrorEnd(e, UsageOf(ex)));
     res.End();
   } else {
     SendError(res, e);
@@ -530,15 +552,15 @@ void OpenAiServer::Impl::Route() {
   });
   // Parsing, templates and tokenization can take seconds for a huge body:
   // the I/O thread only checks the key and queues the work.
-  for (bool chat : {false, true}) {
-    http->Handle("POST", chat ? "/v1/chat/completions" : "/v1/completions",
-                 [this, chat](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-                   const Clock::time_point arrival = Clock::now();
-                   auto req = std::make_shared<HttpRequest>(std::move(r));
-                   Defer(res, true, [this, req, res, chat, arrival] {
-                     HandleCompletions(*req, res, chat, arrival);
-                   });
-                 });
+  for (auto [path, api] : {std::pair{"/v1/completions", Api::kCompletions},
+                           std::pair{"/v1/chat/completions", Api::kChat},
+                           std::pair{"/v1/responses", Api::kResponses}}) {
+    http->Handle("POST", path, [this, api](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+      const Clock::time_point arrival = Clock::now();
+      auto req = std::make_shared<HttpRequest>(std::move(r));
+      Defer(res, true,
+            [this, req, res, api, arrival] { HandleCompletions(*req, res, api, arrival); });
+    });
   }
   http->Handle("POST", "/tokenize", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
     auto req = std::make_shared<HttpRequest>(std::move(r));
@@ -643,8 +665,9 @@ void OpenAiServer::Impl::HandleDetokenize(HttpRequest& req, HttpResponder& res) 
 }
 
 void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
-                                           const std::shared_ptr<HttpResponder>& res, bool chat,
+                                           const std::shared_ptr<HttpResponder>& res, Api api,
                                            Clock::time_point arrival) {
+  const bool chat = api != Api::kCompletions;
   if (auto why = AbortReason()) return CountRequest("aborted"), SendError(*res, AbortedError(*why));
   auto ex = std::make_shared<Exchange>();
   ex->chat = chat;
@@ -661,7 +684,13 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   ReasoningStart reasoning_start = ReasoningStart::kNoReasoning;
   bool include_reasoning = true, parallel_tool_calls = true;
   if (chat) {
-    auto creq = ParseChatCompletionRequest(req.body, limits);
+    auto creq = [&]() -> ApiOr<ChatCompletionRequest> {
+      if (api != Api::kResponses) return ParseChatCompletionRequest(req.body, limits);
+      auto r = ParseResponsesRequest(req.body, limits);
+      if (!r.ok()) return r.error();
+      ex->responses = std::move(r.value().context);
+      return std::move(r.value().chat);
+    }();
     if (!creq.ok()) return CountRequest("error"), SendError(*res, creq.error());
     if (!model.chat_template)
       return CountRequest("error"),
@@ -720,8 +749,10 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     if (options.pd->mode() == "prefill")
       ex->stream = false;  // the router reads the decode's stream
   }
-  ex->meta = NewResponseMeta(chat ? "chatcmpl-" : "cmpl-", options.served_model_name);
-  if (fields.request_id) ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + *fields.request_id;
+  const char* id_prefix = api == Api::kResponses ? "resp_" : chat ? "chatcmpl-" : "cmpl-";
+  ex->meta = NewResponseMeta(id_prefix, options.served_model_name);
+  if (fields.request_id) ex->meta.id = id_prefix + *fields.request_id;
+  if (ex->responses) ex->responses->meta = ex->meta, ex->responses->logprobs = ex->logprobs;
   ex->return_token_ids = fields.return_token_ids;
   const std::string prompt_param = chat ? "messages" : "prompt";
 
@@ -806,8 +837,11 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     ss.prompt_tokens = ex->choices.empty() ? 0 : ex->choices[0].prompt_tokens;
     ss.return_token_ids = ex->return_token_ids;
     for (const Choice& c : ex->choices) ss.prompt_token_ids.push_back(c.prompt_ids);
-    ex->encoder = std::make_unique<StreamEncoder>(
-        chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion, ex->meta, ss);
+    if (ex->responses)
+      ex->responses_encoder = std::make_unique<ResponsesStreamEncoder>(*ex->responses);
+    else
+      ex->encoder = std::make_unique<StreamEncoder>(
+          chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion, ex->meta, ss);
   }
   in_flight++;
   std::optional<std::string> why;
@@ -930,7 +964,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       delta.made_tool_calls = !c.ToolCalls().empty();
     }
     if (ex.stream && c.error.ok()) {
-      std::string ev = ex.encoder->Delta(delta);
+      std::string ev = ex.StreamDeltaEvents(delta);
       if (!ev.empty()) any_output = true;
       events += ev;
     }
@@ -977,10 +1011,14 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     if (!ex.headers_sent && (any_output || all_done)) {
       res.StartStream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
       ex.headers_sent = true;
-      events = ex.encoder->Start() + events;
+      events = ex.StreamStart() + events;
     }
-    if (failed) events += StreamEncoder::Error(ApiErrorFromStatus(failed->error));
-    if (all_done) events += ex.encoder->Finish(usage);
+    if (failed && all_done)
+      events += ex.StreamErrorEnd(ApiErrorFromStatus(failed->error), usage);
+    else if (failed)
+      events += StreamEncoder::Error(ApiErrorFromStatus(failed->error));
+    else if (all_done)
+      events += ex.StreamFinish(usage);
     if (!events.empty()) res.Write(std::move(events));
     if (all_done) res.End();
   } else if (all_done) {
@@ -1000,8 +1038,9 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
         o.prompt_token_ids = c.prompt_ids, o.token_ids = std::move(c.output_ids);
       outs.push_back(std::move(o));
     }
-    ojson body = ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
-                         : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
+    ojson body = ex.responses ? ResponseObjectJson(*ex.responses, outs[0], usage)
+                 : ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
+                           : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
     res.SendJson(200, DumpJson(body));
     ex.headers_sent = true;
   }
