@@ -183,6 +183,15 @@ MaybeError InputToMessages(const Json& input, Json* messages, std::vector<std::s
           return InvalidRequestError(p + "." + key,
                                      p + "." + key + " is required and must be a string");
       }
+      // Checked here so that an error names this item, not the turn it joins
+      // (the chat parser parses them again, under the server's limits).
+      const std::string& args = item["arguments"].get_ref<const std::string&>();
+      if (!args.empty()) {
+        ApiOr<Json> parsed = ParseJsonBody(args, ProtocolLimits().max_json_depth);
+        if (!parsed.ok())
+          return InvalidRequestError(
+              p + ".arguments", p + ".arguments must be a JSON string: " + parsed.error().message);
+      }
       Json& m = assistant_turn(p);
       if (!m.contains("tool_calls")) m["tool_calls"] = Json::array();
       m["tool_calls"].push_back(
