@@ -699,7 +699,11 @@ Json ResponsesStreamEncoder::Snapshot(const char* status, const Usage* usage) co
   return r;
 }
 
+// The opening events come first whichever call comes first (the server
+// builds a step's deltas before it knows it sends the headers).
 std::string ResponsesStreamEncoder::Start() {
+  if (started_) return "";
+  started_ = true;
   std::string out =
       Event(Json{{"type", "response.created"}, {"response", Snapshot("in_progress", nullptr)}});
   out +=
@@ -775,7 +779,7 @@ std::string ResponsesStreamEncoder::CloseOpenItem() {
 }
 
 std::string ResponsesStreamEncoder::Delta(const StreamDelta& delta) {
-  std::string out;
+  std::string out = Start();
   if (delta.finish_reason != FinishReason::kNone) {
     finish_ = delta.finish_reason;
     made_tool_calls_ = delta.made_tool_calls;
@@ -842,7 +846,7 @@ std::string ResponsesStreamEncoder::Delta(const StreamDelta& delta) {
 std::string ResponsesStreamEncoder::Finish(const Usage& usage) {
   // Output that was nothing at all still answers with an (empty) message,
   // as the non-streaming object does.
-  std::string out;
+  std::string out = Start();
   if (items_.empty() && open_ == Open::kNone) out += OpenItem(Open::kMessage);
   out += CloseOpenItem();
   Json r = Snapshot("completed", &usage);
@@ -854,10 +858,11 @@ std::string ResponsesStreamEncoder::Finish(const Usage& usage) {
 }
 
 std::string ResponsesStreamEncoder::Error(const ApiError& error, const Usage& usage) {
-  std::string out = Event(Json{{"type", "error"},
-                               {"code", error.code.empty() ? Json(nullptr) : Json(error.code)},
-                               {"message", error.message},
-                               {"param", error.param.empty() ? Json(nullptr) : Json(error.param)}});
+  std::string out = Start();
+  out += Event(Json{{"type", "error"},
+                    {"code", error.code.empty() ? Json(nullptr) : Json(error.code)},
+                    {"message", error.message},
+                    {"param", error.param.empty() ? Json(nullptr) : Json(error.param)}});
   Json r = Snapshot("failed", &usage);
   r["error"] =
       Json{{"code", error.code.empty() ? error.type : error.code}, {"message", error.message}};

@@ -95,7 +95,8 @@ nlohmann::ordered_json ResponseObjectJson(const ResponsesContext& context,
                                           const ChoiceOutput& output, const Usage& usage);
 
 // The SSE events of one streamed response: Start(), Delta() per step of
-// the (only) choice, then Finish() -- or Error() in place of Finish(). Each
+// the (only) choice, then Finish() -- or Error() in place of Finish(); the
+// opening events come with whichever call is first (Start() is then ""). Each
 // event is "event: <type>\ndata: <json>\n\n" with a sequence_number from 0
 // (OpenAI's framing; there is no "data: [DONE]").
 //   response.created, response.in_progress
@@ -126,6 +127,7 @@ class ResponsesStreamEncoder {
   nlohmann::ordered_json Snapshot(const char* status, const Usage* usage) const;
 
   ResponsesContext context_;
+  bool started_ = false;  // response.created and response.in_progress sent
   int64_t sequence_ = 0;
   std::vector<nlohmann::ordered_json> items_;  // done items, in output order
   Open open_ = Open::kNone;
