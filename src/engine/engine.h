@@ -84,6 +84,7 @@ struct GenerationRequest {
   SamplingParams params;
   // Called after each generated token (optional), e.g. to stream text.
   std::function<void(const StepOutput&)> on_token;
+  int prompt_logprobs = -1;  // EngineRequest::prompt_logprobs
 };
 
 struct GenerationResult {
@@ -92,6 +93,7 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kNone;  // kStop (EOS / stop token) or kLength
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
+  std::vector<PromptLogprob> prompt_logprobs;  // prompt tokens 1.. when asked
 };
 
 struct EngineStats {
@@ -157,6 +159,7 @@ class Engine {
  private:
   Engine(LoadedModel& model, Backend& backend, const EngineOptions& options);
 
+  void SendPromptLogprobs(Sequence& s, const StepItem& item, const float* rows);
   void Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits);
 
   LoadedModel& model_;
