@@ -96,7 +96,9 @@ struct Choice {
   Clock::time_point last_token;
   bool started_seen = false;
   std::string echo_text;                        // completions with echo: the prompt's text
-  std::vector<int32_t> prompt_ids, output_ids;  // kept for return_token_ids
+  std::vector<int32_t> prompt_ids, output_ids;  // kept for return_token_ids (and echo logprobs)
+  std::vector<PromptLogprob> prompt_logprobs;   // as the engine sends them (prompt tokens 1..)
+  bool prompt_logprobs_sent = false;            // streaming: with the first chunk
   // Chat with --reasoning-parser / --tool-call-parser: the text after stop
   // strings goes through these, in this order (Deliver).
   std::unique_ptr<ReasoningParser> reasoning;
@@ -114,6 +116,26 @@ struct Choice {
     return calls;
   }
 };
+
+// Completions with echo and logprobs: the prompt's tokens as the first
+// entries of logprobs, the first without a logprob (nothing precedes it).
+std::vector<GeneratedToken> EchoTokens(const Choice& c) {
+  std::vector<GeneratedToken> out;
+  if (c.prompt_ids.empty()) return out;
+  out.push_back(GeneratedToken{c.prompt_ids[0], 0, {}});
+  for (const PromptLogprob& p : c.prompt_logprobs)
+    out.push_back(GeneratedToken{p.id, p.logprob, p.top});
+  return out;
+}
+
+// The prompt_logprobs field's entries: the top alternatives cut to its N
+// (the engine computed max(N, echo's logprobs)).
+std::vector<PromptLogprob> PromptLogprobsCut(const Choice& c, int n) {
+  std::vector<PromptLogprob> out = c.prompt_logprobs;
+  for (PromptLogprob& p : out)
+    if (p.top.size() > static_cast<size_t>(n)) p.top.resize(static_cast<size_t>(n));
+  return out;
+}
 
 // Text that passed the stop strings, through the reasoning and tool-call
 // parsers into the delta and the choice's text. at_end: the output is
@@ -247,6 +269,9 @@ struct OpenAiServer::Impl::Exchange {
   std::string role = "assistant";
   Clock::time_point arrival;
   bool echo = false;
+  bool echo_logprobs = false;  // completions echo + logprobs: the prompt's tokens lead the logprobs
+  bool echo_only = false;      // echo with max_tokens 0: the prompt alone, nothing generated
+  int prompt_logprobs = -1;    // the prompt_logprobs field's N; -1: not asked
   bool return_token_ids = false;
   int n = 1;  // choices per prompt
 
@@ -289,6 +314,8 @@ StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& 
 
 Status OpenAiServer::Impl::Init() {
   limits.vocab_size = model.config.vocab_size;
+  limits.prompt_logprobs_supported =
+      options.pd == nullptr;  // PD: the prefill would have to send them
   if (options.tool_call_parser == "auto") {
     tool_format = DetectToolCallFormat(model.chat_template_source);
     STRATA_LOG(INFO)
@@ -727,6 +754,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     }
     ex->logprobs = LogprobOptionsFor(creq.value(), model.tokenizer.get());
     ex->echo = creq.value().echo;
+    ex->echo_logprobs = ex->echo && creq.value().logprobs.has_value();
+    ex->echo_only = creq.value().echo_only;
     fields = creq.value();
   }
   req.body.clear();
@@ -756,6 +785,10 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   ex->return_token_ids = fields.return_token_ids;
   const std::string prompt_param = chat ? "messages" : "prompt";
 
+  // The engine computes the prompt's logprobs for the prompt_logprobs field
+  // and for echo + logprobs, with the larger top N of the two.
+  ex->prompt_logprobs = fields.prompt_logprobs.value_or(-1);
+
   // Every choice of every prompt, admitted together or not at all.
   std::vector<EngineRequest> requests;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -771,6 +804,7 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
       er.prompt = prompts[p];
       er.params = fields.sampling;
       er.params.max_tokens = max_tokens.value();
+      er.prompt_logprobs = std::max(ex->prompt_logprobs, ex->echo_logprobs ? ex->logprobs.top : -1);
       // n > 1 with a fixed seed: vary it per choice so choices differ but replay.
       if (er.params.seed && k > 0) er.params.seed = *er.params.seed + static_cast<uint64_t>(k);
       er.arrival = arrival;
@@ -801,7 +835,7 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
         c.tools = ToolCallParser::Create(tools_for_request);
       c.include_reasoning = include_reasoning;
       c.parallel_tool_calls = parallel_tool_calls;
-      if (ex->return_token_ids) c.prompt_ids = er.prompt;
+      if (ex->return_token_ids || ex->echo_logprobs) c.prompt_ids = er.prompt;
       ex->choices.push_back(std::move(c));
       requests.push_back(std::move(er));
     }
@@ -897,6 +931,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
   for (Choice& c : ex.choices) {
     if (c.done) continue;
     RequestOutput out = c.handle->Take();
+    for (PromptLogprob& p : out.prompt_logprobs) c.prompt_logprobs.push_back(std::move(p));
     if (out.started && !c.started_seen) {
       c.started_seen = true;
       c.cached_tokens = out.cached_tokens;
@@ -904,9 +939,26 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     }
     StreamDelta delta;
     delta.index = c.index;
+    // The prompt's logprobs all came before (or with) the first token.
     if (ex.echo && c.completion_tokens == 0 && !out.tokens.empty()) {
       delta.text = c.echo_text;
       c.text = c.echo_text;
+      if (ex.echo_logprobs) {
+        (ex.stream ? delta.tokens : c.tokens) = EchoTokens(c);
+        delta.leading_null_logprobs = 1;
+      }
+    }
+    if (ex.stream && ex.prompt_logprobs >= 0 && !c.prompt_logprobs_sent && !out.tokens.empty()) {
+      delta.prompt_logprobs = PromptLogprobsCut(c, ex.prompt_logprobs);
+      c.prompt_logprobs_sent = true;
+    }
+    if (ex.echo_only && !out.tokens.empty()) {
+      // max_tokens 0: the prompt alone; the one token the engine had to
+      // sample is not shown (vLLM: finish_reason "length", no completion tokens).
+      out.tokens.clear();
+      c.done = true;
+      c.reason = FinishReason::kLength;
+      c.handle->Cancel();
     }
     for (GeneratedToken& t : out.tokens) {
       if (c.stop->stopped()) break;  // tokens after a stop string are dropped
@@ -1031,9 +1083,11 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       if (c.reasoning && c.reasoning->reasoning_seen() && c.include_reasoning)
         o.reasoning_content = c.reasoning_text;
       o.tokens = std::move(c.tokens);
+      if (ex.echo_logprobs) o.leading_null_logprobs = 1;
+      if (ex.prompt_logprobs >= 0) o.prompt_logprobs = PromptLogprobsCut(c, ex.prompt_logprobs);
       o.finish_reason = c.reason;
       o.stop_reason = c.stop_reason;
-      o.echo_offset = ex.echo ? CodePointCount(c.echo_text) : 0;
+      o.echo_offset = ex.echo && !ex.echo_logprobs ? CodePointCount(c.echo_text) : 0;
       if (ex.return_token_ids)
         o.prompt_token_ids = c.prompt_ids, o.token_ids = std::move(c.output_ids);
       outs.push_back(std::move(o));
