@@ -227,7 +227,12 @@ MaybeError InputToMessages(const Json& input, Json* messages, std::vector<std::s
       std::string r = m.value("reasoning_content", std::string()) + text;
       m["reasoning_content"] = r;
     } else if (t == "item_reference") {
-      return NeedsStorage(p, p + " (an item_reference)");
+      // Refused rather than kept in memory: behind a router the next turn
+      // may reach another replica, where a stored item would be missing.
+      ApiError e = *NeedsStorage(p, p + " (an item_reference)");
+      e.message +=
+          " (the Vercel AI SDK sends references unless providerOptions.openai.store is false)";
+      return e;
     } else {
       return InvalidRequestError(p + ".type", p + ".type " + Shown(*type) +
                                                   " is not supported: this server takes message, "

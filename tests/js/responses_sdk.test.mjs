@@ -208,3 +208,29 @@ test('LangChain ChatOpenAI with useResponsesApi: invoke, stream, bindTools', asy
   assert.ok(Array.isArray(t.tool_calls));
   for (const c of t.tool_calls) assert.equal(typeof c.args, 'object');
 });
+
+// A second turn whose assistant text came from an earlier response: the AI
+// SDK refers to it by id (item_reference) unless store is false. This
+// server stores nothing, so the reference is a 400 that says what to set,
+// and with store: false the same conversation goes through.
+test('AI SDK multi-turn: item_reference refused with the fix, store: false works', async () => {
+  const openai = createOpenAI({ baseURL, apiKey: 'unused' });
+  const model = openai(MODEL);
+  const first = await generateText({ model, prompt: 'Say hello.', maxOutputTokens: 6, temperature: 0, maxRetries: 0 });
+  const itemId = first.response.body.output[0].id;
+  assert.match(itemId, /^msg_/);
+  const messages = [
+    { role: 'user', content: 'Say hello.' },
+    { role: 'assistant', content: [{ type: 'text', text: first.text, providerOptions: { openai: { itemId } } }] },
+    { role: 'user', content: 'Again.' },
+  ];
+  await assert.rejects(
+    generateText({ model, messages, maxOutputTokens: 6, temperature: 0, maxRetries: 0 }),
+    (e) => e.statusCode === 400 && /item_reference/.test(e.responseBody) && /store is false/.test(e.responseBody));
+  const second = await generateText({
+    model, messages, maxOutputTokens: 6, temperature: 0, maxRetries: 0,
+    providerOptions: { openai: { store: false } },
+  });
+  assert.equal(typeof second.text, 'string');
+  assert.ok(second.usage.inputTokens > first.usage.inputTokens, 'the earlier turn is in the prompt');
+});
