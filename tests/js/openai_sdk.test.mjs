@@ -256,6 +256,18 @@ test('prompt_logprobs and echo logprobs score a prompt as transformers does', as
   c.output_ids.forEach((id, k) =>
     assert.ok(Math.abs(ch.logprobs.token_logprobs[c.prompt_ids.length + k] - c.steps[k].logprob) < 1e-3));
 
+  // echo with max_tokens 0 answers the prompt alone (it used to append the
+  // one token the engine samples), streamed or not.
+  const args = { model: 'qwen3-tiny', prompt: 'The quick brown fox', max_tokens: 0, echo: true };
+  const alone = await client.completions.create(args);
+  assert.equal(alone.choices[0].text, 'The quick brown fox');
+  assert.equal(alone.choices[0].finish_reason, 'length');
+  assert.equal(alone.usage.completion_tokens, 0);
+  let streamed = '';
+  for await (const chunk of await client.completions.create({ ...args, stream: true }))
+    streamed += chunk.choices[0]?.text ?? '';
+  assert.equal(streamed, 'The quick brown fox');
+
   // suffix (fill-in-the-middle) is refused, naming it.
   await assert.rejects(client.completions.create({ model: 'qwen3-tiny', prompt: 'def f(', suffix: 'x' }),
                        (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === 'suffix');
