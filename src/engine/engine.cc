@@ -57,12 +57,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   so.max_running_requests = options.max_running_requests;
   so.chunked_prefill_size = options.chunked_prefill_size;
   so.max_batch_tokens = e->runner_->max_batch_tokens();
-  // Prompt logprobs: at most kPromptLogitFloats floats of logits per step
-  // (128 MB; 220 rows at a 152k vocabulary), at least 16 rows.
-  constexpr int64_t kPromptLogitFloats = int64_t{32} << 20;
-  so.max_prompt_logit_rows = static_cast<int32_t>(
-      std::clamp<int64_t>(kPromptLogitFloats / std::max<int64_t>(1, model.config.vocab_size), 16,
-                          std::max(16, options.chunked_prefill_size)));
+  // Prompt logprobs: the rows of logits per step (EngineOptions::prompt_logit_floats).
+  so.max_prompt_logit_rows = static_cast<int32_t>(std::clamp<int64_t>(
+      options.prompt_logit_floats / std::max<int64_t>(1, model.config.vocab_size), 16,
+      std::max(16, options.chunked_prefill_size)));
   e->scheduler_ = std::make_unique<Scheduler>(so, *e->pool_, e->radix_.get(), e->hicache_.get());
   return e;
 }

@@ -58,6 +58,10 @@ struct EngineOptions {
   // page, unchecked — offline use and tests).
   HiCacheOptions hicache;
   int64_t hicache_host_pages = 0;
+  // Prompt logprobs: floats of logits one step may return for prompt
+  // positions (128 MB; 220 rows at a 152k vocabulary, at least 16 rows):
+  // a longer prompt asking for them is cut into more chunks.
+  int64_t prompt_logit_floats = int64_t{32} << 20;
 };
 
 // The context length an engine with these options serves: the option, else

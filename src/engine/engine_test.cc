@@ -409,6 +409,28 @@ TEST(PromptLogprobsTest, PreemptionSendsEachPromptTokenOnce) {
   EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
 }
 
+// The rows of logits per step are capped (EngineOptions::prompt_logit_floats
+// / vocab, at least 16), so a prompt longer than the cap is computed in more
+// chunks than chunked prefill alone would cut, with the same results.
+TEST(PromptLogprobsTest, LogitRowsPerStepAreCapped) {
+  EngineOptions eo;
+  eo.page_size = 4;
+  eo.max_total_tokens = 4096;
+  eo.chunked_prefill_size = 512;
+  eo.prompt_logit_floats = 1;  // the floor: 16 rows a step
+  Stack s = Make(eo);
+  std::mt19937 rng(13);
+  const TeacherForced tf = MakeTeacherForced(*s.engine, RandomPrompt(rng, 36), 4);  // 40 tokens
+  int64_t before = s.engine->stats().steps;
+  auto got = s.engine->Generate({WithPromptLogprobs(tf.prompt)});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(s.engine->stats().steps - before, 3) << "40 prompt tokens at 16 rows a step";
+  ExpectTeacherForced(tf, (*got)[0], "capped");
+  before = s.engine->stats().steps;
+  ASSERT_TRUE(s.engine->Generate({Greedy(RandomPrompt(rng, 40), 1)}).ok());
+  EXPECT_EQ(s.engine->stats().steps - before, 1) << "without prompt logprobs: one chunk";
+}
+
 TEST(PromptLogprobsTest, OutOfRangeIsInvalid) {
   EngineOptions eo;
   Stack s = Make(eo);
