@@ -27,7 +27,9 @@
 //   top_logprobs, include ["message.output_text.logprobs"] -> logprobs
 //   vLLM's extra sampling fields (top_k, min_p, seed, stop, ...) pass as is.
 // Errors name the Responses field ("max_output_tokens", "input[2].content",
-// "text.format.schema"), never the chat field it became.
+// "text.format.schema"), never the chat field it became. The translated body
+// is serialised and parsed again by the chat parser: a second linear pass,
+// so the parsing guarantee (json_body.h) holds.
 //
 // Refused with a 400 naming the field: previous_response_id, conversation,
 // item_reference items and background (they need stored responses; this
