@@ -257,3 +257,87 @@ TEST(ToolCallsE2E, ReasoningParserSplitsTheOutput) {
 }
 
 }  // namespace
+
+namespace {
+
+// /v1/responses runs the chat path: the same conversation as Responses items
+// (function_call + function_call_output) renders the same prompt as its chat
+// form, so greedy output and token counts are equal; reasoning and tools
+// come out as output items, streamed and not.
+TEST(ResponsesE2E, ItemsRenderLikeChatAndReasoningIsAnItem) {
+  Server r1({"--model-path", HermesModel(), "--served-model-name", "m", "--reasoning-parser",
+             "deepseek-r1"});
+  ASSERT_GT(r1.port(), 0) << r1.Log();
+  // ordered_json: the template renders the tools as sent (key order counts).
+  using ojson = nlohmann::ordered_json;
+  const std::string params = R"({"type": "object", "properties": {"city": {"type": "string"}},
+                                  "required": ["city"]})";
+  ojson chat = ojson::parse(R"({"model": "m", "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+      {"role": "user", "content": "And in Rome?"}],
+      "max_tokens": 12, "temperature": 0, "ignore_eos": true})");
+  chat["tools"] = ojson::array({{{"type", "function"},
+                                 {"function",
+                                  {{"name", "get_weather"},
+                                   {"description", "Current weather"},
+                                   {"parameters", ojson::parse(params)}}}}});
+  ojson responses = ojson::parse(R"({"model": "m", "input": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+       "arguments": "{\"city\": \"Paris\"}"},
+      {"type": "function_call_output", "call_id": "call_1", "output": "18 C"},
+      {"role": "user", "content": [{"type": "input_text", "text": "And in Rome?"}]}],
+      "max_output_tokens": 12, "temperature": 0, "ignore_eos": true, "store": true})");
+  responses["tools"] = ojson::array({{{"type", "function"},
+                                      {"name", "get_weather"},
+                                      {"description", "Current weather"},
+                                      {"parameters", ojson::parse(params)}}});
+  Response c = r1.PostJson("/v1/chat/completions", chat.dump());
+  ASSERT_EQ(c.status, 200) << c.body;
+  Response r = r1.PostJson("/v1/responses", responses.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json cj = json::parse(c.body), rj = json::parse(r.body);
+  EXPECT_EQ(rj["object"], "response");
+  EXPECT_TRUE(rj["id"].get<std::string>().starts_with("resp_"));
+  EXPECT_EQ(rj["store"], false) << "nothing is stored, whatever was asked";
+  EXPECT_EQ(rj["usage"]["input_tokens"], cj["usage"]["prompt_tokens"]);
+  EXPECT_EQ(rj["usage"]["output_tokens"], cj["usage"]["completion_tokens"]);
+  EXPECT_EQ(rj["status"], "incomplete");
+  EXPECT_EQ(rj["incomplete_details"]["reason"], "max_output_tokens");
+  // deepseek-r1 puts all of the (never closed) output in the reasoning.
+  ASSERT_GE(rj["output"].size(), 1u) << rj.dump();
+  const json& item = rj["output"][0];
+  EXPECT_EQ(item["type"], "reasoning");
+  EXPECT_EQ(item["content"][0]["text"], cj["choices"][0]["message"]["reasoning_content"]);
+
+  // Streamed: reasoning_text deltas add up to the same text; sequence
+  // numbers count from 0; the last event is response.incomplete.
+  responses["stream"] = true;
+  Response s = r1.PostJson("/v1/responses", responses.dump());
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string reasoning, last_type;
+  int64_t seq = 0;
+  size_t pos = 0;
+  while ((pos = s.body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = s.body.find("\n\n", pos);
+    const json ev = json::parse(s.body.substr(pos + 6, end - pos - 6));
+    pos = end;
+    EXPECT_EQ(ev["sequence_number"], seq++);
+    last_type = ev["type"];
+    if (ev["type"] == "response.reasoning_text.delta") reasoning += ev["delta"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, item["content"][0]["text"]);
+  EXPECT_EQ(last_type, "response.incomplete");
+  EXPECT_EQ(s.body.find("[DONE]"), std::string::npos);
+
+  // Refusals name the Responses field.
+  Response bad = r1.PostJson("/v1/responses",
+                             R"({"model": "m", "input": "x", "previous_response_id": "resp_1"})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("\"param\":\"previous_response_id\""));
+}
+
+}  // namespace

@@ -57,6 +57,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   so.max_running_requests = options.max_running_requests;
   so.chunked_prefill_size = options.chunked_prefill_size;
   so.max_batch_tokens = e->runner_->max_batch_tokens();
+  // Prompt logprobs: the rows of logits per step (EngineOptions::prompt_logit_floats).
+  so.max_prompt_logit_rows = static_cast<int32_t>(std::clamp<int64_t>(
+      options.prompt_logit_floats / std::max<int64_t>(1, model.config.vocab_size), 16,
+      std::max(16, options.chunked_prefill_size)));
   e->scheduler_ = std::make_unique<Scheduler>(so, *e->pool_, e->radix_.get(), e->hicache_.get());
   return e;
 }
@@ -141,6 +145,13 @@ Status Engine::CreateHiCache(const KvLayout& layout) {
 
 Status Engine::Validate(const EngineRequest& r) const {
   RETURN_IF_ERROR(r.params.Validate());
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxLogprobs)
+    return InvalidArgument("prompt_logprobs " + std::to_string(r.prompt_logprobs) +
+                           " must be in [0, " + std::to_string(kMaxLogprobs) + "]");
+  if (r.prompt_logprobs >= 0 && (r.kv_export || r.kv_import))
+    return InvalidArgument(
+        "prompt_logprobs is not supported by a prefill/decode pair (the prefill would have to "
+        "send them); send the request to a colocated server");
   const int64_t plen = static_cast<int64_t>(r.prompt.size());
   if (plen == 0) return InvalidArgument("the prompt is empty");
   for (int32_t t : r.prompt)
@@ -195,14 +206,33 @@ void Engine::AbortAll(FinishReason reason, const Status& error) {
   scheduler_->FinishAll(reason, error);
 }
 
+// Row j of a prompt_logits item (position start_pos + j) scores the prompt
+// token after it; positions already sent (before a preemption) are skipped.
+void Engine::SendPromptLogprobs(Sequence& s, const StepItem& item, const float* rows) {
+  const int64_t vocab = runner_->vocab_size();
+  std::vector<PromptLogprob> out;
+  for (int32_t j = 0; j < item.num_tokens; ++j) {
+    const int64_t target = int64_t{item.start_pos} + j + 1;
+    if (target < s.prompt_logprobs_next || target >= s.prompt_len) continue;
+    SampleResult r;
+    ComputeTokenLogprobs(rows + j * vocab, vocab, s.tokens[target], s.req.prompt_logprobs, &r);
+    out.push_back({r.token_id, r.logprob, r.rank, std::move(r.top_logprobs)});
+    s.prompt_logprobs_next = target + 1;
+  }
+  if (!out.empty()) s.handle->PushPromptLogprobs(std::move(out));
+}
+
 void Engine::Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits) {
   scheduler_->Computed(batch);
   const int64_t vocab = runner_->vocab_size();
   size_t row = 0;
   for (size_t i = 0; i < batch.items.size(); ++i) {
-    if (!batch.items[i].want_logits) continue;
+    const StepItem& item = batch.items[i];
     Sequence& s = *batch.seqs[i];
-    const float* l = logits.data() + row++ * vocab;
+    if (item.prompt_logits) SendPromptLogprobs(s, item, logits.data() + row * vocab);
+    row += item.num_logit_rows();
+    if (!item.want_logits) continue;
+    const float* l = logits.data() + (row - 1) * vocab;
     SampleResult r = s.sampler.Sample(l, vocab, s.history);
     stats_.generated_tokens++;
     s.tokens.push_back(r.token_id);
@@ -309,6 +339,7 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(std::vector<GenerationR
     er.id = "generate-" + std::to_string(i);
     er.prompt = std::move(requests[i].prompt);
     er.params = requests[i].params;
+    er.prompt_logprobs = requests[i].prompt_logprobs;
     Status v = Validate(er);
     if (!v.ok()) {
       AbortAll(FinishReason::kAbort, v);
@@ -323,6 +354,8 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(std::vector<GenerationR
     for (Pending& p : pending) {
       if (p.done) continue;
       RequestOutput out = p.handle->Take();
+      for (PromptLogprob& lp : out.prompt_logprobs)
+        p.result.prompt_logprobs.push_back(std::move(lp));
       for (GeneratedToken& t : out.tokens) {
         StepOutput so{t.id, t.logprob, std::move(t.top)};
         if (p.on_token) p.on_token(so);

@@ -58,6 +58,10 @@ struct EngineOptions {
   // page, unchecked — offline use and tests).
   HiCacheOptions hicache;
   int64_t hicache_host_pages = 0;
+  // Prompt logprobs: floats of logits one step may return for prompt
+  // positions (128 MB; 220 rows at a 152k vocabulary, at least 16 rows):
+  // a longer prompt asking for them is cut into more chunks.
+  int64_t prompt_logit_floats = int64_t{32} << 20;
 };
 
 // The context length an engine with these options serves: the option, else
@@ -84,6 +88,7 @@ struct GenerationRequest {
   SamplingParams params;
   // Called after each generated token (optional), e.g. to stream text.
   std::function<void(const StepOutput&)> on_token;
+  int prompt_logprobs = -1;  // EngineRequest::prompt_logprobs
 };
 
 struct GenerationResult {
@@ -92,6 +97,7 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kNone;  // kStop (EOS / stop token) or kLength
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
+  std::vector<PromptLogprob> prompt_logprobs;  // prompt tokens 1.. when asked
 };
 
 struct EngineStats {
@@ -157,6 +163,7 @@ class Engine {
  private:
   Engine(LoadedModel& model, Backend& backend, const EngineOptions& options);
 
+  void SendPromptLogprobs(Sequence& s, const StepItem& item, const float* rows);
   void Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits);
 
   LoadedModel& model_;

@@ -288,3 +288,160 @@ TEST(EngineTest, PromptPagesAreCachedChunkByChunk) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// prompt_logprobs: the prompt P + O, where O is P's greedy continuation,
+// must score O's tokens exactly as generating O did (teacher forcing), in
+// any chunking, with the prefix cache warm, batched, and under preemption.
+struct TeacherForced {
+  std::vector<int32_t> prompt;    // P + O
+  size_t p_len = 0;               // |P|
+  std::vector<StepOutput> steps;  // generating O from P, logprobs 3
+};
+
+TeacherForced MakeTeacherForced(Engine& e, std::vector<int32_t> p, int n) {
+  GenerationRequest g = Greedy(p, n);
+  g.params.logprobs = 3;
+  auto res = e.Generate({g});
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  TeacherForced tf;
+  tf.p_len = p.size();
+  tf.prompt = std::move(p);
+  if (!res.ok()) return tf;
+  for (int32_t t : (*res)[0].output) tf.prompt.push_back(t);
+  tf.steps = (*res)[0].steps;
+  return tf;
+}
+
+GenerationRequest WithPromptLogprobs(const std::vector<int32_t>& prompt) {
+  GenerationRequest r = Greedy(prompt, 1);
+  r.prompt_logprobs = 3;
+  return r;
+}
+
+void ExpectTeacherForced(const TeacherForced& tf, const GenerationResult& r, const char* where) {
+  SCOPED_TRACE(where);
+  ASSERT_EQ(r.prompt_logprobs.size(), tf.prompt.size() - 1);
+  for (size_t i = 0; i < r.prompt_logprobs.size(); ++i) {
+    EXPECT_EQ(r.prompt_logprobs[i].id, tf.prompt[i + 1]) << "entry " << i;
+    EXPECT_LE(r.prompt_logprobs[i].logprob, 0.f);
+    EXPECT_GE(r.prompt_logprobs[i].rank, 1);
+    EXPECT_EQ(r.prompt_logprobs[i].top.size(), 3u);
+  }
+  for (size_t k = 0; k < tf.steps.size(); ++k) {
+    const PromptLogprob& lp = r.prompt_logprobs[tf.p_len - 1 + k];
+    const StepOutput& st = tf.steps[k];
+    EXPECT_NEAR(lp.logprob, st.logprob, 1e-4) << "output token " << k;
+    EXPECT_EQ(lp.rank, 1) << "a greedy token is the argmax";
+    ASSERT_EQ(lp.top.size(), st.top_logprobs.size());
+    for (size_t j = 0; j < lp.top.size(); ++j) {
+      EXPECT_EQ(lp.top[j].token_id, st.top_logprobs[j].token_id) << k << "/" << j;
+      EXPECT_NEAR(lp.top[j].logprob, st.top_logprobs[j].logprob, 1e-4) << k << "/" << j;
+    }
+  }
+}
+
+TEST(PromptLogprobsTest, EqualTheLogprobsOfATeacherForcedRun) {
+  EngineOptions eo;
+  eo.page_size = 4;
+  eo.max_total_tokens = 4096;
+  Stack s = Make(eo);
+  std::mt19937 rng(11);
+  const TeacherForced tf = MakeTeacherForced(*s.engine, RandomPrompt(rng, 21), 12);
+  ASSERT_EQ(tf.prompt.size(), 33u);
+
+  auto one = s.engine->Generate({WithPromptLogprobs(tf.prompt)});
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ExpectTeacherForced(tf, (*one)[0], "alone");
+
+  // The prompt is now cached (it was computed whole and inserted); a prompt
+  // logprobs request still computes it all: cached KV has no logits.
+  auto plain = s.engine->Generate({Greedy(tf.prompt, 1)});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_GT((*plain)[0].cached_tokens, 0) << "the prompt's pages were cached for others";
+  auto warm = s.engine->Generate({WithPromptLogprobs(tf.prompt)});
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ((*warm)[0].cached_tokens, 0);
+  ExpectTeacherForced(tf, (*warm)[0], "prefix cache warm");
+  EXPECT_TRUE((*plain)[0].prompt_logprobs.empty());
+
+  // Batched with other requests (one of them sharing the prompt).
+  auto batch = s.engine->Generate(
+      {Greedy(RandomPrompt(rng, 30), 8), WithPromptLogprobs(tf.prompt), Greedy(tf.prompt, 4)});
+  ASSERT_TRUE(batch.ok());
+  ExpectTeacherForced(tf, (*batch)[1], "batched");
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
+  EXPECT_EQ(s.engine->load().pages_active, 0);
+
+  // Chunked prefill: 5-token chunks, each with its rows of logits.
+  EngineOptions chunked = eo;
+  chunked.chunked_prefill_size = 5;
+  Stack c = Make(chunked);
+  auto ch = c.engine->Generate({WithPromptLogprobs(tf.prompt)});
+  ASSERT_TRUE(ch.ok()) << ch.status().ToString();
+  ExpectTeacherForced(tf, (*ch)[0], "chunked");
+}
+
+TEST(PromptLogprobsTest, PreemptionSendsEachPromptTokenOnce) {
+  std::mt19937 rng(12);
+  EngineOptions roomy;
+  roomy.page_size = 4;
+  roomy.max_total_tokens = 8192;
+  Stack ref = Make(roomy);
+  std::vector<GenerationRequest> reqs;
+  std::vector<TeacherForced> tfs;
+  for (int i = 0; i < 6; ++i) {
+    tfs.push_back(MakeTeacherForced(*ref.engine, RandomPrompt(rng, 20 + 3 * i), 6));
+    GenerationRequest r = WithPromptLogprobs(tfs.back().prompt);
+    r.params.max_tokens = 40;
+    reqs.push_back(r);
+  }
+  EngineOptions tight = roomy;
+  tight.max_total_tokens = 160;
+  tight.chunked_prefill_size = 32;
+  Stack s = Make(tight);
+  auto got = s.engine->Generate(reqs);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_GT(s.engine->stats().preemptions, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) ExpectTeacherForced(tfs[i], (*got)[i], "preempted");
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
+}
+
+// The rows of logits per step are capped (EngineOptions::prompt_logit_floats
+// / vocab, at least 16), so a prompt longer than the cap is computed in more
+// chunks than chunked prefill alone would cut, with the same results.
+TEST(PromptLogprobsTest, LogitRowsPerStepAreCapped) {
+  EngineOptions eo;
+  eo.page_size = 4;
+  eo.max_total_tokens = 4096;
+  eo.chunked_prefill_size = 512;
+  eo.prompt_logit_floats = 1;  // the floor: 16 rows a step
+  Stack s = Make(eo);
+  std::mt19937 rng(13);
+  const TeacherForced tf = MakeTeacherForced(*s.engine, RandomPrompt(rng, 36), 4);  // 40 tokens
+  int64_t before = s.engine->stats().steps;
+  auto got = s.engine->Generate({WithPromptLogprobs(tf.prompt)});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(s.engine->stats().steps - before, 3) << "40 prompt tokens at 16 rows a step";
+  ExpectTeacherForced(tf, (*got)[0], "capped");
+  before = s.engine->stats().steps;
+  ASSERT_TRUE(s.engine->Generate({Greedy(RandomPrompt(rng, 40), 1)}).ok());
+  EXPECT_EQ(s.engine->stats().steps - before, 1) << "without prompt logprobs: one chunk";
+}
+
+TEST(PromptLogprobsTest, OutOfRangeIsInvalid) {
+  EngineOptions eo;
+  Stack s = Make(eo);
+  EngineRequest r;
+  r.prompt = {5, 6, 7};
+  r.params.max_tokens = 1;
+  r.prompt_logprobs = kMaxLogprobs + 1;
+  EXPECT_EQ(s.engine->Validate(r).code(), StatusCode::kInvalidArgument);
+  r.prompt_logprobs = 0;
+  EXPECT_TRUE(s.engine->Validate(r).ok());
+}
+
+}  // namespace
+}  // namespace strata

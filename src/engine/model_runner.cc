@@ -35,7 +35,8 @@ Status ModelRunner::Run(std::span<const StepItem> items, std::vector<float>* log
       h_positions_.push_back(it.start_pos + i);
       h_slots_.push_back(it.table->Slot(it.start_pos + i));
     }
-    if (it.want_logits) h_logit_rows_.push_back(static_cast<int32_t>(h_tokens_.size()) - 1);
+    for (int32_t r = it.num_logit_rows(); r > 0; --r)
+      h_logit_rows_.push_back(static_cast<int32_t>(h_tokens_.size()) - r);
     const int64_t pages_used = (end + it.table->page_size() - 1) / it.table->page_size();
     page_offsets.push_back(h_pages_.size());
     h_pages_.insert(h_pages_.end(), it.table->pages().begin(), it.table->pages().begin() + pages_used);

@@ -27,15 +27,22 @@ struct StepItem {
   const int32_t* tokens = nullptr;
   int32_t num_tokens = 0;
   int32_t start_pos = 0;
-  bool want_logits = false;  // logits of the last token of this chunk
+  bool want_logits = false;  // logits of the last token of this chunk (to sample)
+  // Logits of every token of this chunk (prompt logprobs: position p scores
+  // token p + 1). With want_logits, the last of these rows is the one to
+  // sample from.
+  bool prompt_logits = false;
+  // Rows of logits this item gets.
+  int32_t num_logit_rows() const { return prompt_logits ? num_tokens : want_logits ? 1 : 0; }
 };
 
 class ModelRunner {
  public:
   ModelRunner(Model& model, Backend& backend, KvPool& pool, int32_t max_batch_tokens);
 
-  // Runs one forward step. On success *logits holds, for each item with
-  // want_logits, one row of vocab_size floats, in item order.
+  // Runs one forward step. On success *logits holds, for each item,
+  // num_logit_rows() rows of vocab_size floats (its tokens' order), in item
+  // order.
   Status Run(std::span<const StepItem> items, std::vector<float>* logits);
 
   int32_t max_batch_tokens() const { return max_batch_tokens_; }

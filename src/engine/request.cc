@@ -5,6 +5,8 @@ namespace strata {
 RequestOutput RequestHandle::Take() {
   std::lock_guard<std::mutex> lock(mu_);
   RequestOutput out;
+  out.prompt_logprobs = std::move(pending_.prompt_logprobs);
+  pending_.prompt_logprobs.clear();
   out.tokens = std::move(pending_.tokens);
   pending_.tokens.clear();
   out.finished = pending_.finished;
@@ -30,6 +32,15 @@ void RequestHandle::Push(GeneratedToken token) {
     pending_.completion_tokens++;
   }
   Notify();
+}
+
+// No notification: the prompt's last chunk also samples the first token,
+// whose Push() notifies; until then the consumer has nothing to send.
+void RequestHandle::PushPromptLogprobs(std::vector<PromptLogprob> logprobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& v = pending_.prompt_logprobs;
+  v.insert(v.end(), std::make_move_iterator(logprobs.begin()),
+           std::make_move_iterator(logprobs.end()));
 }
 
 void RequestHandle::SetStarted(int64_t prompt_tokens, int64_t cached_tokens) {

@@ -62,6 +62,12 @@ struct EngineRequest {
   // (kv_import). At most one is set; neither for colocated serving.
   std::shared_ptr<KvExport> kv_export;
   std::shared_ptr<KvImport> kv_import;
+  // vLLM's prompt_logprobs: -1 none; N >= 0: the logprob of every prompt
+  // token after the first (given the tokens before it), with its rank and
+  // the top N alternatives, computed in the prefill. The prompt is then
+  // computed whole: its cached prefix has no logits, so the prefix cache
+  // is not read for it (its pages are still cached for others).
+  int prompt_logprobs = -1;
 };
 
 struct GeneratedToken {
@@ -70,8 +76,19 @@ struct GeneratedToken {
   std::vector<TokenLogprob> top;
 };
 
+// One prompt token's logprob (EngineRequest::prompt_logprobs): raw
+// log_softmax of the logits before it, as for generated tokens.
+struct PromptLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  int64_t rank = 0;  // tokens with logprob >= this one's, itself included (vLLM's rank)
+  std::vector<TokenLogprob> top;
+};
+
 // Everything a handle accumulated since the last Take().
 struct RequestOutput {
+  // Prompt tokens 1.. in order (prompt_logprobs), before the first token.
+  std::vector<PromptLogprob> prompt_logprobs;
   std::vector<GeneratedToken> tokens;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
@@ -98,6 +115,7 @@ class RequestHandle {
 
   // Engine side.
   void Push(GeneratedToken token);
+  void PushPromptLogprobs(std::vector<PromptLogprob> logprobs);
   void SetStarted(int64_t prompt_tokens, int64_t cached_tokens);
   void Finish(FinishReason reason, Status error = OkStatus());
 

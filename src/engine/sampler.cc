@@ -385,8 +385,14 @@ int32_t Sampler::Draw(const Kept& kept, double target) const {
 }
 
 void Sampler::ComputeLogprobs(const float* logits, int64_t vocab, SampleResult* out) {
-  const int64_t n = std::min<int64_t>(params_.logprobs, vocab);
-  const float chosen = logits[out->token_id];
+  ComputeTokenLogprobs(logits, vocab, out->token_id, params_.logprobs, out);
+}
+
+void ComputeTokenLogprobs(const float* logits, int64_t vocab, int32_t token_id, int top,
+                          SampleResult* out) {
+  out->token_id = token_id;
+  const int64_t n = std::min<int64_t>(top, vocab);
+  const float chosen = logits[token_id];
   const float max = MaxIgnoringNaN(logits, vocab);
 
   // Log-sum-exp and the chosen token's rank (tokens with logit >= its own).

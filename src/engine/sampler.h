@@ -135,6 +135,13 @@ struct TokenProb {
   double prob = 0;
 };
 
+// Raw logprobs (step 1 above) of token_id under logits, with its rank and
+// the top `top` alternatives: what Sample() reports for the token it picked,
+// for any token (prompt logprobs score the prompt's own tokens).
+// REQUIRES: vocab >= 1; 0 <= token_id < vocab; top <= kMaxLogprobs.
+void ComputeTokenLogprobs(const float* logits, int64_t vocab, int32_t token_id, int top,
+                          SampleResult* out);
+
 class Sampler {
  public:
   // Seed: params.seed if set; else default_seed if set (an engine started

@@ -195,7 +195,7 @@ void Scheduler::Preempt(Sequence& s) {
 // With HiCache, a host-resident continuation of the match is noted for
 // StartLoad (the lock on its end node pins its host pages).
 void Scheduler::Admit(Sequence& s) {
-  if (!radix_ || s.prefix_locked) return;
+  if (!radix_ || s.prefix_locked || s.NeedsPromptLogits()) return;
   auto m = radix_->MatchPrefix(std::span<const int32_t>(s.tokens.data(), s.tokens.size() - 1));
   if (m.num_tokens + m.host_tokens == 0) return;
   radix_->Lock(m.host_handle);  // the host match ends below (or at) the device match
@@ -348,6 +348,11 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
 
   const int64_t cap = options_.max_batch_tokens;
   int64_t used = 0;
+  int64_t logit_rows = options_.max_prompt_logit_rows;  // left for prompt logprobs
+  // A prefill chunk of n tokens, cut to the prompt-logit rows left.
+  auto chunk = [&](const Sequence& s, int64_t n) {
+    return s.NeedsPromptLogits() ? std::min(n, logit_rows) : n;
+  };
   auto add = [&](Sequence& s, int64_t n) {
     StepItem it;
     it.table = &s.table;
@@ -355,6 +360,8 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
     it.num_tokens = static_cast<int32_t>(n);
     it.start_pos = static_cast<int32_t>(s.computed);
     it.want_logits = s.computed + n == static_cast<int64_t>(s.tokens.size());
+    it.prompt_logits = s.NeedsPromptLogits() && s.computed < s.prompt_len;
+    if (it.prompt_logits) logit_rows -= n;
     batch->items.push_back(it);
     batch->seqs.push_back(&s);
     used += n;
@@ -394,7 +401,8 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
     Sequence& s = *sp;
     if (budget <= 0) break;
     if (s.state != RequestState::kPrefilling) continue;
-    const int64_t n = std::min(s.remaining(), budget);
+    const int64_t n = chunk(s, std::min(s.remaining(), budget));
+    if (n <= 0) continue;  // no prompt-logit rows left this step
     if (!ReservePages(s, s.computed + n, false)) break;
     add(s, n);
     budget -= n;
@@ -412,7 +420,11 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
       ++i;
       continue;
     }
-    if (options_.defer_shared_prefixes) {
+    if (s.NeedsPromptLogits() && logit_rows <= 0) {
+      ++i;
+      continue;
+    }
+    if (options_.defer_shared_prefixes && !s.NeedsPromptLogits()) {
       const int64_t cached = radix_ ? radix_->PeekPrefixLength(std::span<const int32_t>(
                                           s.tokens.data(), s.tokens.size() - 1))
                                     : 0;
@@ -435,7 +447,7 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
-    const int64_t n = std::min(s.remaining(), budget);
+    const int64_t n = chunk(s, std::min(s.remaining(), budget));
     if (!ReservePages(s, s.computed + n, false)) {
       ReleaseKv(s, false);  // give the adopted prefix back; try next step
       break;

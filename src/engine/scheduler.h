@@ -109,10 +109,19 @@ struct Sequence {
   int64_t started_cached = 0;
   FinishReason transfer_finish = FinishReason::kNone;
   bool import_aborted = false;
+  // prompt_logprobs: the next prompt position whose token's logprob has not
+  // been sent (from 1; position 0 has none). Kept across preemption, so a
+  // recomputed prompt sends nothing twice.
+  int64_t prompt_logprobs_next = 1;
 
   // Tokens still to compute before the next sample.
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - computed; }
   bool finished() const { return state == RequestState::kFinished; }
+  // Prompt logprobs still to compute: the prompt is computed (not matched
+  // in the prefix cache: cached KV has no logits) with every row's logits.
+  bool NeedsPromptLogits() const {
+    return req.prompt_logprobs >= 0 && prompt_logprobs_next < prompt_len;
+  }
 };
 
 struct SchedulerOptions {
@@ -121,6 +130,10 @@ struct SchedulerOptions {
   int32_t chunked_prefill_size = 512;  // prompt tokens per step
   int32_t max_batch_tokens = 576;      // every token of one step (runner's capacity)
   bool defer_shared_prefixes = true;   // in-batch prefix sharing (see above)
+  // Prompt tokens per step that get logits for prompt logprobs (each row is
+  // vocab_size floats on the host): bounds that buffer; such prompts are
+  // chunked to fit.
+  int32_t max_prompt_logit_rows = 256;
 };
 
 // One step's work: items[i] is seqs[i]'s part of the batch.

@@ -167,9 +167,6 @@ MaybeError RejectUnsupported(const Json& body) {
   RETURN_IF_API_ERROR(ReadInt(body, "min_tokens", &i));
   if (i && *i != 0) return Unsupported("min_tokens", " (send 0 or omit it)");
   i.reset();
-  RETURN_IF_API_ERROR(ReadInt(body, "prompt_logprobs", &i));
-  if (i) return Unsupported("prompt_logprobs", " (it does not compute the prompt's logprobs)");
-  i.reset();
   RETURN_IF_API_ERROR(ReadInt(body, "best_of", &i));
   if (i) {
     std::optional<int64_t> n;
@@ -178,7 +175,10 @@ MaybeError RejectUnsupported(const Json& body) {
   }
   std::optional<std::string> str;
   RETURN_IF_API_ERROR(ReadString(body, "suffix", &str));
-  if (str && !str->empty()) return Unsupported("suffix");
+  if (str && !str->empty())
+    return Unsupported("suffix",
+                       " (no fill-in-the-middle: send the text before the insertion point as "
+                       "prompt, or use a model whose template writes its FIM tokens)");
   str.reset();
   RETURN_IF_API_ERROR(ReadString(body, "cache_salt", &str));
   if (str)
@@ -327,6 +327,22 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
     out->request_id = *s;
   }
   RETURN_IF_API_ERROR(ReadBool(body, "return_token_ids", &out->return_token_ids));
+  std::optional<int64_t> prompt_logprobs;
+  RETURN_IF_API_ERROR(ReadInt(body, "prompt_logprobs", &prompt_logprobs));
+  if (prompt_logprobs) {
+    if (!limits.prompt_logprobs_supported)
+      return Unsupported("prompt_logprobs", " (it does not compute the prompt's logprobs)");
+    if (*prompt_logprobs < 0 || *prompt_logprobs > limits.max_logprobs)
+      return InvalidRequestError("prompt_logprobs", "prompt_logprobs must be in [0, " +
+                                                        std::to_string(limits.max_logprobs) +
+                                                        "], got " +
+                                                        std::to_string(*prompt_logprobs));
+    if (chat && Get(body, "stream") && body.at("stream") == true)
+      return InvalidRequestError("prompt_logprobs",
+                                 "prompt_logprobs is returned by chat completions only without "
+                                 "stream; drop one of them");
+    out->prompt_logprobs = static_cast<int>(*prompt_logprobs);
+  }
 
   // PD disaggregation: the router adds all three (SGLang's names).
   {

@@ -22,7 +22,7 @@
 //     metadata, priority 0, service_tier "auto"/"default");
 //   - a 400 when set to anything but its default, because it would change
 //     the output and is not implemented (logit_bias, suffix, beam search,
-//     prompt_logprobs, tool_choice "required", response_format json_schema,
+//     tool_choice "required", response_format json_schema,
 //     store true, cache_salt, the deprecated functions/function_call, a
 //     modality other than "text", ...).
 // Request bodies parse in time linear in their size (json_body.h). Nothing
@@ -52,8 +52,8 @@ struct ProtocolLimits {
   size_t max_prompts = 1024;  // batch of prompts in one completion request
   int64_t vocab_size = 0;     // > 0: token ids must be < vocab_size
   int max_json_depth = 128;   // deeper nesting is a 400 (keeps renderers' recursion bounded)
-  // echo + logprobs on /v1/completions needs the prompt's logprobs; until
-  // the engine computes them that combination is a 400.
+  // The engine computes prompt logprobs (not on a prefill/decode pair):
+  // prompt_logprobs and echo + logprobs on /v1/completions; a 400 otherwise.
   bool prompt_logprobs_supported = false;
 };
 
@@ -99,6 +99,9 @@ struct GenerationFields {
   // vLLM: choices carry the prompt's and the output's token ids
   // (prompt_token_ids, token_ids).
   bool return_token_ids = false;
+  // vLLM: each prompt token's logprob (after the first) with its rank and
+  // the top N, N in [0, max_logprobs]; chat only without stream.
+  std::optional<int> prompt_logprobs;
   // PD disaggregation (docs/architecture/disagg.md): where the prefill's
   // bootstrap endpoint is and the request's room; all three or none.
   std::optional<BootstrapFields> bootstrap;

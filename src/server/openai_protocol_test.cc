@@ -1001,3 +1001,50 @@ TEST(ApiErrors, Constructors) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(PromptLogprobs, ParsedWhenTheEngineComputesThem) {
+  ProtocolLimits limits;
+  limits.prompt_logprobs_supported = true;
+  auto c = ParseCompletionRequest(R"({"prompt": "a", "prompt_logprobs": 3})", limits);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c.value().prompt_logprobs, 3);
+  auto chat = ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "a"}], "prompt_logprobs": 0})", limits);
+  ASSERT_TRUE(chat.ok()) << chat.error().message;
+  EXPECT_EQ(chat.value().prompt_logprobs, 0);
+  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "a"})", limits).value().prompt_logprobs);
+
+  auto range = ParseCompletionRequest(R"({"prompt": "a", "prompt_logprobs": 21})", limits);
+  ASSERT_FALSE(range.ok());
+  EXPECT_EQ(range.error().param, "prompt_logprobs");
+  EXPECT_THAT(range.error().message, ::testing::HasSubstr("[0, 20]"));
+  auto all = ParseCompletionRequest(R"({"prompt": "a", "prompt_logprobs": -1})", limits);
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.error().param, "prompt_logprobs");
+  auto streamed = ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "a"}], "prompt_logprobs": 1, "stream": true})",
+      limits);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.error().param, "prompt_logprobs");
+  // Completions stream them (with each choice's first chunk).
+  EXPECT_TRUE(
+      ParseCompletionRequest(R"({"prompt": "a", "prompt_logprobs": 1, "stream": true})", limits)
+          .ok());
+  // Where the engine does not (a prefill/decode pair): a 400 naming the field.
+  auto off = ParseCompletionRequest(R"({"prompt": "a", "prompt_logprobs": 1})");
+  ASSERT_FALSE(off.ok());
+  EXPECT_EQ(off.error().param, "prompt_logprobs");
+}
+
+TEST(PromptLogprobs, SuffixIsRefusedNamingIt) {
+  auto r = ParseCompletionRequest(R"({"prompt": "def f(", "suffix": "  return x"})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().param, "suffix");
+  EXPECT_THAT(r.error().message, ::testing::HasSubstr("fill-in-the-middle"));
+}
+
+}  // namespace
+}  // namespace strata

@@ -176,6 +176,26 @@ nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens,
   return Json{{"content", std::move(content)}};
 }
 
+nlohmann::ordered_json PromptLogprobsJson(std::span<const PromptLogprob> logprobs,
+                                          const LogprobOptions& options) {
+  Json out = Json::array({nullptr});  // the first token has nothing before it
+  for (const PromptLogprob& p : logprobs) {
+    Json entry = Json::object();
+    entry[std::to_string(p.id)] = Json{{"logprob", ClampLogprob(p.logprob)},
+                                       {"rank", p.rank},
+                                       {"decoded_token", TokenText(p.id, options)}};
+    for (size_t i = 0; i < p.top.size(); ++i) {
+      const std::string key = std::to_string(p.top[i].token_id);
+      if (entry.contains(key)) continue;  // the prompt's own token, already there
+      entry[key] = Json{{"logprob", ClampLogprob(p.top[i].logprob)},
+                        {"rank", static_cast<int64_t>(i) + 1},
+                        {"decoded_token", TokenText(p.top[i].token_id, options)}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
                                               const std::vector<ChoiceOutput>& choices,
                                               const Usage& usage, const LogprobOptions& logprobs) {
@@ -196,7 +216,8 @@ nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
     choice["finish_reason"] = FinishReasonJson(c.finish_reason);
     choice["stop_reason"] = StopReasonJson(c.stop_reason);
     choice["token_ids"] = TokenIdsJson(c.token_ids);
-    choice["prompt_logprobs"] = nullptr;  // vLLM clients read it; this server never computes them
+    choice["prompt_logprobs"] =
+        c.prompt_logprobs ? PromptLogprobsJson(*c.prompt_logprobs, logprobs) : Json(nullptr);
     choice["prompt_token_ids"] = TokenIdsJson(c.prompt_token_ids);
     cs.push_back(std::move(choice));
   }
@@ -239,9 +260,11 @@ nlohmann::ordered_json ChatCompletionResponseJson(const ResponseMeta& meta,
   }
   out["choices"] = std::move(cs);
   out["usage"] = UsageJson(usage);
-  // vLLM's shape: the prompt's logprobs (never computed here) and, with
-  // return_token_ids, its token ids, once for all choices.
-  out["prompt_logprobs"] = nullptr;
+  // vLLM's shape: the prompt's logprobs and, with return_token_ids, its
+  // token ids, once for all choices.
+  out["prompt_logprobs"] = choices.empty() || !choices[0].prompt_logprobs
+                               ? Json(nullptr)
+                               : PromptLogprobsJson(*choices[0].prompt_logprobs, logprobs);
   out["prompt_token_ids"] =
       choices.empty() ? Json(nullptr) : TokenIdsJson(choices[0].prompt_token_ids);
   return out;
@@ -381,9 +404,11 @@ std::string StreamEncoder::Delta(const StreamDelta& d) {
   } else {
     int64_t& offset = text_offset_[d.index];
     choice["text"] = d.text;
-    choice["logprobs"] = with_logprobs
-                             ? CompletionLogprobsJson(d.tokens, settings_.logprobs, offset)
-                             : Json(nullptr);
+    choice["logprobs"] = with_logprobs ? CompletionLogprobsJson(d.tokens, settings_.logprobs,
+                                                                offset, d.leading_null_logprobs)
+                                       : Json(nullptr);
+    if (d.prompt_logprobs)
+      choice["prompt_logprobs"] = PromptLogprobsJson(*d.prompt_logprobs, settings_.logprobs);
     choice["finish_reason"] = FinishReasonJson(d.finish_reason);
     choice["stop_reason"] = StopReasonJson(d.stop_reason);
     if (settings_.return_token_ids) {

@@ -16,8 +16,10 @@
 //                "choices":[{"index","message":{"role","content","refusal"},
 //                            "logprobs","finish_reason","stop_reason","token_ids"}],"usage":{..},
 //                "prompt_logprobs","prompt_token_ids"}
-//               (vLLM's fields: prompt_logprobs is always null here; the
-//               token ids are null unless return_token_ids)
+//               (vLLM's fields: prompt_logprobs and the token ids are null
+//               unless asked: prompt_logprobs is [null, {"<id>": {"logprob",
+//               "rank","decoded_token"}, ...}, ...], the prompt's token first,
+//               then the top N)
 //   chunks      "object":"text_completion" / "chat.completion.chunk"; chat
 //               opens each choice with delta {"role","content":""}; with
 //               stream_options.include_usage every chunk has "usage": null
@@ -118,6 +120,9 @@ struct ChoiceOutput {
   // choice's prompt ids once, at the top level.
   std::optional<std::vector<int32_t>> prompt_token_ids;
   std::optional<std::vector<int32_t>> token_ids;
+  // prompt_logprobs (vLLM), already cut to the N asked: prompt tokens 1..;
+  // sent with a leading null. Chat sends the first choice's at the top level.
+  std::optional<std::vector<PromptLogprob>> prompt_logprobs;
 };
 
 nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
@@ -137,6 +142,11 @@ nlohmann::ordered_json CompletionLogprobsJson(std::span<const GeneratedToken> to
                                               size_t null_logprobs = 0);
 nlohmann::ordered_json ChatLogprobsJson(std::span<const GeneratedToken> tokens,
                                         const LogprobOptions& options);
+// vLLM's prompt_logprobs: [null, one {"<token id>": {"logprob", "rank",
+// "decoded_token"}} per prompt token after the first: its own token, then
+// its top alternatives]. decoded_token is TokenText.
+nlohmann::ordered_json PromptLogprobsJson(std::span<const PromptLogprob> logprobs,
+                                          const LogprobOptions& options);
 
 // {"error": {...}} for an ApiError; the HTTP status is error.http_status.
 nlohmann::ordered_json ErrorJson(const ApiError& error);
@@ -164,6 +174,11 @@ struct StreamDelta {
   std::vector<ToolCallEvent> tool_calls;
   // The choice made tool calls: its finish_reason is "tool_calls".
   bool made_tool_calls = false;
+  // Completions with echo and logprobs: tokens starts with the prompt's,
+  // the first this-many without a logprob (null).
+  size_t leading_null_logprobs = 0;
+  // Completions: prompt_logprobs, sent with the choice's first chunk.
+  std::optional<std::vector<PromptLogprob>> prompt_logprobs;
 };
 
 struct StreamSettings {

@@ -550,3 +550,35 @@ TEST(ChatStream, ToolCallDeltasAreOpenAiShaped) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(PromptLogprobsJson, VllmShapeOwnTokenFirstThenTop) {
+  std::vector<PromptLogprob> lp = {
+      {7, -1.5f, 3, {{9, -0.5f}, {8, -1.0f}}},    // the token ranks 3rd: both tops added
+      {9, -0.25f, 1, {{9, -0.25f}, {2, -2.0f}}},  // the token is the top one: once
+  };
+  Json j = PromptLogprobsJson(lp, IdsLogprobs(2));
+  EXPECT_EQ(j, Json::parse(R"([null,
+      {"7": {"logprob": -1.5, "rank": 3, "decoded_token": "token_id:7"},
+       "9": {"logprob": -0.5, "rank": 1, "decoded_token": "token_id:9"},
+       "8": {"logprob": -1.0, "rank": 2, "decoded_token": "token_id:8"}},
+      {"9": {"logprob": -0.25, "rank": 1, "decoded_token": "token_id:9"},
+       "2": {"logprob": -2.0, "rank": 2, "decoded_token": "token_id:2"}}])"))
+      << j.dump();
+  ChoiceOutput c;
+  c.prompt_logprobs = lp;
+  EXPECT_EQ(
+      CompletionResponseJson(kMeta, {c}, Usage{}, IdsLogprobs(0))["choices"][0]["prompt_logprobs"],
+      j);
+  EXPECT_EQ(ChatCompletionResponseJson(kChatMeta, {c}, Usage{}, IdsLogprobs(0))["prompt_logprobs"],
+            j);
+  ChoiceOutput none;
+  EXPECT_TRUE(CompletionResponseJson(kMeta, {none}, Usage{},
+                                     IdsLogprobs(0))["choices"][0]["prompt_logprobs"]
+                  .is_null());
+}
+
+}  // namespace
+}  // namespace strata

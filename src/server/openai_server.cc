@@ -16,6 +16,7 @@
 #include "server/http_auth.h"
 #include "server/json_body.h"
 #include "server/openai_response.h"
+#include "server/openai_responses.h"
 #include "server/reasoning_parser.h"
 #include "server/stop_matcher.h"
 #include "server/tool_call_parser.h"
@@ -95,7 +96,9 @@ struct Choice {
   Clock::time_point last_token;
   bool started_seen = false;
   std::string echo_text;                        // completions with echo: the prompt's text
-  std::vector<int32_t> prompt_ids, output_ids;  // kept for return_token_ids
+  std::vector<int32_t> prompt_ids, output_ids;  // kept for return_token_ids (and echo logprobs)
+  std::vector<PromptLogprob> prompt_logprobs;   // as the engine sends them (prompt tokens 1..)
+  bool prompt_logprobs_sent = false;            // streaming: with the first chunk
   // Chat with --reasoning-parser / --tool-call-parser: the text after stop
   // strings goes through these, in this order (Deliver).
   std::unique_ptr<ReasoningParser> reasoning;
@@ -113,6 +116,26 @@ struct Choice {
     return calls;
   }
 };
+
+// Completions with echo and logprobs: the prompt's tokens as the first
+// entries of logprobs, the first without a logprob (nothing precedes it).
+std::vector<GeneratedToken> EchoTokens(const Choice& c) {
+  std::vector<GeneratedToken> out;
+  if (c.prompt_ids.empty()) return out;
+  out.push_back(GeneratedToken{c.prompt_ids[0], 0, {}});
+  for (const PromptLogprob& p : c.prompt_logprobs)
+    out.push_back(GeneratedToken{p.id, p.logprob, p.top});
+  return out;
+}
+
+// The prompt_logprobs field's entries: the top alternatives cut to its N
+// (the engine computed max(N, echo's logprobs)).
+std::vector<PromptLogprob> PromptLogprobsCut(const Choice& c, int n) {
+  std::vector<PromptLogprob> out = c.prompt_logprobs;
+  for (PromptLogprob& p : out)
+    if (p.top.size() > static_cast<size_t>(n)) p.top.resize(static_cast<size_t>(n));
+  return out;
+}
 
 // Text that passed the stop strings, through the reasoning and tool-call
 // parsers into the delta and the choice's text. at_end: the output is
@@ -214,7 +237,9 @@ struct OpenAiServer::Impl {
   void SendError(HttpResponder& res, const ApiError& err, HttpHeaders extra = {});
   void CountRequest(const char* outcome) { requests_total->Get({outcome}).Inc(); }
 
-  void HandleCompletions(HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat,
+  // The generation endpoints; /v1/responses runs the chat path (openai_responses.h).
+  enum class Api { kCompletions, kChat, kResponses };
+  void HandleCompletions(HttpRequest& req, const std::shared_ptr<HttpResponder>& res, Api api,
                          Clock::time_point arrival);
   void HandleTokenize(HttpRequest& req, HttpResponder& res);
   void HandleDetokenize(HttpRequest& req, HttpResponder& res);
@@ -238,11 +263,33 @@ struct OpenAiServer::Impl::Exchange {
   ResponseMeta meta;
   LogprobOptions logprobs;
   std::unique_ptr<StreamEncoder> encoder;
+  // /v1/responses: its context, and its own event stream in place of encoder.
+  std::optional<ResponsesContext> responses;
+  std::unique_ptr<ResponsesStreamEncoder> responses_encoder;
   std::string role = "assistant";
   Clock::time_point arrival;
   bool echo = false;
+  bool echo_logprobs = false;  // completions echo + logprobs: the prompt's tokens lead the logprobs
+  bool echo_only = false;      // echo with max_tokens 0: the prompt alone, nothing generated
+  int prompt_logprobs = -1;    // the prompt_logprobs field's N; -1: not asked
   bool return_token_ids = false;
   int n = 1;  // choices per prompt
+
+  // The stream's events, in whichever encoding the endpoint speaks.
+  std::string StreamStart() {
+    return responses_encoder ? responses_encoder->Start() : encoder->Start();
+  }
+  std::string StreamDeltaEvents(const StreamDelta& d) {
+    return responses_encoder ? responses_encoder->Delta(d) : encoder->Delta(d);
+  }
+  std::string StreamFinish(const Usage& u) {
+    return responses_encoder ? responses_encoder->Finish(u) : encoder->Finish(u);
+  }
+  // An error mid-stream, and the stream's end.
+  std::string StreamErrorEnd(const ApiError& e, const Usage& u) {
+    return responses_encoder ? responses_encoder->Error(e, u)
+                             : StreamEncoder::Error(e) + encoder->Finish(u);
+  }
 };
 
 void OpenAiServer::Impl::Retire(Exchange& ex) {
@@ -267,6 +314,8 @@ StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& 
 
 Status OpenAiServer::Impl::Init() {
   limits.vocab_size = model.config.vocab_size;
+  limits.prompt_logprobs_supported =
+      options.pd == nullptr;  // PD: the prefill would have to send them
   if (options.tool_call_parser == "auto") {
     tool_format = DetectToolCallFormat(model.chat_template_source);
     STRATA_LOG(INFO)
@@ -401,7 +450,7 @@ void OpenAiServer::Impl::Abort(Exchange& ex, const std::string& why) {
   if (ex.stream && ex.headers_sent) {
     // Mid-stream: a final error event, then the stream's normal end, so the
     // client sees a clean, explained end rather than a cut connection.
-    res.Write(StreamEncoder::Error(e) + ex.encoder->Finish(UsageOf(ex)));
+    res.Write(ex.StreamErrorEnd(e, UsageOf(ex)));
     res.End();
   } else {
     SendError(res, e);
@@ -530,15 +579,15 @@ void OpenAiServer::Impl::Route() {
   });
   // Parsing, templates and tokenization can take seconds for a huge body:
   // the I/O thread only checks the key and queues the work.
-  for (bool chat : {false, true}) {
-    http->Handle("POST", chat ? "/v1/chat/completions" : "/v1/completions",
-                 [this, chat](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
-                   const Clock::time_point arrival = Clock::now();
-                   auto req = std::make_shared<HttpRequest>(std::move(r));
-                   Defer(res, true, [this, req, res, chat, arrival] {
-                     HandleCompletions(*req, res, chat, arrival);
-                   });
-                 });
+  for (auto [path, api] : {std::pair{"/v1/completions", Api::kCompletions},
+                           std::pair{"/v1/chat/completions", Api::kChat},
+                           std::pair{"/v1/responses", Api::kResponses}}) {
+    http->Handle("POST", path, [this, api](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
+      const Clock::time_point arrival = Clock::now();
+      auto req = std::make_shared<HttpRequest>(std::move(r));
+      Defer(res, true,
+            [this, req, res, api, arrival] { HandleCompletions(*req, res, api, arrival); });
+    });
   }
   http->Handle("POST", "/tokenize", [this](HttpRequest&& r, std::shared_ptr<HttpResponder> res) {
     auto req = std::make_shared<HttpRequest>(std::move(r));
@@ -643,8 +692,9 @@ void OpenAiServer::Impl::HandleDetokenize(HttpRequest& req, HttpResponder& res) 
 }
 
 void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
-                                           const std::shared_ptr<HttpResponder>& res, bool chat,
+                                           const std::shared_ptr<HttpResponder>& res, Api api,
                                            Clock::time_point arrival) {
+  const bool chat = api != Api::kCompletions;
   if (auto why = AbortReason()) return CountRequest("aborted"), SendError(*res, AbortedError(*why));
   auto ex = std::make_shared<Exchange>();
   ex->chat = chat;
@@ -661,7 +711,13 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   ReasoningStart reasoning_start = ReasoningStart::kNoReasoning;
   bool include_reasoning = true, parallel_tool_calls = true;
   if (chat) {
-    auto creq = ParseChatCompletionRequest(req.body, limits);
+    auto creq = [&]() -> ApiOr<ChatCompletionRequest> {
+      if (api != Api::kResponses) return ParseChatCompletionRequest(req.body, limits);
+      auto r = ParseResponsesRequest(req.body, limits);
+      if (!r.ok()) return r.error();
+      ex->responses = std::move(r.value().context);
+      return std::move(r.value().chat);
+    }();
     if (!creq.ok()) return CountRequest("error"), SendError(*res, creq.error());
     if (!model.chat_template)
       return CountRequest("error"),
@@ -698,6 +754,8 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     }
     ex->logprobs = LogprobOptionsFor(creq.value(), model.tokenizer.get());
     ex->echo = creq.value().echo;
+    ex->echo_logprobs = ex->echo && creq.value().logprobs.has_value();
+    ex->echo_only = creq.value().echo_only;
     fields = creq.value();
   }
   req.body.clear();
@@ -720,10 +778,16 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     if (options.pd->mode() == "prefill")
       ex->stream = false;  // the router reads the decode's stream
   }
-  ex->meta = NewResponseMeta(chat ? "chatcmpl-" : "cmpl-", options.served_model_name);
-  if (fields.request_id) ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + *fields.request_id;
+  const char* id_prefix = api == Api::kResponses ? "resp_" : chat ? "chatcmpl-" : "cmpl-";
+  ex->meta = NewResponseMeta(id_prefix, options.served_model_name);
+  if (fields.request_id) ex->meta.id = id_prefix + *fields.request_id;
+  if (ex->responses) ex->responses->meta = ex->meta, ex->responses->logprobs = ex->logprobs;
   ex->return_token_ids = fields.return_token_ids;
   const std::string prompt_param = chat ? "messages" : "prompt";
+
+  // The engine computes the prompt's logprobs for the prompt_logprobs field
+  // and for echo + logprobs, with the larger top N of the two.
+  ex->prompt_logprobs = fields.prompt_logprobs.value_or(-1);
 
   // Every choice of every prompt, admitted together or not at all.
   std::vector<EngineRequest> requests;
@@ -740,6 +804,7 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
       er.prompt = prompts[p];
       er.params = fields.sampling;
       er.params.max_tokens = max_tokens.value();
+      er.prompt_logprobs = std::max(ex->prompt_logprobs, ex->echo_logprobs ? ex->logprobs.top : -1);
       // n > 1 with a fixed seed: vary it per choice so choices differ but replay.
       if (er.params.seed && k > 0) er.params.seed = *er.params.seed + static_cast<uint64_t>(k);
       er.arrival = arrival;
@@ -770,7 +835,7 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
         c.tools = ToolCallParser::Create(tools_for_request);
       c.include_reasoning = include_reasoning;
       c.parallel_tool_calls = parallel_tool_calls;
-      if (ex->return_token_ids) c.prompt_ids = er.prompt;
+      if (ex->return_token_ids || ex->echo_logprobs) c.prompt_ids = er.prompt;
       ex->choices.push_back(std::move(c));
       requests.push_back(std::move(er));
     }
@@ -806,8 +871,11 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     ss.prompt_tokens = ex->choices.empty() ? 0 : ex->choices[0].prompt_tokens;
     ss.return_token_ids = ex->return_token_ids;
     for (const Choice& c : ex->choices) ss.prompt_token_ids.push_back(c.prompt_ids);
-    ex->encoder = std::make_unique<StreamEncoder>(
-        chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion, ex->meta, ss);
+    if (ex->responses)
+      ex->responses_encoder = std::make_unique<ResponsesStreamEncoder>(*ex->responses);
+    else
+      ex->encoder = std::make_unique<StreamEncoder>(
+          chat ? StreamEncoder::Kind::kChat : StreamEncoder::Kind::kCompletion, ex->meta, ss);
   }
   in_flight++;
   std::optional<std::string> why;
@@ -863,6 +931,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
   for (Choice& c : ex.choices) {
     if (c.done) continue;
     RequestOutput out = c.handle->Take();
+    for (PromptLogprob& p : out.prompt_logprobs) c.prompt_logprobs.push_back(std::move(p));
     if (out.started && !c.started_seen) {
       c.started_seen = true;
       c.cached_tokens = out.cached_tokens;
@@ -870,9 +939,26 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     }
     StreamDelta delta;
     delta.index = c.index;
+    // The prompt's logprobs all came before (or with) the first token.
     if (ex.echo && c.completion_tokens == 0 && !out.tokens.empty()) {
       delta.text = c.echo_text;
       c.text = c.echo_text;
+      if (ex.echo_logprobs) {
+        (ex.stream ? delta.tokens : c.tokens) = EchoTokens(c);
+        delta.leading_null_logprobs = 1;
+      }
+    }
+    if (ex.stream && ex.prompt_logprobs >= 0 && !c.prompt_logprobs_sent && !out.tokens.empty()) {
+      delta.prompt_logprobs = PromptLogprobsCut(c, ex.prompt_logprobs);
+      c.prompt_logprobs_sent = true;
+    }
+    if (ex.echo_only && !out.tokens.empty()) {
+      // max_tokens 0: the prompt alone; the one token the engine had to
+      // sample is not shown (vLLM: finish_reason "length", no completion tokens).
+      out.tokens.clear();
+      c.done = true;
+      c.reason = FinishReason::kLength;
+      c.handle->Cancel();
     }
     for (GeneratedToken& t : out.tokens) {
       if (c.stop->stopped()) break;  // tokens after a stop string are dropped
@@ -930,7 +1016,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       delta.made_tool_calls = !c.ToolCalls().empty();
     }
     if (ex.stream && c.error.ok()) {
-      std::string ev = ex.encoder->Delta(delta);
+      std::string ev = ex.StreamDeltaEvents(delta);
       if (!ev.empty()) any_output = true;
       events += ev;
     }
@@ -977,10 +1063,14 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     if (!ex.headers_sent && (any_output || all_done)) {
       res.StartStream(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
       ex.headers_sent = true;
-      events = ex.encoder->Start() + events;
+      events = ex.StreamStart() + events;
     }
-    if (failed) events += StreamEncoder::Error(ApiErrorFromStatus(failed->error));
-    if (all_done) events += ex.encoder->Finish(usage);
+    if (failed && all_done)
+      events += ex.StreamErrorEnd(ApiErrorFromStatus(failed->error), usage);
+    else if (failed)
+      events += StreamEncoder::Error(ApiErrorFromStatus(failed->error));
+    else if (all_done)
+      events += ex.StreamFinish(usage);
     if (!events.empty()) res.Write(std::move(events));
     if (all_done) res.End();
   } else if (all_done) {
@@ -993,15 +1083,18 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       if (c.reasoning && c.reasoning->reasoning_seen() && c.include_reasoning)
         o.reasoning_content = c.reasoning_text;
       o.tokens = std::move(c.tokens);
+      if (ex.echo_logprobs) o.leading_null_logprobs = 1;
+      if (ex.prompt_logprobs >= 0) o.prompt_logprobs = PromptLogprobsCut(c, ex.prompt_logprobs);
       o.finish_reason = c.reason;
       o.stop_reason = c.stop_reason;
-      o.echo_offset = ex.echo ? CodePointCount(c.echo_text) : 0;
+      o.echo_offset = ex.echo && !ex.echo_logprobs ? CodePointCount(c.echo_text) : 0;
       if (ex.return_token_ids)
         o.prompt_token_ids = c.prompt_ids, o.token_ids = std::move(c.output_ids);
       outs.push_back(std::move(o));
     }
-    ojson body = ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
-                         : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
+    ojson body = ex.responses ? ResponseObjectJson(*ex.responses, outs[0], usage)
+                 : ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
+                           : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
     res.SendJson(200, DumpJson(body));
     ex.headers_sent = true;
   }

@@ -11,6 +11,7 @@
 //   GET  /v1/models
 //   GET  /v1/models/{id}     the model object, or 404 model_not_found
 //   POST /v1/completions, /v1/chat/completions  (stream or not)
+//   POST /v1/responses       the Responses API, run as chat (openai_responses.h)
 //   POST /tokenize, /detokenize                   (vLLM's shapes)
 //   GET  /debug/integrity    (API key) KV cache / prefix cache invariants, checked
 //                            by the engine thread when idle, one check at a time;

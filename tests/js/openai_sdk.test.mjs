@@ -221,3 +221,54 @@ test('the SDK assembles a streamed tool call from our chunk shape', async () => 
     http.close();
   }
 });
+
+// Prompt logprobs are computed in the prefill: the prompt + the golden's
+// greedy continuation scores that continuation as transformers did when it
+// generated it (teacher forcing), through vLLM's prompt_logprobs field and
+// through echo + logprobs with max_tokens 0 (lm-eval-harness's scoring call).
+test('prompt_logprobs and echo logprobs score a prompt as transformers does', async () => {
+  const c = golden.cases[4];
+  const prompt = [...c.prompt_ids, ...c.output_ids];
+  const r = await client.completions.create({
+    model: 'qwen3-tiny', prompt, max_tokens: 1, temperature: 0, prompt_logprobs: 2,
+  });
+  const plp = r.choices[0].prompt_logprobs;
+  assert.equal(plp.length, prompt.length);
+  assert.equal(plp[0], null);
+  c.output_ids.forEach((id, k) => {
+    const entry = plp[c.prompt_ids.length + k][String(id)];
+    assert.ok(Math.abs(entry.logprob - c.steps[k].logprob) < 1e-3, `token ${k}: ${entry.logprob} vs ${c.steps[k].logprob}`);
+    assert.ok(entry.rank >= 1);
+  });
+  for (let i = 1; i < prompt.length; i++) {
+    assert.ok(String(prompt[i]) in plp[i], `entry ${i} holds the prompt's own token`);
+    assert.ok(Object.keys(plp[i]).length <= 3, 'its token and the top 2');
+  }
+
+  const echo = await client.completions.create({
+    model: 'qwen3-tiny', prompt, max_tokens: 0, echo: true, logprobs: 1, return_tokens_as_token_ids: true,
+  });
+  const ch = echo.choices[0];
+  assert.equal(ch.finish_reason, 'length');
+  assert.equal(echo.usage.completion_tokens, 0);
+  assert.deepEqual(ch.logprobs.tokens, prompt.map((id) => `token_id:${id}`));
+  assert.equal(ch.logprobs.token_logprobs[0], null);
+  c.output_ids.forEach((id, k) =>
+    assert.ok(Math.abs(ch.logprobs.token_logprobs[c.prompt_ids.length + k] - c.steps[k].logprob) < 1e-3));
+
+  // echo with max_tokens 0 answers the prompt alone (it used to append the
+  // one token the engine samples), streamed or not.
+  const args = { model: 'qwen3-tiny', prompt: 'The quick brown fox', max_tokens: 0, echo: true };
+  const alone = await client.completions.create(args);
+  assert.equal(alone.choices[0].text, 'The quick brown fox');
+  assert.equal(alone.choices[0].finish_reason, 'length');
+  assert.equal(alone.usage.completion_tokens, 0);
+  let streamed = '';
+  for await (const chunk of await client.completions.create({ ...args, stream: true }))
+    streamed += chunk.choices[0]?.text ?? '';
+  assert.equal(streamed, 'The quick brown fox');
+
+  // suffix (fill-in-the-middle) is refused, naming it.
+  await assert.rejects(client.completions.create({ model: 'qwen3-tiny', prompt: 'def f(', suffix: 'x' }),
+                       (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === 'suffix');
+});

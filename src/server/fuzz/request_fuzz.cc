@@ -1,7 +1,7 @@
 // libFuzzer entry point for the OpenAI protocol layer: any bytes are fed to
-// both request parsers, and what they accept drives the stop matcher and the
-// response builders. Checks, besides "no crash, no exception, no sanitizer
-// report":
+// the three request parsers (completions, chat, responses), and what they
+// accept drives the stop matcher and the response builders. Checks, besides "no crash, no
+// exception, no sanitizer report":
 //   - a rejected request is a 400 with a message (never a 500: that means an
 //     exception escaped the field readers, i.e. a bug);
 //   - an accepted request is within every documented range, and its
@@ -20,6 +20,7 @@
 
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
+#include "server/openai_responses.h"
 #include "server/stop_matcher.h"
 
 namespace strata {
@@ -172,6 +173,39 @@ void FuzzOne(std::string_view body) {
     CheckStream(StreamEncoder::Kind::kChat, r, text);
     // Normalised messages must serialise (they go to the template's tojson).
     FUZZ_CHECK(Json::accept(DumpJson(r.messages)));
+  }
+
+  // /v1/responses: the chat checks hold for what it translates to; the
+  // response object and every stream event serialise.
+  ApiOr<ResponsesRequest> responses = ParseResponsesRequest(body, limits);
+  if (!responses.ok()) {
+    CheckError(responses.error());
+  } else {
+    const ResponsesRequest& r = responses.value();
+    CheckCommon(r.chat, limits);
+    FUZZ_CHECK(r.chat.n == 1 && !r.chat.messages.empty());
+    ChoiceOutput c;
+    c.text = r.chat.messages.back()["content"].get<std::string>();
+    c.tool_calls = {ToolCall{"call_1", "f", "{}"}};
+    FUZZ_CHECK(Json::accept(DumpJson(ResponseObjectJson(r.context, c, Usage{}))));
+    ResponsesStreamEncoder enc(r.context);
+    std::string sse = enc.Start();
+    StreamDelta d;
+    d.text = c.text;
+    d.reasoning_content = "r";
+    sse += enc.Delta(d);
+    d = {};
+    d.finish_reason = FinishReason::kLength;
+    sse += enc.Delta(d);
+    sse += enc.Finish(Usage{});
+    for (size_t pos = 0; pos < sse.size();) {
+      FUZZ_CHECK(sse.compare(pos, 7, "event: ") == 0);
+      const size_t data = sse.find("\ndata: ", pos);
+      const size_t end = sse.find("\n\n", pos);
+      FUZZ_CHECK(data != std::string::npos && end != std::string::npos && data < end);
+      FUZZ_CHECK(Json::accept(sse.substr(data + 7, end - data - 7)));
+      pos = end + 2;
+    }
   }
 }
 

@@ -14,6 +14,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND TARGET strata_server)
     ${_fuzz_dir}/chat_messages.cc
     ${_fuzz_dir}/chat_prompt.cc
     ${_fuzz_dir}/openai_response.cc
+    ${_fuzz_dir}/openai_responses.cc
     ${_fuzz_dir}/stop_matcher.cc)
   target_link_libraries(request_fuzz PRIVATE strata_engine)
   target_compile_options(request_fuzz PRIVATE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
