@@ -534,5 +534,107 @@ TEST(LogprobsTest, NoneRequestedLeavesThemEmpty) {
   EXPECT_EQ(r.rank, 0);
 }
 
+// ---- masks, logit_bias, min_tokens bans ----
+
+std::vector<uint32_t> MaskOf(int64_t vocab, std::initializer_list<int32_t> ids) {
+  std::vector<uint32_t> m(static_cast<size_t>((vocab + 31) / 32), 0u);
+  for (int32_t id : ids) m[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  return m;
+}
+
+TEST(LogitMaskTest, GreedyTakesTheBestAllowedToken) {
+  std::vector<float> l(100, 0.f);
+  l[3] = 9.f;
+  l[70] = 2.f;
+  l[40] = 1.f;
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, std::nullopt);
+  const auto mask = MaskOf(100, {40, 70});
+  EXPECT_EQ(s.Sample(l.data(), 100, kNoHistory, LogitMask{mask, {}}).token_id, 70);
+  EXPECT_EQ(s.Sample(l.data(), 100, kNoHistory).token_id, 3);  // unmasked: unchanged
+  EXPECT_EQ(l[3], 9.f);                                         // the input is left alone
+}
+
+TEST(LogitMaskTest, SampledDrawsStayInsideTheMaskAndRenormalise) {
+  std::vector<float> l(1000);
+  std::mt19937 rng(1);
+  for (float& x : l) x = std::normal_distribution<float>(0, 3)(rng);
+  const auto mask = MaskOf(1000, {5, 500, 999});
+  Sampler s(Random(3), std::nullopt);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 3000; ++i) seen[s.Sample(l.data(), 1000, kNoHistory, LogitMask{mask, {}}).token_id]++;
+  for (const auto& [id, n] : seen) EXPECT_TRUE(id == 5 || id == 500 || id == 999) << id;
+  auto d = s.Distribution(l.data(), 1000, kNoHistory, LogitMask{mask, {}});
+  double total = 0;
+  for (const TokenProb& tp : d) total += tp.prob;
+  EXPECT_EQ(d.size(), 3u);
+  EXPECT_NEAR(total, 1.0, 1e-9);
+  // Each kept token's share is its softmax over the three.
+  const double z = std::exp(l[5]) + std::exp(l[500]) + std::exp(l[999]);
+  for (const TokenProb& tp : d) EXPECT_NEAR(tp.prob, std::exp(l[tp.token_id]) / z, 1e-5);
+}
+
+TEST(LogitMaskTest, AllowedTokensWithMinusInfinityLogitsStillWin) {
+  std::vector<float> l(64, 1.f);
+  l[33] = -std::numeric_limits<float>::infinity();
+  const auto mask = MaskOf(64, {33});
+  for (float t : {0.f, 1.f}) {
+    SamplingParams p = Random();
+    p.temperature = t;
+    Sampler s(p, std::nullopt);
+    EXPECT_EQ(s.Sample(l.data(), 64, kNoHistory, LogitMask{mask, {}}).token_id, 33);
+  }
+}
+
+TEST(LogitMaskTest, BannedTokensAreNeverSampledAndLogprobsStayRaw) {
+  std::vector<float> l = {5.f, 4.f, 1.f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 1;
+  Sampler s(p, std::nullopt);
+  const int32_t banned[] = {0};
+  SampleResult r = s.Sample(l.data(), 3, kNoHistory, LogitMask{{}, banned});
+  EXPECT_EQ(r.token_id, 1);
+  ASSERT_EQ(r.top_logprobs.size(), 1u);
+  EXPECT_EQ(r.top_logprobs[0].token_id, 0);  // raw logprobs: before the mask
+}
+
+TEST(LogitBiasTest, BiasShiftsLogitsBeforeSampling) {
+  std::vector<float> l = {3.f, 2.f, 1.f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{2, 5.f}};
+  Sampler s(p, std::nullopt);
+  EXPECT_EQ(s.Sample(l.data(), 3, kNoHistory).token_id, 2);
+  p.logit_bias = {{0, -100.f}};
+  Sampler s2(p, std::nullopt);
+  EXPECT_EQ(s2.Sample(l.data(), 3, kNoHistory).token_id, 1);
+  p.logit_bias = {{7, 100.f}};  // past the vocabulary: ignored
+  Sampler s3(p, std::nullopt);
+  EXPECT_EQ(s3.Sample(l.data(), 3, kNoHistory).token_id, 0);
+  // Sampled: the distribution is the softmax of the biased logits.
+  SamplingParams q = Random();
+  q.logit_bias = {{1, std::log(2.f)}};
+  Sampler s4(q, std::nullopt);
+  auto d = s4.Distribution(l.data(), 3, kNoHistory);
+  std::map<int32_t, double> pr;
+  for (const TokenProb& tp : d) pr[tp.token_id] = tp.prob;
+  EXPECT_NEAR(pr[1] / pr[0], 2 * std::exp(-1.0), 1e-5);
+}
+
+TEST(SamplingParamsTest, MinTokensAndLogitBiasRanges) {
+  SamplingParams p;
+  p.max_tokens = 4;
+  p.min_tokens = 5;
+  EXPECT_FALSE(p.Validate().ok());
+  p.min_tokens = 4;
+  EXPECT_TRUE(p.Validate().ok());
+  p.logit_bias = {{1, 101.f}};
+  EXPECT_FALSE(p.Validate().ok());
+  p.logit_bias = {{-1, 1.f}};
+  EXPECT_FALSE(p.Validate().ok());
+}
+
 }  // namespace
 }  // namespace strata
