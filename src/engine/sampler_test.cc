@@ -32,7 +32,8 @@ std::set<int32_t> KeptTokens(const SamplingParams& params, const std::vector<flo
                              const TokenHistory& h = kNoHistory) {
   Sampler s(params, std::nullopt);
   std::set<int32_t> kept;
-  for (const TokenProb& tp : s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), h)) {
+  for (const TokenProb& tp :
+       s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), h)) {
     kept.insert(tp.token_id);
   }
   return kept;
@@ -41,7 +42,8 @@ std::set<int32_t> KeptTokens(const SamplingParams& params, const std::vector<flo
 std::map<int32_t, double> Probs(const SamplingParams& params, const std::vector<float>& logits) {
   Sampler s(params, std::nullopt);
   std::map<int32_t, double> out;
-  for (const TokenProb& tp : s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), kNoHistory)) {
+  for (const TokenProb& tp :
+       s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), kNoHistory)) {
     out[tp.token_id] = tp.prob;
   }
   return out;
@@ -64,8 +66,8 @@ TEST(SamplingParamsTest, ValidateNamesEveryBadField) {
   p.max_tokens = 0;
   Status s = p.Validate();
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
-  for (const char* field : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
-                            "presence_penalty", "logprobs", "max_tokens"}) {
+  for (const char* field : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                            "frequency_penalty", "presence_penalty", "logprobs", "max_tokens"}) {
     EXPECT_NE(s.message().find(field), std::string::npos) << field << " missing: " << s.message();
   }
 }
@@ -198,8 +200,8 @@ TEST(SamplerTest, DrawsFollowTheSoftmax) {
   // the loose bound keeps a change of generator from flaking, while a wrong
   // distribution (e.g. off by one token, or temperature ignored) gives
   // hundreds.
-  EXPECT_LT(ChiSquare(counts, probs, n), 30.0) << counts[0] << " " << counts[1] << " " << counts[2] << " "
-                                               << counts[3] << " " << counts[4];
+  EXPECT_LT(ChiSquare(counts, probs, n), 30.0)
+      << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << " " << counts[4];
 }
 
 TEST(SamplerTest, TemperatureSharpensAndFlattens) {
@@ -331,7 +333,8 @@ TEST(SamplerTest, FilteredDrawsFollowTheRenormalisedDistribution) {
   for (int i = 0; i < n; ++i) ++counts[s.Sample(logits.data(), 5, kNoHistory).token_id];
   EXPECT_EQ(counts[0], 0);
   EXPECT_EQ(counts[2], 0);
-  EXPECT_LT(ChiSquare({counts[1], counts[3], counts[4]}, {0.35 / 0.9, 0.25 / 0.9, 0.3 / 0.9}, n), 25.0);
+  EXPECT_LT(ChiSquare({counts[1], counts[3], counts[4]}, {0.35 / 0.9, 0.25 / 0.9, 0.3 / 0.9}, n),
+            25.0);
 }
 
 TEST(SamplerTest, LargeVocabularyTopP) {
@@ -351,8 +354,9 @@ TEST(SamplerTest, LargeVocabularyTopP) {
   // Reference: full sort in double.
   std::vector<int32_t> order(vocab);
   for (int32_t i = 0; i < vocab; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   const double mx = logits[order[0]];
   double z = 0;
   for (float l : logits) z += std::exp(l - mx);
@@ -364,7 +368,8 @@ TEST(SamplerTest, LargeVocabularyTopP) {
   EXPECT_GT(want, 256u);  // the walk had to grow past its first sorted chunk
 
   const int32_t t = s.Sample(logits.data(), vocab, kNoHistory).token_id;
-  EXPECT_TRUE(std::any_of(dist.begin(), dist.end(), [&](const TokenProb& tp) { return tp.token_id == t; }));
+  EXPECT_TRUE(
+      std::any_of(dist.begin(), dist.end(), [&](const TokenProb& tp) { return tp.token_id == t; }));
 }
 
 TEST(SamplerTest, LargeVocabularyTopKMatchesReference) {
@@ -375,7 +380,7 @@ TEST(SamplerTest, LargeVocabularyTopKMatchesReference) {
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> logits(vocab);
   for (float& l : logits) l = std::round(nd(gen) * 64) / 64;  // many exact ties
-  logits[vocab - 1] = 10.f;                                     // the max in the tail lanes
+  logits[vocab - 1] = 10.f;                                   // the max in the tail lanes
   logits[5] = std::nanf("");
   std::vector<float> sorted;
   for (float l : logits) {
@@ -389,7 +394,8 @@ TEST(SamplerTest, LargeVocabularyTopKMatchesReference) {
     Sampler s(p, std::nullopt);
     auto dist = s.Distribution(logits.data(), vocab, kNoHistory);
     const float kth = sorted[k - 1];
-    const size_t want = static_cast<size_t>(std::count_if(sorted.begin(), sorted.end(), [&](float l) { return l >= kth; }));
+    const size_t want = static_cast<size_t>(
+        std::count_if(sorted.begin(), sorted.end(), [&](float l) { return l >= kth; }));
     EXPECT_EQ(dist.size(), want) << "k=" << k;
     for (const TokenProb& tp : dist) ASSERT_GE(logits[tp.token_id], kth) << "k=" << k;
   }
@@ -418,7 +424,7 @@ TEST(PenaltiesTest, FrequencyAndPresenceCountOutputOnly) {
   EXPECT_EQ(h.num_output_tokens(), 5);
   std::vector<float> l = {1.f, 1.f, 1.f, 1.f, -1.f};
   ApplyPenalties(p, h, l.data(), 5);
-  EXPECT_FLOAT_EQ(l[0], 1.f);                      // prompt only: untouched
+  EXPECT_FLOAT_EQ(l[0], 1.f);                     // prompt only: untouched
   EXPECT_FLOAT_EQ(l[1], 1.f - 3 * 0.5f - 0.25f);  // 3 times in the output
   EXPECT_FLOAT_EQ(l[2], 1.f);
   EXPECT_FLOAT_EQ(l[3], 1.f - 0.5f - 0.25f);
@@ -553,7 +559,7 @@ TEST(LogitMaskTest, GreedyTakesTheBestAllowedToken) {
   const auto mask = MaskOf(100, {40, 70});
   EXPECT_EQ(s.Sample(l.data(), 100, kNoHistory, LogitMask{mask, {}}).token_id, 70);
   EXPECT_EQ(s.Sample(l.data(), 100, kNoHistory).token_id, 3);  // unmasked: unchanged
-  EXPECT_EQ(l[3], 9.f);                                         // the input is left alone
+  EXPECT_EQ(l[3], 9.f);                                        // the input is left alone
 }
 
 TEST(LogitMaskTest, SampledDrawsStayInsideTheMaskAndRenormalise) {
@@ -563,7 +569,8 @@ TEST(LogitMaskTest, SampledDrawsStayInsideTheMaskAndRenormalise) {
   const auto mask = MaskOf(1000, {5, 500, 999});
   Sampler s(Random(3), std::nullopt);
   std::map<int32_t, int> seen;
-  for (int i = 0; i < 3000; ++i) seen[s.Sample(l.data(), 1000, kNoHistory, LogitMask{mask, {}}).token_id]++;
+  for (int i = 0; i < 3000; ++i)
+    seen[s.Sample(l.data(), 1000, kNoHistory, LogitMask{mask, {}}).token_id]++;
   for (const auto& [id, n] : seen) EXPECT_TRUE(id == 5 || id == 500 || id == 999) << id;
   auto d = s.Distribution(l.data(), 1000, kNoHistory, LogitMask{mask, {}});
   double total = 0;
