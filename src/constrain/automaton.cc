@@ -39,6 +39,8 @@ std::string Key(const std::vector<int32_t>& flat) {
 constexpr size_t kMaxStacksPerState = 4096;
 // Masks kept per automaton, in bytes; past it masks are computed per use.
 constexpr size_t kMaxMaskBytes = size_t{64} << 20;
+// Subtrees with fewer tokens are walked rather than tested for a loop.
+constexpr int32_t kMinLoopSubtree = 8;
 
 }  // namespace
 
@@ -70,6 +72,27 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     trie_[node].tokens.push_back(static_cast<int32_t>(id));
   }
   for (Node& n : trie_) std::sort(n.kids.begin(), n.kids.end());
+  // Depth-first token order and the bytes under each node, children first
+  // (an explicit stack: tokens can be long).
+  std::vector<std::pair<int32_t, bool>> todo = {{0, false}};
+  while (!todo.empty()) {
+    auto [n, done] = todo.back();
+    todo.pop_back();
+    if (!done) {
+      trie_[n].first = static_cast<int32_t>(subtree_tokens_.size());
+      subtree_tokens_.insert(subtree_tokens_.end(), trie_[n].tokens.begin(), trie_[n].tokens.end());
+      todo.emplace_back(n, true);
+      for (auto it = trie_[n].kids.rbegin(); it != trie_[n].kids.rend(); ++it)
+        todo.emplace_back(it->second, false);
+      continue;
+    }
+    Node& node = trie_[n];
+    node.count = static_cast<int32_t>(subtree_tokens_.size()) - node.first;
+    for (const auto& [b, kid] : node.kids) {
+      node.below.Add(b);
+      for (int i = 0; i < 4; ++i) node.below.bits[i] |= trie_[kid].below.bits[i];
+    }
+  }
   eos_.erase(
       std::remove_if(eos_.begin(), eos_.end(), [&](int32_t id) { return id < 0 || id >= size(); }),
       eos_.end());
@@ -169,6 +192,17 @@ Automaton::State Automaton::Next(State s, uint8_t b) {
   return next;
 }
 
+const ByteSet& Automaton::Loop(State s) {
+  if (!states_[s].has_loop) {
+    ByteSet loop;
+    for (int b = 0; b < 256; ++b)
+      if (Next(s, static_cast<uint8_t>(b)) == s) loop.Add(static_cast<uint8_t>(b));
+    states_[s].loop = loop;
+    states_[s].has_loop = true;
+  }
+  return states_[s].loop;
+}
+
 void Automaton::Reset() {
   states_.clear();
   index_.clear();
@@ -259,12 +293,29 @@ std::shared_ptr<const TokenBitmask> Automaton::ComputeMask(State s, int64_t limi
       const State ns = Next(st, b);
       if (ns == kDead) continue;
       const int32_t d = states_[ns].distance;
-      if (d <= limit && !trie[child].tokens.empty()) {
-        for (int32_t id : trie[child].tokens) set(id);
+      const Vocabulary::Node& c = trie[child];
+      // A subtree whose bytes all loop at ns: all its tokens end at ns.
+      // Checked only for subtrees big enough to repay the loop set.
+      if (c.count >= kMinLoopSubtree) {
+        const ByteSet& loop = Loop(ns);
+        bool inside = true;
+        for (int i = 0; i < 4; ++i) inside = inside && (c.below.bits[i] & ~loop.bits[i]) == 0;
+        if (inside) {
+          if (d <= limit) {
+            const std::vector<int32_t>& ids = vocab_->subtree_tokens();
+            for (int32_t k = c.first; k < c.first + c.count; ++k) set(ids[k]);
+            any = true;
+            *max_next = std::max(*max_next, d);
+          }
+          continue;
+        }
+      }
+      if (d <= limit && !c.tokens.empty()) {
+        for (int32_t id : c.tokens) set(id);
         any = true;
         *max_next = std::max(*max_next, d);
       }
-      if (!trie[child].kids.empty()) todo.emplace_back(child, ns);
+      if (!c.kids.empty()) todo.emplace_back(child, ns);
     }
   }
   if (limit != kNoLimit && !any && !states_[s].accepting) return nullptr;

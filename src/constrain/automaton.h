@@ -68,13 +68,18 @@ class Vocabulary {
   struct Node {
     std::vector<std::pair<uint8_t, int32_t>> kids;  // (byte, node), by byte
     std::vector<int32_t> tokens;                    // ids whose bytes end here
+    ByteSet below;                                  // every byte on an edge under this node
+    // This node's subtree's tokens: subtree_tokens()[first, first + count).
+    int32_t first = 0, count = 0;
   };
   const std::vector<Node>& trie() const { return trie_; }
+  const std::vector<int32_t>& subtree_tokens() const { return subtree_tokens_; }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
-  std::vector<Node> trie_;  // [0] is the root
+  std::vector<Node> trie_;               // [0] is the root
+  std::vector<int32_t> subtree_tokens_;  // token ids in depth-first order
 };
 
 class Automaton {
@@ -126,7 +131,11 @@ class Automaton {
     int32_t distance = 0;
     std::unique_ptr<std::array<State, 256>> next;  // kUnknown until computed
     std::shared_ptr<const TokenBitmask> mask;      // plain (cached)
-    int32_t max_next_distance = 0;                 // over the plain mask's tokens
+    // Bytes that lead back to this state (a string's body, say), once
+    // computed: a trie subtree using only these ends every token here.
+    bool has_loop = false;
+    ByteSet loop;
+    int32_t max_next_distance = 0;  // over the plain mask's tokens
   };
   static constexpr State kUnknown = -2;
 
@@ -134,6 +143,7 @@ class Automaton {
   State Intern(std::vector<std::vector<int32_t>> stacks);
   State InternFlat(const std::vector<int32_t>& flat);
   State Next(State s, uint8_t b);
+  const ByteSet& Loop(State s);
   void Expand(std::vector<int32_t> stack, std::vector<std::vector<int32_t>>* out) const;
   State Resolve(Position& p);  // p's state in the current generation
   // limit: the largest distance allowed after a token (plain: kNoLimit).
