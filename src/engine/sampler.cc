@@ -253,6 +253,10 @@ const float* Sampler::Adjust(const float* logits, int64_t vocab, const TokenHist
       const uint32_t bits = mask.allowed[w];
       if (bits == ~0u) continue;
       const int64_t end = std::min<int64_t>(covered, w * 32 + 32);
+      if (bits == 0) {  // the common case under a grammar: a whole word out
+        std::fill(x + w * 32, x + end, kNegInf);
+        continue;
+      }
       for (int64_t i = w * 32; i < end; ++i)
         if (!((bits >> (i - w * 32)) & 1)) x[i] = kNegInf;
     }
