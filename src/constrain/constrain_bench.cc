@@ -138,22 +138,30 @@ void BM_SampleMasked(benchmark::State& state) {
   std::normal_distribution<float> nd(0.f, 2.f);
   std::vector<float> l(kVocab);
   for (float& x : l) x = nd(gen);
+  // 1: a third of the tokens allowed, spread out (every word mixed: the
+  // worst case); 2: all but 1% (inside a string); 3: 16 tokens (between
+  // JSON values).
   std::vector<uint32_t> mask((kVocab + 31) / 32, 0u);
-  for (int64_t i = 0; i < kVocab; i += 3) mask[i >> 5] |= 1u << (i & 31);  // a third allowed
+  const int64_t pattern = state.range(1);
+  for (int64_t i = 0; i < kVocab; ++i) {
+    const bool on = pattern == 1 ? i % 3 == 0 : pattern == 2 ? i % 100 != 0 : i % 9497 == 0;
+    if (on) mask[i >> 5] |= 1u << (i & 31);
+  }
   SamplingParams p;
   p.temperature = state.range(0) ? 1.f : 0.f;
   p.seed = 1;
   Sampler s(p, std::nullopt);
   const TokenHistory h;
-  const bool masked = state.range(1) == 1;
+  const bool masked = pattern > 0;
   for (auto _ : state) {
     LogitMask m;
     if (masked) m.allowed = mask;
     benchmark::DoNotOptimize(s.Sample(l.data(), kVocab, h, m).token_id);
   }
-  state.SetLabel(std::string(p.temperature > 0 ? "sampled" : "greedy") + (masked ? " + mask" : ""));
+  const char* names[] = {"", " + mask (1/3, spread)", " + mask (99%)", " + mask (16 tokens)"};
+  state.SetLabel(std::string(p.temperature > 0 ? "sampled" : "greedy") + names[pattern]);
 }
-BENCHMARK(BM_SampleMasked)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SampleMasked)->ArgsProduct({{0, 1}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace strata::constrain

@@ -257,8 +257,13 @@ const float* Sampler::Adjust(const float* logits, int64_t vocab, const TokenHist
         std::fill(x + w * 32, x + end, kNegInf);
         continue;
       }
-      for (int64_t i = w * 32; i < end; ++i)
-        if (!((bits >> (i - w * 32)) & 1)) x[i] = kNegInf;
+      float* xs = x + w * 32;
+      if (end - w * 32 == 32) {  // a constant trip count the compiler vectorises
+        for (int j = 0; j < 32; ++j) xs[j] = ((bits >> j) & 1u) ? xs[j] : kNegInf;
+        continue;
+      }
+      for (int64_t j = 0; j < end - w * 32; ++j)
+        if (!((bits >> j) & 1u)) xs[j] = kNegInf;
     }
     std::fill(x + covered, x + vocab, kNegInf);
   }
