@@ -291,11 +291,45 @@ int32_t KeepAllowed(int32_t token, int64_t vocab, const LogitMask& mask) {
 }
 }  // namespace
 
+namespace {
+// Greedy under a sparse mask (a grammar between values allows a few
+// tokens): the argmax over the allowed ids alone, ties to the lowest, NaN
+// never winning; -1 when the mask is not sparse or allows nothing.
+int32_t SparseMaskedArgmax(const float* logits, int64_t vocab, const LogitMask& mask) {
+  const int64_t words = std::min<int64_t>(static_cast<int64_t>(mask.allowed.size()), (vocab + 31) / 32);
+  int64_t allowed = 0;
+  for (int64_t w = 0; w < words; ++w) allowed += std::popcount(mask.allowed[w]);
+  if (allowed == 0 || allowed > vocab / 16) return -1;
+  int32_t best = -1;
+  float best_value = kNegInf;
+  for (int64_t w = 0; w < words; ++w) {
+    for (uint32_t bits = mask.allowed[w]; bits; bits &= bits - 1) {
+      const int64_t id = w * 32 + std::countr_zero(bits);
+      if (id >= vocab) break;
+      if (std::find(mask.banned.begin(), mask.banned.end(), id) != mask.banned.end()) continue;
+      const float v = logits[id];
+      if (std::isnan(v)) continue;
+      if (best < 0 || v > best_value) best = static_cast<int32_t>(id), best_value = v;
+    }
+  }
+  return best;
+}
+}  // namespace
+
 SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHistory& history,
                              const LogitMask& mask) {
   STRATA_CHECK(vocab >= 1 && vocab <= std::numeric_limits<int32_t>::max()) << "vocab " << vocab;
-  const float* x = Adjust(logits, vocab, history, mask);
   SampleResult result;
+  if (params_.IsGreedy() && !mask.allowed.empty() && !params_.AdjustsLogits()) {
+    // No copy of the logits: only the allowed ones are read.
+    const int32_t best = SparseMaskedArgmax(logits, vocab, mask);
+    if (best >= 0) {
+      result.token_id = best;
+      if (params_.logprobs >= 0) ComputeLogprobs(logits, vocab, &result);
+      return result;
+    }
+  }
+  const float* x = Adjust(logits, vocab, history, mask);
   if (params_.IsGreedy()) {
     result.token_id = Argmax(x, vocab);
   } else {

@@ -562,6 +562,21 @@ TEST(LogitMaskTest, GreedyTakesTheBestAllowedToken) {
   EXPECT_EQ(l[3], 9.f);                                        // the input is left alone
 }
 
+TEST(LogitMaskTest, SparseGreedyTiesGoLowAndNaNNeverWins) {
+  std::vector<float> l(4096, 0.f);
+  l[100] = 3.f;
+  l[200] = 3.f;
+  l[300] = std::nanf("");
+  l[4000] = 50.f;  // not allowed
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, std::nullopt);
+  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 200, 100}), {}}).token_id, 100);
+  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 7}), {}}).token_id, 7);
+  const int32_t banned[] = {100};
+  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {100, 200}), banned}).token_id, 200);
+}
+
 TEST(LogitMaskTest, SampledDrawsStayInsideTheMaskAndRenormalise) {
   std::vector<float> l(1000);
   std::mt19937 rng(1);
