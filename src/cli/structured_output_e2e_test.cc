@@ -20,6 +20,8 @@ namespace {
 using namespace strata::http_test;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
+// Generous: a loaded 2-core machine takes seconds; a hang takes forever.
+constexpr std::chrono::seconds kTimeout{120};
 
 // The schema the json_schema cases use, and its check (every keyword the
 // compiler supports that a validator can see here).
@@ -123,7 +125,7 @@ TEST_F(StructuredOutputE2E, JsonSchemaValidatesGreedyAndSampledStreamedAndNot) {
              {"response_format",
               {{"type", "json_schema"},
                {"json_schema", {{"name", "person"}, {"strict", true}, {"schema", kPerson}}}}}});
-        Response r = server_->PostJson("/v1/chat/completions", body.dump());
+        Response r = server_->PostJson("/v1/chat/completions", body.dump(), "", kTimeout);
         ASSERT_EQ(r.status, 200) << r.body;
         std::string finish;
         ExpectPerson(ContentOf(r, true, stream, &finish));
@@ -182,8 +184,8 @@ TEST_F(StructuredOutputE2E, EveryKindOfConstraintHolds) {
           body["temperature"] = temperature;
           body["seed"] = 11;
           body["stream"] = stream;
-          Response r =
-              server_->PostJson(chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+          Response r = server_->PostJson(chat ? "/v1/chat/completions" : "/v1/completions",
+                                         body.dump(), "", kTimeout);
           ASSERT_EQ(r.status, 200) << r.body;
           std::string finish;
           const std::string text = ContentOf(r, chat, stream, &finish);
@@ -198,7 +200,7 @@ TEST_F(StructuredOutputE2E, EveryKindOfConstraintHolds) {
 TEST_F(StructuredOutputE2E, BatchedWithUnconstrainedRequests) {
   const json plain = {
       {"model", "m"}, {"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}};
-  Response alone = server_->PostJson("/v1/completions", plain.dump());
+  Response alone = server_->PostJson("/v1/completions", plain.dump(), "", kTimeout);
   ASSERT_EQ(alone.status, 200);
   const std::string expected = json::parse(alone.body)["choices"][0]["text"];
   std::vector<std::thread> threads;
@@ -211,10 +213,11 @@ TEST_F(StructuredOutputE2E, BatchedWithUnconstrainedRequests) {
            {"n", 2},
            {"response_format",
             {{"type", "json_schema"}, {"json_schema", {{"name", "p"}, {"schema", kPerson}}}}}});
-      constrained[i] = server_->PostJson("/v1/chat/completions", body.dump());
+      constrained[i] = server_->PostJson("/v1/chat/completions", body.dump(), "", kTimeout);
     });
-    threads.emplace_back(
-        [&, i] { unconstrained[i] = server_->PostJson("/v1/completions", plain.dump()); });
+    threads.emplace_back([&, i] {
+      unconstrained[i] = server_->PostJson("/v1/completions", plain.dump(), "", kTimeout);
+    });
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < 4; ++i) {
@@ -254,7 +257,7 @@ TEST_F(StructuredOutputE2E, UnsupportedOrBadSpecsAre400sNamingTheProblem) {
   };
   for (const Case& c : cases) {
     json body = Chat(c.field);
-    Response r = server_->PostJson("/v1/chat/completions", body.dump());
+    Response r = server_->PostJson("/v1/chat/completions", body.dump(), "", kTimeout);
     EXPECT_EQ(r.status, 400) << r.body;
     const json j = json::parse(r.body);
     EXPECT_EQ(j["error"]["param"], c.param) << r.body;
@@ -265,7 +268,7 @@ TEST_F(StructuredOutputE2E, UnsupportedOrBadSpecsAre400sNamingTheProblem) {
 // Greedy completion token ids of `body` (return_token_ids).
 std::vector<int> TokenIds(Server& s, json body) {
   body["return_token_ids"] = true;
-  Response r = s.PostJson("/v1/completions", body.dump());
+  Response r = s.PostJson("/v1/completions", body.dump(), "", kTimeout);
   EXPECT_EQ(r.status, 200) << r.body;
   return json::parse(r.body)["choices"][0]["token_ids"].get<std::vector<int>>();
 }
@@ -293,7 +296,7 @@ TEST_F(StructuredOutputE2E, LogitBiasAndMinTokens) {
   for (size_t i = 0; i < 3; ++i) EXPECT_NE(held[i], greedy[0]) << i;
   json bad = base;
   bad["min_tokens"] = 9;  // above max_tokens
-  Response r = server_->PostJson("/v1/completions", bad.dump());
+  Response r = server_->PostJson("/v1/completions", bad.dump(), "", kTimeout);
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_THAT(r.body, HasSubstr("min_tokens"));
 }

@@ -209,7 +209,8 @@ TEST(ToolCallsE2E, ToolRequestsAreWellFormedStreamedAndNot) {
       body["max_tokens"] = 200;
       body["temperature"] = temperature;
       body["seed"] = 5;
-      Response r = s.PostJson("/v1/chat/completions", body.dump());
+      // Generous: a loaded 2-core machine takes seconds; a hang takes forever.
+      Response r = s.PostJson("/v1/chat/completions", body.dump(), "", std::chrono::seconds(120));
       ASSERT_EQ(r.status, 200) << r.body;
       const json j = json::parse(r.body);
       ExpectWellFormedMessage(j["choices"][0]);
@@ -223,7 +224,7 @@ TEST(ToolCallsE2E, ToolRequestsAreWellFormedStreamedAndNot) {
         EXPECT_TRUE(args["city"].is_string()) << args.dump();  // required by the schema
       }
       body["stream"] = true;
-      Response st = s.PostJson("/v1/chat/completions", body.dump());
+      Response st = s.PostJson("/v1/chat/completions", body.dump(), "", std::chrono::seconds(120));
       ASSERT_EQ(st.status, 200) << st.body;
       const Streamed streamed = Reassemble(st.body);
       EXPECT_EQ(streamed.tool_calls.size(), m["tool_calls"].size());

@@ -16,12 +16,12 @@
 //                valid under its parameters schema (tool_choice "required"
 //                or a named function)
 //
-// Budget: a constraint closes its structure in time. When the tokens left
-// are no more than the bytes still needed plus one (for EOS), only tokens
-// that bring the end nearer are allowed, so the answer is complete and ends
-// with EOS inside max_tokens whenever max_tokens is above the grammar's
-// shortest answer (a byte-level vocabulary can always write one byte a
-// token).
+// Budget: a constraint closes its structure in time. Allowed() passes the
+// tokens left to Automaton::Mask, which allows only tokens after which the
+// bytes still needed plus EOS fit in what remains, so the answer is
+// complete and ends with EOS inside max_tokens whenever max_tokens is above
+// the grammar's shortest answer (a byte-level vocabulary can always write
+// one byte a token).
 //
 // Thread-safety: ConstraintCompiler is thread-safe (request threads compile
 // concurrently); a TokenConstraint belongs to one request.

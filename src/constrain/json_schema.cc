@@ -1,5 +1,6 @@
 #include "constrain/json_schema.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -127,7 +128,6 @@ class SchemaCompiler {
       hex.AddRange('a', 'f');
       hex.AddRange('A', 'F');
       hex_not_d = hex;
-      hex_not_d.bits = hex.bits;
       for (char c : {'d', 'D'})
         hex_not_d.bits[static_cast<uint8_t>(c) >> 6] &= ~(uint64_t{1} << (c & 63));
       low.AddRange('0', '7');
