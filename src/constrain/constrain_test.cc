@@ -223,6 +223,11 @@ TEST(Regex, Syntax) {
   EXPECT_TRUE(Accepts(Kind::kRegex, "\\u00e9\\x41",
                       "\xC3\xA9"
                       "A"));
+  EXPECT_FALSE(
+      CompileSpec({Kind::kRegex, std::string(100000, '(') + "a" + std::string(100000, ')')}).ok());
+  EXPECT_FALSE(CompileSpec({Kind::kGrammar, "root ::= " + std::string(100000, '(') + "\"a\"" +
+                                                std::string(100000, ')')})
+                   .ok());
   for (const char* bad : {"(a", "a)", "*a", "\\1", "(?=a)", "[a", "a{3,2}", "\\p{L}"}) {
     auto g = CompileSpec({Kind::kRegex, bad});
     EXPECT_FALSE(g.ok()) << bad;

@@ -14,6 +14,8 @@ constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 // Repetition counts above this are refused ({n,m} with huge m would lower
 // to a huge grammar).
 constexpr int kMaxRepeat = 4096;
+// Groups nested deeper are refused: parsing and lowering recurse per level.
+constexpr int kMaxNesting = 128;
 
 CodepointRanges Normalize(CodepointRanges r) {
   std::sort(r.begin(), r.end());
@@ -303,6 +305,8 @@ class RegexParser {
   StatusOr<Node> Atom() {
     const char ch = c_.peek();
     if (ch == '(') {
+      if (++depth_ > kMaxNesting)
+        return c_.Error("groups nest deeper than " + std::to_string(kMaxNesting));
       c_.skip();
       if (c_.eat('?')) {
         if (c_.eat(':')) {
@@ -320,6 +324,7 @@ class RegexParser {
       }
       ASSIGN_OR_RETURN(Node inner, Alternation());
       if (!c_.eat(')')) return c_.Error("missing ')'");
+      --depth_;
       return inner;
     }
     if (ch == '[') {
@@ -350,6 +355,7 @@ class RegexParser {
   GrammarBuilder& b_;
   Cursor c_;
   const CodepointSink& sink_;
+  int depth_ = 0;
 
  public:
   size_t end_ = 0;
@@ -521,10 +527,13 @@ class EbnfParser {
       return b_.Codepoints(r);
     }
     if (ch == '(') {
+      if (++depth_ > kMaxNesting)
+        return c_.Error("groups nest deeper than " + std::to_string(kMaxNesting));
       c_.skip();
       ASSIGN_OR_RETURN(Node inner, Alternation());
       SkipSpace(true);
       if (!c_.eat(')')) return c_.Error("missing ')'");
+      --depth_;
       return inner;
     }
     if (ch == '.') {
@@ -538,6 +547,7 @@ class EbnfParser {
   GrammarBuilder& b_;
   Cursor c_;
   std::map<std::string, GrammarBuilder::Rule> rules_;
+  int depth_ = 0;
 };
 
 }  // namespace
