@@ -277,17 +277,25 @@ const float* Sampler::Adjust(const float* logits, int64_t vocab, const TokenHist
 
 namespace {
 // Under a mask, a token it allows (the lowest) when `token` is not one.
+// When the bans leave nothing the allowed set wins (a complete grammar
+// allows only EOS, even before min_tokens); when that is empty too, the
+// token stands.
 int32_t KeepAllowed(int32_t token, int64_t vocab, const LogitMask& mask) {
-  auto allowed = [&](int64_t id) {
-    if (std::find(mask.banned.begin(), mask.banned.end(), id) != mask.banned.end()) return false;
+  auto in_set = [&](int64_t id) {
     if (mask.allowed.empty()) return true;
     return static_cast<size_t>(id >> 5) < mask.allowed.size() &&
            ((mask.allowed[id >> 5] >> (id & 31)) & 1);
   };
+  auto allowed = [&](int64_t id) {
+    return in_set(id) && std::find(mask.banned.begin(), mask.banned.end(), id) == mask.banned.end();
+  };
   if (mask.empty() || allowed(token)) return token;
   for (int64_t id = 0; id < vocab; ++id)
     if (allowed(id)) return static_cast<int32_t>(id);
-  return token;  // the mask allows nothing: unconstrained
+  if (mask.allowed.empty() || in_set(token)) return token;
+  for (int64_t id = 0; id < vocab; ++id)
+    if (in_set(id)) return static_cast<int32_t>(id);
+  return token;
 }
 }  // namespace
 
@@ -296,7 +304,8 @@ namespace {
 // tokens): the argmax over the allowed ids alone, ties to the lowest, NaN
 // never winning; -1 when the mask is not sparse or allows nothing.
 int32_t SparseMaskedArgmax(const float* logits, int64_t vocab, const LogitMask& mask) {
-  const int64_t words = std::min<int64_t>(static_cast<int64_t>(mask.allowed.size()), (vocab + 31) / 32);
+  const int64_t words =
+      std::min<int64_t>(static_cast<int64_t>(mask.allowed.size()), (vocab + 31) / 32);
   int64_t allowed = 0;
   for (int64_t w = 0; w < words; ++w) allowed += std::popcount(mask.allowed[w]);
   if (allowed == 0 || allowed > vocab / 16) return -1;

@@ -571,10 +571,15 @@ TEST(LogitMaskTest, SparseGreedyTiesGoLowAndNaNNeverWins) {
   SamplingParams p;
   p.temperature = 0;
   Sampler s(p, std::nullopt);
-  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 200, 100}), {}}).token_id, 100);
-  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 7}), {}}).token_id, 7);
+  EXPECT_EQ(
+      s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 200, 100}), {}}).token_id,
+      100);
+  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 7}), {}}).token_id,
+            7);
   const int32_t banned[] = {100};
-  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {100, 200}), banned}).token_id, 200);
+  EXPECT_EQ(
+      s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {100, 200}), banned}).token_id,
+      200);
 }
 
 TEST(LogitMaskTest, SampledDrawsStayInsideTheMaskAndRenormalise) {
@@ -620,6 +625,20 @@ TEST(LogitMaskTest, BannedTokensAreNeverSampledAndLogprobsStayRaw) {
   EXPECT_EQ(r.token_id, 1);
   ASSERT_EQ(r.top_logprobs.size(), 1u);
   EXPECT_EQ(r.top_logprobs[0].token_id, 0);  // raw logprobs: before the mask
+}
+
+TEST(LogitMaskTest, TheAllowedSetWinsOverBansThatLeaveNothing) {
+  // A complete grammar allows only EOS (7); min_tokens bans it: EOS still.
+  std::vector<float> l(64, 0.f);
+  l[3] = 5.f;
+  const auto mask = MaskOf(64, {7});
+  const int32_t banned[] = {7};
+  for (float t : {0.f, 1.f}) {
+    SamplingParams p = Random();
+    p.temperature = t;
+    Sampler s(p, std::nullopt);
+    EXPECT_EQ(s.Sample(l.data(), 64, kNoHistory, LogitMask{mask, banned}).token_id, 7);
+  }
 }
 
 TEST(LogitBiasTest, BiasShiftsLogitsBeforeSampling) {

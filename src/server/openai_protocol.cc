@@ -143,7 +143,8 @@ MaybeError RejectUnsupported(const Json& body) {
     if (list && !list->empty()) return Unsupported(key);
   }
   // Any value asks for something this server does not do.
-  for (const char* key : {"truncate_prompt_tokens", "prompt_embeds", "chat_template", "documents"}) {
+  for (const char* key :
+       {"truncate_prompt_tokens", "prompt_embeds", "chat_template", "documents"}) {
     if (Get(body, key)) return Unsupported(key);
   }
   bool beam = false;
@@ -413,7 +414,8 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
   }
   // logit_bias: {"token id": bias}, OpenAI's shape and range.
   if (const Json* lb = Get(body, "logit_bias")) {
-    if (!lb->is_object()) return WrongType("logit_bias", "an object mapping token ids to biases", *lb);
+    if (!lb->is_object())
+      return WrongType("logit_bias", "an object mapping token ids to biases", *lb);
     for (auto it = lb->begin(); it != lb->end(); ++it) {
       const std::string p = "logit_bias." + it.key().substr(0, 32);
       int64_t id = -1;
@@ -424,10 +426,12 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
       } catch (const std::exception&) {
         id = -1;
       }
-      const int64_t bound = limits.vocab_size > 0 ? limits.vocab_size : std::numeric_limits<int32_t>::max();
+      const int64_t bound =
+          limits.vocab_size > 0 ? limits.vocab_size : std::numeric_limits<int32_t>::max();
       if (id < 0 || id >= bound)
-        return InvalidRequestError(p, "logit_bias keys must be token ids in [0, " + std::to_string(bound) +
-                                          "), got " + Shown(Json(it.key())));
+        return InvalidRequestError(p, "logit_bias keys must be token ids in [0, " +
+                                          std::to_string(bound) + "), got " +
+                                          Shown(Json(it.key())));
       if (!it->is_number()) return WrongType(p, "a number", *it);
       RETURN_IF_API_ERROR(CheckRange(p, it->get<double>(), -100, 100, false, "[-100, 100]", *it));
       sp.logit_bias.emplace_back(static_cast<int32_t>(id), it->get<float>());
@@ -565,12 +569,12 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
       // {"type": "function", "function": {"name": "f"}}: exactly that call.
       const Json* fn = Get(*choice, "function");
       const Json* name = fn && fn->is_object() ? Get(*fn, "name") : nullptr;
-      if (const Json* type = Get(*choice, "type"); (type && *type != "function") || !name ||
-                                                   !name->is_string()) {
-        return InvalidRequestError(
-            "tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or "
-                           "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " +
-                               Shown(*choice));
+      if (const Json* type = Get(*choice, "type");
+          (type && *type != "function") || !name || !name->is_string()) {
+        return InvalidRequestError("tool_choice",
+                                   "tool_choice must be \"none\", \"auto\", \"required\" or "
+                                   "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " +
+                                       Shown(*choice));
       }
       const std::string n = name->get<std::string>();
       bool found = false;
@@ -585,9 +589,10 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
       return std::nullopt;
     }
     if (choice->is_string())
-      return InvalidRequestError("tool_choice", "tool_choice must be \"none\", \"auto\", "
-                                                "\"required\" or a named function, got " +
-                                                    Shown(*choice));
+      return InvalidRequestError("tool_choice",
+                                 "tool_choice must be \"none\", \"auto\", "
+                                 "\"required\" or a named function, got " +
+                                     Shown(*choice));
     return WrongType("tool_choice", "a string or an object", *choice);
   }
   return std::nullopt;

@@ -694,12 +694,15 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     if (cr.tool_choice == "required" || cr.tool_choice == "function") {
       if (tool_format == ToolCallFormat::kNone)
         return CountRequest("error"),
-               SendError(*res, InvalidRequestError(
-                                   "tool_choice",
-                                   "tool_choice " + std::string(cr.tool_choice == "function" ? "naming a function" : "\"required\"") +
-                                       " needs a tool-call syntax to force: start the server "
-                                       "with --tool-call-parser (" +
-                                       std::string(kToolCallParserNames) + ")"));
+               SendError(*res,
+                         InvalidRequestError(
+                             "tool_choice",
+                             "tool_choice " +
+                                 std::string(cr.tool_choice == "function" ? "naming a function"
+                                                                          : "\"required\"") +
+                                 " needs a tool-call syntax to force: start the server "
+                                 "with --tool-call-parser (" +
+                                 std::string(kToolCallParserNames) + ")"));
       if (cr.structured)
         return CountRequest("error"),
                SendError(*res, InvalidRequestError(cr.structured->param,
@@ -872,8 +875,9 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
 ApiOr<std::shared_ptr<constrain::Automaton>> OpenAiServer::Impl::CompileConstraint(
     const StructuredOutput& so) {
   std::call_once(constraints_once, [&] {
-    constraints = std::make_unique<constrain::ConstraintCompiler>(constrain::VocabularyFromTokenizer(
-        *model.tokenizer, model.config.vocab_size, model.eos_token_ids));
+    constraints =
+        std::make_unique<constrain::ConstraintCompiler>(constrain::VocabularyFromTokenizer(
+            *model.tokenizer, model.config.vocab_size, model.eos_token_ids));
   });
   auto a = constraints->Compile(so.spec);
   if (!a.ok()) return InvalidRequestError(so.param, a.status().message());
