@@ -258,6 +258,51 @@ TEST(PdRoleTest, SeveralChoicesIdlenessAndABurstAfterIt) {
   ExpectClean(*pd.decode, "decode");
 }
 
+// Structured outputs: the prefill samples the first token under the
+// constraint, the decode rebuilds it from the same request and advances it
+// over that token. Outputs equal colocated serving (greedy and seeded
+// sampling) and validate.
+TEST(PdRoleTest, ConstrainedOutputsEqualColocatedAndValidate) {
+  Server colocated(Common(16));
+  Pair pd;
+  const json schema = json::parse(R"({"type": "object", "properties": {"word": {"type": "string",
+      "maxLength": 10}, "n": {"type": "integer", "minimum": 0, "maximum": 999}}, "required": ["word", "n"]})");
+  const std::vector<json> fields = {
+      {{"guided_json", schema}},
+      {{"guided_choice", {"alpha beta gamma", "delta epsilon", "zeta"}}},
+      {{"guided_regex", "[a-z]{3,6}-[0-9]{2}"}},
+  };
+  for (const json& f : fields) {
+    for (const float temperature : {0.f, 1.f}) {
+      SCOPED_TRACE(f.dump() + " temperature " + std::to_string(temperature));
+      json body = {{"prompt", "The answer is"},
+                   {"max_tokens", 60},
+                   {"temperature", temperature},
+                   {"seed", 3}};
+      body.update(f);
+      Response want = colocated.PostJson("/v1/completions", body.dump(), "", 60s);
+      ASSERT_EQ(want.status, 200) << want.body;
+      PdResult got = SendPd(pd, "/v1/completions", body);
+      ASSERT_EQ(got.decode.status, 200) << got.decode.body << "\nprefill: " << got.prefill.body;
+      EXPECT_EQ(Essence(got.decode, false), Essence(want, false));
+      const json c = json::parse(got.decode.body)["choices"][0];
+      EXPECT_EQ(c["finish_reason"], "stop") << c.dump();
+      const std::string text = c["text"];
+      if (f.contains("guided_json")) {
+        const json j = json::parse(text, nullptr, false);
+        EXPECT_TRUE(j.is_object() && j["word"].is_string() && j["n"].is_number_integer()) << text;
+      } else if (f.contains("guided_choice")) {
+        EXPECT_TRUE(text == "alpha beta gamma" || text == "delta epsilon" || text == "zeta")
+            << text;
+      } else {
+        EXPECT_TRUE(std::regex_match(text, std::regex("[a-z]{3,6}-[0-9]{2}"))) << text;
+      }
+    }
+  }
+  ExpectClean(*pd.prefill, "prefill");
+  ExpectClean(*pd.decode, "decode");
+}
+
 TEST(PdRoleTest, RequestsWithoutBootstrapFieldsAreRefused) {
   Pair pd;
   Response r = pd.decode->PostJson("/v1/completions", R"({"prompt":"hi","max_tokens":2})");

@@ -2,9 +2,10 @@
 // real binary: a bad parser name is exit 78; `auto` picks hermes for a
 // Qwen-style template (logged); chat requests with tools and tool_choice
 // auto/none succeed with well-formed responses, streamed and not, and
-// required/named say constrained decoding is missing. The tiny random model
-// writes gibberish, never a tool call, and no test-only output path exists,
-// so what the parsers do to real calls is tested on canned text
+// required/named force a well-formed call (constrained decoding) whose
+// arguments match the tool's schema, or are a 400 without a parser. The
+// tiny random model left alone writes gibberish, never a tool call, and no test-only output path
+// exists, so what the parsers do to real calls is tested on canned text
 // (server/tool_call_parser_test.cc); here the wiring: plain text passes the
 // tool-call parser unchanged, and deepseek-r1 (output starts inside the
 // reasoning) moves the whole unclosed output into reasoning_content.
@@ -196,13 +197,45 @@ TEST(ToolCallsE2E, ToolRequestsAreWellFormedStreamedAndNot) {
     EXPECT_EQ(streamed.tool_calls.size(), m.value("tool_calls", json::array()).size());
     EXPECT_EQ(streamed.finish_reason, j["choices"][0]["finish_reason"]);
   }
+  // required / a named function: constrained decoding forces a call in the
+  // parser's syntax whose arguments match the tool's parameters, whatever
+  // the (random) model prefers; greedy and sampled, streamed and not.
   for (const std::string forced :
        {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
+    for (const float temperature : {0.f, 1.f}) {
+      SCOPED_TRACE("tool_choice " + forced + " temperature " + std::to_string(temperature));
+      json body = ChatBody("", false);
+      body["tool_choice"] = json::parse(forced);
+      body["max_tokens"] = 200;
+      body["temperature"] = temperature;
+      body["seed"] = 5;
+      // Generous: a loaded 2-core machine takes seconds; a hang takes forever.
+      Response r = s.PostJson("/v1/chat/completions", body.dump(), "", std::chrono::seconds(120));
+      ASSERT_EQ(r.status, 200) << r.body;
+      const json j = json::parse(r.body);
+      ExpectWellFormedMessage(j["choices"][0]);
+      const json& m = j["choices"][0]["message"];
+      ASSERT_TRUE(m.contains("tool_calls")) << r.body;
+      ASSERT_GE(m["tool_calls"].size(), 1u);
+      if (forced != R"("required")") EXPECT_EQ(m["tool_calls"].size(), 1u);
+      for (const json& c : m["tool_calls"]) {
+        EXPECT_EQ(c["function"]["name"], "get_weather");
+        const json args = json::parse(c["function"]["arguments"].get<std::string>());
+        EXPECT_TRUE(args["city"].is_string()) << args.dump();  // required by the schema
+      }
+      body["stream"] = true;
+      Response st = s.PostJson("/v1/chat/completions", body.dump(), "", std::chrono::seconds(120));
+      ASSERT_EQ(st.status, 200) << st.body;
+      const Streamed streamed = Reassemble(st.body);
+      EXPECT_EQ(streamed.tool_calls.size(), m["tool_calls"].size());
+      EXPECT_EQ(streamed.finish_reason, j["choices"][0]["finish_reason"]);
+    }
+    // Without a --tool-call-parser there is no syntax to force.
     json body = ChatBody("", false);
     body["tool_choice"] = json::parse(forced);
-    Response r = s.PostJson("/v1/chat/completions", body.dump());
+    Response r = plain.PostJson("/v1/chat/completions", body.dump());
     EXPECT_EQ(r.status, 400) << r.body;
-    EXPECT_THAT(r.body, HasSubstr("constrained decoding"));
+    EXPECT_THAT(r.body, HasSubstr("--tool-call-parser"));
     EXPECT_THAT(r.body, HasSubstr("\"param\":\"tool_choice\""));
   }
 }

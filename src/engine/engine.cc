@@ -233,13 +233,22 @@ void Engine::Postprocess(const ScheduledBatch& batch, const std::vector<float>& 
     row += item.num_logit_rows();
     if (!item.want_logits) continue;
     const float* l = logits.data() + (row - 1) * vocab;
-    SampleResult r = s.sampler.Sample(l, vocab, s.history);
+    const auto& p = s.req.params;
+    const auto& eos = model_.eos_token_ids;
+    LogitMask mask;
+    if (s.req.constraint)
+      mask.allowed = s.req.constraint->Allowed(s.limit - static_cast<int64_t>(s.tokens.size()));
+    if (p.min_tokens > 0 && static_cast<int64_t>(s.tokens.size()) - s.prompt_len < p.min_tokens) {
+      banned_.assign(eos.begin(), eos.end());
+      banned_.insert(banned_.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+      mask.banned = banned_;
+    }
+    SampleResult r = s.sampler.Sample(l, vocab, s.history, mask);
+    if (s.req.constraint) s.req.constraint->Advance(r.token_id);
     stats_.generated_tokens++;
     s.tokens.push_back(r.token_id);
     if (s.req.params.UsesPenalties()) s.history.AddOutputToken(r.token_id);
     GeneratedToken token{r.token_id, r.logprob, std::move(r.top_logprobs)};
-    const auto& p = s.req.params;
-    const auto& eos = model_.eos_token_ids;
     const bool is_eos = !p.ignore_eos && std::find(eos.begin(), eos.end(), r.token_id) != eos.end();
     const bool is_stop = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token_id) !=
                          p.stop_token_ids.end();

@@ -180,6 +180,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;  // declared last: gives its pages back first
   EngineStats stats_;
   std::vector<float> logits_;
+  std::vector<int32_t> banned_;  // scratch: one step's min_tokens bans
 };
 
 }  // namespace strata

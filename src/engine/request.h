@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 #include "util/status.h"
 
 namespace strata {
@@ -57,6 +58,9 @@ struct EngineRequest {
   // Called from the engine thread after new output is available. Must not
   // block. Optional.
   std::function<void()> notify;
+  // Structured outputs (engine/token_constraint.h): the tokens each step may
+  // sample; null: unconstrained. Owned by this request alone.
+  std::shared_ptr<TokenConstraint> constraint;
   // PD disaggregation (engine/kv_handoff.h): a prefill server's request
   // sends its KV to a decode (kv_export); a decode server's receives it
   // (kv_import). At most one is set; neither for colocated serving.

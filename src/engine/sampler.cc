@@ -26,7 +26,9 @@ inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 // True when token a (value va) ranks before token b: larger value, then
 // lower id.
-inline bool RanksBefore(float va, int32_t a, float vb, int32_t b) { return va > vb || (va == vb && a < b); }
+inline bool RanksBefore(float va, int32_t a, float vb, int32_t b) {
+  return va > vb || (va == vb && a < b);
+}
 
 // ---- Vector helpers ----
 // The passes over the vocabulary use GCC/Clang vector extensions: 4 floats
@@ -75,7 +77,8 @@ inline V4f ExpNonPositive(V4f x) {
   x = x >= Splat(kMinExp) ? x : Splat(kMinExp);
   const V4f magic = Splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
   const V4f n = (x * 1.44269504088896341f + magic) - magic;
-  const V4f r = x - n * 0.693145751953125f - n * 1.42860682030941723212e-6f;  // x - n ln2, two parts
+  const V4f r =
+      x - n * 0.693145751953125f - n * 1.42860682030941723212e-6f;  // x - n ln2, two parts
   V4f p = Splat(1.f / 720);  // Taylor to r^6: |r| <= ln2 / 2 keeps the error < 1.5e-7
   p = p * r + 1.f / 120;
   p = p * r + 1.f / 24;
@@ -113,7 +116,8 @@ float KthLargest(const float* x, int64_t vocab, int64_t k, std::vector<float>* s
   if (k > kHeapSelectMax) {
     scratch->resize(static_cast<size_t>(vocab));
     for (int64_t i = 0; i < vocab; ++i) (*scratch)[i] = std::isnan(x[i]) ? kNegInf : x[i];
-    std::nth_element(scratch->begin(), scratch->begin() + (k - 1), scratch->end(), std::greater<float>());
+    std::nth_element(scratch->begin(), scratch->begin() + (k - 1), scratch->end(),
+                     std::greater<float>());
     return (*scratch)[k - 1];
   }
   std::vector<float>& heap = *scratch;  // min-heap: front is the k-th largest so far
@@ -167,6 +171,16 @@ Status SamplingParams::Validate() const {
         "] (or absent)");
   }
   if (max_tokens < 1) bad("max_tokens " + std::to_string(max_tokens) + " must be >= 1");
+  if (min_tokens < 0 || min_tokens > max_tokens)
+    bad("min_tokens " + std::to_string(min_tokens) + " must be in [0, max_tokens " +
+        std::to_string(max_tokens) + "]");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || !(bias >= -100.f && bias <= 100.f)) {
+      bad("logit_bias " + std::to_string(id) + ": " + std::to_string(bias) +
+          " needs a token id >= 0 and a bias in [-100, 100]");
+      break;
+    }
+  }
   if (problems.empty()) return OkStatus();
   std::string msg = "invalid sampling parameters: ";
   for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
@@ -182,7 +196,8 @@ void TokenHistory::AddOutputToken(int32_t token) {
   ++num_output_tokens_;
 }
 
-Sampler::Sampler(const SamplingParams& params, std::optional<uint64_t> default_seed) : params_(params) {
+Sampler::Sampler(const SamplingParams& params, std::optional<uint64_t> default_seed)
+    : params_(params) {
   if (params.seed) {
     seed_ = *params.seed;
   } else if (default_seed) {
@@ -209,7 +224,8 @@ uint64_t Sampler::NextU64() {
 
 double Sampler::NextUniform() { return static_cast<double>(NextU64() >> 11) * 0x1.0p-53; }
 
-void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits, int64_t vocab) {
+void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits,
+                    int64_t vocab) {
   const float rep = params.repetition_penalty;
   for (const auto& [token, c] : history.counts()) {
     if (token < 0 || token >= vocab) continue;
@@ -224,17 +240,105 @@ void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, f
   }
 }
 
-const float* Sampler::Penalize(const float* logits, int64_t vocab, const TokenHistory& history) {
-  if (!params_.UsesPenalties() || history.counts().empty()) return logits;
+const float* Sampler::Adjust(const float* logits, int64_t vocab, const TokenHistory& history,
+                             const LogitMask& mask) {
+  const bool penalties = params_.UsesPenalties() && !history.counts().empty();
+  if (!penalties && params_.logit_bias.empty() && mask.empty()) return logits;
   penalized_.assign(logits, logits + vocab);
-  ApplyPenalties(params_, history, penalized_.data(), vocab);
-  return penalized_.data();
+  float* x = penalized_.data();
+  if (!mask.allowed.empty()) {
+    const int64_t covered =
+        std::min<int64_t>(vocab, static_cast<int64_t>(mask.allowed.size()) * 32);
+    for (int64_t w = 0; w * 32 < covered; ++w) {
+      const uint32_t bits = mask.allowed[w];
+      if (bits == ~0u) continue;
+      const int64_t end = std::min<int64_t>(covered, w * 32 + 32);
+      if (bits == 0) {  // the common case under a grammar: a whole word out
+        std::fill(x + w * 32, x + end, kNegInf);
+        continue;
+      }
+      float* xs = x + w * 32;
+      if (end - w * 32 == 32) {  // a constant trip count the compiler vectorises
+        for (int j = 0; j < 32; ++j) xs[j] = ((bits >> j) & 1u) ? xs[j] : kNegInf;
+        continue;
+      }
+      for (int64_t j = 0; j < end - w * 32; ++j)
+        if (!((bits >> j) & 1u)) xs[j] = kNegInf;
+    }
+    std::fill(x + covered, x + vocab, kNegInf);
+  }
+  for (int32_t id : mask.banned)
+    if (id >= 0 && id < vocab) x[id] = kNegInf;
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (id >= 0 && id < vocab) x[id] += bias;
+  if (penalties) ApplyPenalties(params_, history, x, vocab);
+  return x;
 }
 
-SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHistory& history) {
+namespace {
+// Under a mask, a token it allows (the lowest) when `token` is not one.
+// When the bans leave nothing the allowed set wins (a complete grammar
+// allows only EOS, even before min_tokens); when that is empty too, the
+// token stands.
+int32_t KeepAllowed(int32_t token, int64_t vocab, const LogitMask& mask) {
+  auto in_set = [&](int64_t id) {
+    if (mask.allowed.empty()) return true;
+    return static_cast<size_t>(id >> 5) < mask.allowed.size() &&
+           ((mask.allowed[id >> 5] >> (id & 31)) & 1);
+  };
+  auto allowed = [&](int64_t id) {
+    return in_set(id) && std::find(mask.banned.begin(), mask.banned.end(), id) == mask.banned.end();
+  };
+  if (mask.empty() || allowed(token)) return token;
+  for (int64_t id = 0; id < vocab; ++id)
+    if (allowed(id)) return static_cast<int32_t>(id);
+  if (mask.allowed.empty() || in_set(token)) return token;
+  for (int64_t id = 0; id < vocab; ++id)
+    if (in_set(id)) return static_cast<int32_t>(id);
+  return token;
+}
+}  // namespace
+
+namespace {
+// Greedy under a sparse mask (a grammar between values allows a few
+// tokens): the argmax over the allowed ids alone, ties to the lowest, NaN
+// never winning; -1 when the mask is not sparse or allows nothing.
+int32_t SparseMaskedArgmax(const float* logits, int64_t vocab, const LogitMask& mask) {
+  const int64_t words =
+      std::min<int64_t>(static_cast<int64_t>(mask.allowed.size()), (vocab + 31) / 32);
+  int64_t allowed = 0;
+  for (int64_t w = 0; w < words; ++w) allowed += std::popcount(mask.allowed[w]);
+  if (allowed == 0 || allowed > vocab / 16) return -1;
+  int32_t best = -1;
+  float best_value = kNegInf;
+  for (int64_t w = 0; w < words; ++w) {
+    for (uint32_t bits = mask.allowed[w]; bits; bits &= bits - 1) {
+      const int64_t id = w * 32 + std::countr_zero(bits);
+      if (id >= vocab) break;
+      if (std::find(mask.banned.begin(), mask.banned.end(), id) != mask.banned.end()) continue;
+      const float v = logits[id];
+      if (std::isnan(v)) continue;
+      if (best < 0 || v > best_value) best = static_cast<int32_t>(id), best_value = v;
+    }
+  }
+  return best;
+}
+}  // namespace
+
+SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHistory& history,
+                             const LogitMask& mask) {
   STRATA_CHECK(vocab >= 1 && vocab <= std::numeric_limits<int32_t>::max()) << "vocab " << vocab;
-  const float* x = Penalize(logits, vocab, history);
   SampleResult result;
+  if (params_.IsGreedy() && !mask.allowed.empty() && !params_.AdjustsLogits()) {
+    // No copy of the logits: only the allowed ones are read.
+    const int32_t best = SparseMaskedArgmax(logits, vocab, mask);
+    if (best >= 0) {
+      result.token_id = best;
+      if (params_.logprobs >= 0) ComputeLogprobs(logits, vocab, &result);
+      return result;
+    }
+  }
+  const float* x = Adjust(logits, vocab, history, mask);
   if (params_.IsGreedy()) {
     result.token_id = Argmax(x, vocab);
   } else {
@@ -244,24 +348,27 @@ SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHist
     const Kept kept = BuildCandidates(x, vocab);
     result.token_id = kept.none ? Argmax(x, vocab) : Draw(kept, u * kept.mass);
   }
+  result.token_id = KeepAllowed(result.token_id, vocab, mask);
   if (params_.logprobs >= 0) ComputeLogprobs(logits, vocab, &result);
   return result;
 }
 
-std::vector<TokenProb> Sampler::Distribution(const float* logits, int64_t vocab, const TokenHistory& history) {
+std::vector<TokenProb> Sampler::Distribution(const float* logits, int64_t vocab,
+                                             const TokenHistory& history, const LogitMask& mask) {
   STRATA_CHECK(vocab >= 1 && vocab <= std::numeric_limits<int32_t>::max()) << "vocab " << vocab;
-  const float* x = Penalize(logits, vocab, history);
+  const float* x = Adjust(logits, vocab, history, mask);
   Kept kept;
   kept.none = true;
   if (!params_.IsGreedy()) kept = BuildCandidates(x, vocab);
-  if (kept.none) return {TokenProb{Argmax(x, vocab), 1.0}};
+  if (kept.none) return {TokenProb{KeepAllowed(Argmax(x, vocab), vocab, mask), 1.0}};
   std::vector<TokenProb> out;
   if (kept.dense) {
     for (int64_t i = 0; i < vocab; ++i) {
       if (weights_[i] > 0.f) out.push_back({static_cast<int32_t>(i), weights_[i] / kept.mass});
     }
   } else {
-    for (size_t i = 0; i < kept.count; ++i) out.push_back({candidates_[i].id, candidates_[i].weight / kept.mass});
+    for (size_t i = 0; i < kept.count; ++i)
+      out.push_back({candidates_[i].id, candidates_[i].weight / kept.mass});
   }
   return out;
 }
@@ -277,7 +384,8 @@ Sampler::Kept Sampler::BuildCandidates(const float* x, int64_t vocab) {
 
   // top-k: the k-th largest logit is the threshold; ties with it stay.
   float kth = kNegInf;
-  if (params_.top_k > 0 && params_.top_k < vocab) kth = KthLargest(x, vocab, params_.top_k, &values_);
+  if (params_.top_k > 0 && params_.top_k < vocab)
+    kth = KthLargest(x, vocab, params_.top_k, &values_);
 
   // Dense weights of the top-k set minus what min-p removes. min-p compares
   // p_i / p_max = weight_i, which renormalisation by top-k and top-p does
@@ -333,7 +441,9 @@ Sampler::Kept Sampler::BuildCandidates(const float* x, int64_t vocab) {
     if (lo == 0.f) break;  // everything with weight is collected
     hi = lo;
   }
-  auto before = [](const Candidate& a, const Candidate& b) { return RanksBefore(a.weight, a.id, b.weight, b.id); };
+  auto before = [](const Candidate& a, const Candidate& b) {
+    return RanksBefore(a.weight, a.id, b.weight, b.id);
+  };
   size_t sorted = 0;
   double mass = 0;
   size_t i = 0;
@@ -341,7 +451,8 @@ Sampler::Kept Sampler::BuildCandidates(const float* x, int64_t vocab) {
     if (i == sorted) {
       const size_t next = std::min(candidates_.size(), std::max<size_t>(64, sorted * 4));
       std::partial_sort(candidates_.begin() + static_cast<std::ptrdiff_t>(sorted),
-                        candidates_.begin() + static_cast<std::ptrdiff_t>(next), candidates_.end(), before);
+                        candidates_.begin() + static_cast<std::ptrdiff_t>(next), candidates_.end(),
+                        before);
       sorted = next;
     }
     mass += candidates_[i].weight;
@@ -369,7 +480,8 @@ int32_t Sampler::Draw(const Kept& kept, double target) const {
       cum += block_mass_[b];
       continue;
     }
-    const int64_t end = std::min<int64_t>(static_cast<int64_t>(weights_.size()), (b + 1) * kWeightBlock);
+    const int64_t end =
+        std::min<int64_t>(static_cast<int64_t>(weights_.size()), (b + 1) * kWeightBlock);
     for (int64_t i = static_cast<int64_t>(b) * kWeightBlock; i < end; ++i) {
       if (weights_[i] <= 0.f) continue;
       cum += weights_[i];
@@ -378,7 +490,8 @@ int32_t Sampler::Draw(const Kept& kept, double target) const {
     }
   }
   if (last >= 0) return static_cast<int32_t>(last);
-  for (int64_t i = std::min<int64_t>(vocab, static_cast<int64_t>(weights_.size())) - 1; i >= 0; --i) {
+  for (int64_t i = std::min<int64_t>(vocab, static_cast<int64_t>(weights_.size())) - 1; i >= 0;
+       --i) {
     if (weights_[i] > 0.f) return static_cast<int32_t>(i);
   }
   return 0;  // unreachable: the top token always has weight 1
@@ -407,7 +520,8 @@ void ComputeTokenLogprobs(const float* logits, int64_t vocab, int32_t token_id, 
   }
   int64_t rank = 0;
   for (int j = 0; j < kLanes; ++j) rank += ge[j];
-  const double lse = std::isfinite(max) ? static_cast<double>(max) + std::log(HorizontalSum(sum)) : max;
+  const double lse =
+      std::isfinite(max) ? static_cast<double>(max) + std::log(HorizontalSum(sum)) : max;
   out->logprob = static_cast<float>(static_cast<double>(chosen) - lse);
   out->rank = std::max<int64_t>(rank, 1);
 
@@ -442,7 +556,8 @@ void ComputeTokenLogprobs(const float* logits, int64_t vocab, int32_t token_id, 
   }
   std::sort_heap(heap.begin(), heap.end(), better);  // best first
   out->top_logprobs.reserve(heap.size());
-  for (const auto& [v, id] : heap) out->top_logprobs.push_back({id, static_cast<float>(static_cast<double>(v) - lse)});
+  for (const auto& [v, id] : heap)
+    out->top_logprobs.push_back({id, static_cast<float>(static_cast<double>(v) - lse)});
 }
 
 }  // namespace strata

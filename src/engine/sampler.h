@@ -5,6 +5,9 @@
 //      penalty or temperature. This is vLLM's default (--logprobs-mode
 //      raw_logprobs, since the V1 engine); its old V0 engine and HF's
 //      output_scores report processed values instead.
+//   1b. the step's LogitMask (a token constraint's allowed set; the tokens
+//      min_tokens bans) sets the other logits to -inf, then logit_bias adds
+//      its biases (OpenAI/vLLM: before penalties and temperature).
 //   2. repetition_penalty (HF/CTRL style) over every token seen in the prompt
 //      AND the output: a positive logit is divided by the penalty, a
 //      negative one multiplied. Applied once per distinct token.
@@ -72,6 +75,11 @@ struct SamplingParams {
   std::optional<uint64_t> seed;         // unset: a random seed per request
   std::vector<int32_t> stop_token_ids;  // finish on these (besides EOS), enforced by the engine
   bool ignore_eos = false;              // keep generating past EOS, enforced by the engine
+  // OpenAI logit_bias: added to these tokens' logits, each in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM min_tokens: EOS and stop_token_ids are not sampled before this
+  // many output tokens, enforced by the engine (a LogitMask ban).
+  int min_tokens = 0;
   int logprobs = -1;    // -1: none; N >= 0: the sampled token's logprob plus the top N
   int max_tokens = 16;  // output tokens at most (vLLM's default), enforced by the engine
 
@@ -81,6 +89,8 @@ struct SamplingParams {
   bool UsesPenalties() const {
     return repetition_penalty != 1.f || frequency_penalty != 0.f || presence_penalty != 0.f;
   }
+  // Anything that rewrites the logits before sampling (a copy is made).
+  bool AdjustsLogits() const { return UsesPenalties() || !logit_bias.empty(); }
   // Every out-of-range field in one InvalidArgument naming the fields (with
   // their OpenAI/vLLM names) and the allowed range; OK otherwise.
   Status Validate() const;
@@ -142,6 +152,15 @@ struct TokenProb {
 void ComputeTokenLogprobs(const float* logits, int64_t vocab, int32_t token_id, int top,
                           SampleResult* out);
 
+// What the engine restricts in one step (step 1b above).
+struct LogitMask {
+  // Empty: every token; else one bit per token id (bit id % 32 of word
+  // id / 32; ids past the words are not allowed): TokenConstraint::Allowed.
+  std::span<const uint32_t> allowed;
+  std::span<const int32_t> banned;  // never these (min_tokens: EOS, stop ids)
+  bool empty() const { return allowed.empty() && banned.empty(); }
+};
+
 class Sampler {
  public:
   // Seed: params.seed if set; else default_seed if set (an engine started
@@ -152,16 +171,19 @@ class Sampler {
 
   // Picks the next token. history is read only when params.UsesPenalties().
   // Logits that are NaN never win; if no logit is finite the result is the
-  // greedy argmax (token 0 when all are -inf or NaN).
+  // greedy argmax (token 0 when all are -inf or NaN) or, under a mask, the
+  // lowest allowed id: a masked-out token is never returned while the mask
+  // allows any.
   // REQUIRES: vocab >= 1; logits has vocab entries.
-  SampleResult Sample(const float* logits, int64_t vocab, const TokenHistory& history);
+  SampleResult Sample(const float* logits, int64_t vocab, const TokenHistory& history,
+                      const LogitMask& mask = {});
 
   // The distribution a non-greedy Sample() would draw from (steps 2-5):
   // the kept tokens with their renormalised probabilities, in draw order.
   // Draws nothing. For tests and debugging; greedy params give the argmax
   // with probability 1.
   std::vector<TokenProb> Distribution(const float* logits, int64_t vocab,
-                                      const TokenHistory& history);
+                                      const TokenHistory& history, const LogitMask& mask = {});
 
   // Advances the random stream past one Sample() that happened elsewhere
   // (PD: the prefill sampled the first token with the same seed), so a
@@ -183,8 +205,10 @@ class Sampler {
   uint64_t NextU64();
   double NextUniform();  // [0, 1) with 53 random bits
 
-  // Penalized logits: logits itself when no penalty applies, else a copy.
-  const float* Penalize(const float* logits, int64_t vocab, const TokenHistory& history);
+  // Masked, biased and penalized logits: logits itself when none of that
+  // applies, else a copy.
+  const float* Adjust(const float* logits, int64_t vocab, const TokenHistory& history,
+                      const LogitMask& mask);
 
   // The tokens temperature/top-k/top-p/min-p keep, with unnormalised
   // weights exp((logit - max) / temperature). Dense: weights_[i] for every

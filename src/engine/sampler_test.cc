@@ -32,7 +32,8 @@ std::set<int32_t> KeptTokens(const SamplingParams& params, const std::vector<flo
                              const TokenHistory& h = kNoHistory) {
   Sampler s(params, std::nullopt);
   std::set<int32_t> kept;
-  for (const TokenProb& tp : s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), h)) {
+  for (const TokenProb& tp :
+       s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), h)) {
     kept.insert(tp.token_id);
   }
   return kept;
@@ -41,7 +42,8 @@ std::set<int32_t> KeptTokens(const SamplingParams& params, const std::vector<flo
 std::map<int32_t, double> Probs(const SamplingParams& params, const std::vector<float>& logits) {
   Sampler s(params, std::nullopt);
   std::map<int32_t, double> out;
-  for (const TokenProb& tp : s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), kNoHistory)) {
+  for (const TokenProb& tp :
+       s.Distribution(logits.data(), static_cast<int64_t>(logits.size()), kNoHistory)) {
     out[tp.token_id] = tp.prob;
   }
   return out;
@@ -64,8 +66,8 @@ TEST(SamplingParamsTest, ValidateNamesEveryBadField) {
   p.max_tokens = 0;
   Status s = p.Validate();
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
-  for (const char* field : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
-                            "presence_penalty", "logprobs", "max_tokens"}) {
+  for (const char* field : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                            "frequency_penalty", "presence_penalty", "logprobs", "max_tokens"}) {
     EXPECT_NE(s.message().find(field), std::string::npos) << field << " missing: " << s.message();
   }
 }
@@ -198,8 +200,8 @@ TEST(SamplerTest, DrawsFollowTheSoftmax) {
   // the loose bound keeps a change of generator from flaking, while a wrong
   // distribution (e.g. off by one token, or temperature ignored) gives
   // hundreds.
-  EXPECT_LT(ChiSquare(counts, probs, n), 30.0) << counts[0] << " " << counts[1] << " " << counts[2] << " "
-                                               << counts[3] << " " << counts[4];
+  EXPECT_LT(ChiSquare(counts, probs, n), 30.0)
+      << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << " " << counts[4];
 }
 
 TEST(SamplerTest, TemperatureSharpensAndFlattens) {
@@ -331,7 +333,8 @@ TEST(SamplerTest, FilteredDrawsFollowTheRenormalisedDistribution) {
   for (int i = 0; i < n; ++i) ++counts[s.Sample(logits.data(), 5, kNoHistory).token_id];
   EXPECT_EQ(counts[0], 0);
   EXPECT_EQ(counts[2], 0);
-  EXPECT_LT(ChiSquare({counts[1], counts[3], counts[4]}, {0.35 / 0.9, 0.25 / 0.9, 0.3 / 0.9}, n), 25.0);
+  EXPECT_LT(ChiSquare({counts[1], counts[3], counts[4]}, {0.35 / 0.9, 0.25 / 0.9, 0.3 / 0.9}, n),
+            25.0);
 }
 
 TEST(SamplerTest, LargeVocabularyTopP) {
@@ -351,8 +354,9 @@ TEST(SamplerTest, LargeVocabularyTopP) {
   // Reference: full sort in double.
   std::vector<int32_t> order(vocab);
   for (int32_t i = 0; i < vocab; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   const double mx = logits[order[0]];
   double z = 0;
   for (float l : logits) z += std::exp(l - mx);
@@ -364,7 +368,8 @@ TEST(SamplerTest, LargeVocabularyTopP) {
   EXPECT_GT(want, 256u);  // the walk had to grow past its first sorted chunk
 
   const int32_t t = s.Sample(logits.data(), vocab, kNoHistory).token_id;
-  EXPECT_TRUE(std::any_of(dist.begin(), dist.end(), [&](const TokenProb& tp) { return tp.token_id == t; }));
+  EXPECT_TRUE(
+      std::any_of(dist.begin(), dist.end(), [&](const TokenProb& tp) { return tp.token_id == t; }));
 }
 
 TEST(SamplerTest, LargeVocabularyTopKMatchesReference) {
@@ -375,7 +380,7 @@ TEST(SamplerTest, LargeVocabularyTopKMatchesReference) {
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> logits(vocab);
   for (float& l : logits) l = std::round(nd(gen) * 64) / 64;  // many exact ties
-  logits[vocab - 1] = 10.f;                                     // the max in the tail lanes
+  logits[vocab - 1] = 10.f;                                   // the max in the tail lanes
   logits[5] = std::nanf("");
   std::vector<float> sorted;
   for (float l : logits) {
@@ -389,7 +394,8 @@ TEST(SamplerTest, LargeVocabularyTopKMatchesReference) {
     Sampler s(p, std::nullopt);
     auto dist = s.Distribution(logits.data(), vocab, kNoHistory);
     const float kth = sorted[k - 1];
-    const size_t want = static_cast<size_t>(std::count_if(sorted.begin(), sorted.end(), [&](float l) { return l >= kth; }));
+    const size_t want = static_cast<size_t>(
+        std::count_if(sorted.begin(), sorted.end(), [&](float l) { return l >= kth; }));
     EXPECT_EQ(dist.size(), want) << "k=" << k;
     for (const TokenProb& tp : dist) ASSERT_GE(logits[tp.token_id], kth) << "k=" << k;
   }
@@ -418,7 +424,7 @@ TEST(PenaltiesTest, FrequencyAndPresenceCountOutputOnly) {
   EXPECT_EQ(h.num_output_tokens(), 5);
   std::vector<float> l = {1.f, 1.f, 1.f, 1.f, -1.f};
   ApplyPenalties(p, h, l.data(), 5);
-  EXPECT_FLOAT_EQ(l[0], 1.f);                      // prompt only: untouched
+  EXPECT_FLOAT_EQ(l[0], 1.f);                     // prompt only: untouched
   EXPECT_FLOAT_EQ(l[1], 1.f - 3 * 0.5f - 0.25f);  // 3 times in the output
   EXPECT_FLOAT_EQ(l[2], 1.f);
   EXPECT_FLOAT_EQ(l[3], 1.f - 0.5f - 0.25f);
@@ -532,6 +538,143 @@ TEST(LogprobsTest, NoneRequestedLeavesThemEmpty) {
   SampleResult r = Sampler(Random(), std::nullopt).Sample(logits.data(), 2, kNoHistory);
   EXPECT_TRUE(r.top_logprobs.empty());
   EXPECT_EQ(r.rank, 0);
+}
+
+// ---- masks, logit_bias, min_tokens bans ----
+
+std::vector<uint32_t> MaskOf(int64_t vocab, std::initializer_list<int32_t> ids) {
+  std::vector<uint32_t> m(static_cast<size_t>((vocab + 31) / 32), 0u);
+  for (int32_t id : ids) m[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  return m;
+}
+
+TEST(LogitMaskTest, GreedyTakesTheBestAllowedToken) {
+  std::vector<float> l(100, 0.f);
+  l[3] = 9.f;
+  l[70] = 2.f;
+  l[40] = 1.f;
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, std::nullopt);
+  const auto mask = MaskOf(100, {40, 70});
+  EXPECT_EQ(s.Sample(l.data(), 100, kNoHistory, LogitMask{mask, {}}).token_id, 70);
+  EXPECT_EQ(s.Sample(l.data(), 100, kNoHistory).token_id, 3);  // unmasked: unchanged
+  EXPECT_EQ(l[3], 9.f);                                        // the input is left alone
+}
+
+TEST(LogitMaskTest, SparseGreedyTiesGoLowAndNaNNeverWins) {
+  std::vector<float> l(4096, 0.f);
+  l[100] = 3.f;
+  l[200] = 3.f;
+  l[300] = std::nanf("");
+  l[4000] = 50.f;  // not allowed
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, std::nullopt);
+  EXPECT_EQ(
+      s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 200, 100}), {}}).token_id,
+      100);
+  EXPECT_EQ(s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {300, 7}), {}}).token_id,
+            7);
+  const int32_t banned[] = {100};
+  EXPECT_EQ(
+      s.Sample(l.data(), 4096, kNoHistory, LogitMask{MaskOf(4096, {100, 200}), banned}).token_id,
+      200);
+}
+
+TEST(LogitMaskTest, SampledDrawsStayInsideTheMaskAndRenormalise) {
+  std::vector<float> l(1000);
+  std::mt19937 rng(1);
+  for (float& x : l) x = std::normal_distribution<float>(0, 3)(rng);
+  const auto mask = MaskOf(1000, {5, 500, 999});
+  Sampler s(Random(3), std::nullopt);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 3000; ++i)
+    seen[s.Sample(l.data(), 1000, kNoHistory, LogitMask{mask, {}}).token_id]++;
+  for (const auto& [id, n] : seen) EXPECT_TRUE(id == 5 || id == 500 || id == 999) << id;
+  auto d = s.Distribution(l.data(), 1000, kNoHistory, LogitMask{mask, {}});
+  double total = 0;
+  for (const TokenProb& tp : d) total += tp.prob;
+  EXPECT_EQ(d.size(), 3u);
+  EXPECT_NEAR(total, 1.0, 1e-9);
+  // Each kept token's share is its softmax over the three.
+  const double z = std::exp(l[5]) + std::exp(l[500]) + std::exp(l[999]);
+  for (const TokenProb& tp : d) EXPECT_NEAR(tp.prob, std::exp(l[tp.token_id]) / z, 1e-5);
+}
+
+TEST(LogitMaskTest, AllowedTokensWithMinusInfinityLogitsStillWin) {
+  std::vector<float> l(64, 1.f);
+  l[33] = -std::numeric_limits<float>::infinity();
+  const auto mask = MaskOf(64, {33});
+  for (float t : {0.f, 1.f}) {
+    SamplingParams p = Random();
+    p.temperature = t;
+    Sampler s(p, std::nullopt);
+    EXPECT_EQ(s.Sample(l.data(), 64, kNoHistory, LogitMask{mask, {}}).token_id, 33);
+  }
+}
+
+TEST(LogitMaskTest, BannedTokensAreNeverSampledAndLogprobsStayRaw) {
+  std::vector<float> l = {5.f, 4.f, 1.f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 1;
+  Sampler s(p, std::nullopt);
+  const int32_t banned[] = {0};
+  SampleResult r = s.Sample(l.data(), 3, kNoHistory, LogitMask{{}, banned});
+  EXPECT_EQ(r.token_id, 1);
+  ASSERT_EQ(r.top_logprobs.size(), 1u);
+  EXPECT_EQ(r.top_logprobs[0].token_id, 0);  // raw logprobs: before the mask
+}
+
+TEST(LogitMaskTest, TheAllowedSetWinsOverBansThatLeaveNothing) {
+  // A complete grammar allows only EOS (7); min_tokens bans it: EOS still.
+  std::vector<float> l(64, 0.f);
+  l[3] = 5.f;
+  const auto mask = MaskOf(64, {7});
+  const int32_t banned[] = {7};
+  for (float t : {0.f, 1.f}) {
+    SamplingParams p = Random();
+    p.temperature = t;
+    Sampler s(p, std::nullopt);
+    EXPECT_EQ(s.Sample(l.data(), 64, kNoHistory, LogitMask{mask, banned}).token_id, 7);
+  }
+}
+
+TEST(LogitBiasTest, BiasShiftsLogitsBeforeSampling) {
+  std::vector<float> l = {3.f, 2.f, 1.f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{2, 5.f}};
+  Sampler s(p, std::nullopt);
+  EXPECT_EQ(s.Sample(l.data(), 3, kNoHistory).token_id, 2);
+  p.logit_bias = {{0, -100.f}};
+  Sampler s2(p, std::nullopt);
+  EXPECT_EQ(s2.Sample(l.data(), 3, kNoHistory).token_id, 1);
+  p.logit_bias = {{7, 100.f}};  // past the vocabulary: ignored
+  Sampler s3(p, std::nullopt);
+  EXPECT_EQ(s3.Sample(l.data(), 3, kNoHistory).token_id, 0);
+  // Sampled: the distribution is the softmax of the biased logits.
+  SamplingParams q = Random();
+  q.logit_bias = {{1, std::log(2.f)}};
+  Sampler s4(q, std::nullopt);
+  auto d = s4.Distribution(l.data(), 3, kNoHistory);
+  std::map<int32_t, double> pr;
+  for (const TokenProb& tp : d) pr[tp.token_id] = tp.prob;
+  EXPECT_NEAR(pr[1] / pr[0], 2 * std::exp(-1.0), 1e-5);
+}
+
+TEST(SamplingParamsTest, MinTokensAndLogitBiasRanges) {
+  SamplingParams p;
+  p.max_tokens = 4;
+  p.min_tokens = 5;
+  EXPECT_FALSE(p.Validate().ok());
+  p.min_tokens = 4;
+  EXPECT_TRUE(p.Validate().ok());
+  p.logit_bias = {{1, 101.f}};
+  EXPECT_FALSE(p.Validate().ok());
+  p.logit_bias = {{-1, 1.f}};
+  EXPECT_FALSE(p.Validate().ok());
 }
 
 }  // namespace

@@ -555,6 +555,8 @@ void Scheduler::AdvanceHandoffs(std::chrono::steady_clock::time_point now) {
     s.tokens.push_back(ft.token);
     if (s.req.params.UsesPenalties()) s.history.AddOutputToken(ft.token);
     s.sampler.SkipSample();
+    // The prefill sampled it under the same constraint (the same request).
+    if (s.req.constraint) s.req.constraint->Advance(ft.token);
     if (!s.reported_start) {
       s.reported_start = true;
       s.handle->SetStarted(s.prompt_len, ft.cached_tokens);

@@ -9,6 +9,7 @@
 #include "server/chat_messages.h"
 #include "server/json_body.h"
 #include "server/openai_fields.h"
+#include "server/structured_output.h"
 
 namespace strata {
 
@@ -56,6 +57,8 @@ const std::set<std::string>& CommonKeys() {
                                              "guided_regex",
                                              "guided_choice",
                                              "guided_grammar",
+                                             "json_schema",
+                                             "grammar",
                                              "logprob_token_ids",
                                              "truncate_prompt_tokens",
                                              "best_of",
@@ -132,11 +135,6 @@ bool IsTokenId(const Json& v) {
 // implement: a 400 when set to anything but their default (null/absent,
 // or the value that means "off").
 MaybeError RejectUnsupported(const Json& body) {
-  if (const Json* v = Get(body, "logit_bias")) {
-    if (!v->is_object())
-      return WrongType("logit_bias", "an object mapping token ids to biases", *v);
-    if (!v->empty()) return Unsupported("logit_bias");
-  }
   const Json* list = nullptr;
   RETURN_IF_API_ERROR(ReadArrayOf(body, "bad_words", "string", IsString, &list));
   if (list && !list->empty()) return Unsupported("bad_words");
@@ -144,29 +142,15 @@ MaybeError RejectUnsupported(const Json& body) {
     RETURN_IF_API_ERROR(ReadArrayOf(body, key, "token id", IsTokenId, &list));
     if (list && !list->empty()) return Unsupported(key);
   }
-  if (const Json* rf = Get(body, "response_format")) {
-    if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
-    const Json* type = Get(*rf, "type");
-    if (!type || *type != "text") {
-      return InvalidRequestError("response_format",
-                                 "response_format type " + (type ? Shown(*type) : "null") +
-                                     " is not supported by this server (it has no constrained "
-                                     "decoding); only {\"type\": \"text\"} is");
-    }
-  }
   // Any value asks for something this server does not do.
   for (const char* key :
-       {"structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-        "truncate_prompt_tokens", "prompt_embeds", "chat_template", "documents"}) {
+       {"truncate_prompt_tokens", "prompt_embeds", "chat_template", "documents"}) {
     if (Get(body, key)) return Unsupported(key);
   }
   bool beam = false;
   RETURN_IF_API_ERROR(ReadBool(body, "use_beam_search", &beam));
   if (beam) return Unsupported("use_beam_search");
   std::optional<int64_t> i;
-  RETURN_IF_API_ERROR(ReadInt(body, "min_tokens", &i));
-  if (i && *i != 0) return Unsupported("min_tokens", " (send 0 or omit it)");
-  i.reset();
   RETURN_IF_API_ERROR(ReadInt(body, "best_of", &i));
   if (i) {
     std::optional<int64_t> n;
@@ -242,7 +226,8 @@ MaybeError CheckChatOnlyFields(const Json& body) {
   if (Get(body, "function_call")) {
     return InvalidRequestError("function_call",
                                "function_call is deprecated and not supported by this server; use "
-                               "tool_choice (\"auto\" or \"none\")");
+                               "tool_choice (\"auto\", \"none\", \"required\" or a named "
+                               "function)");
   }
   const Json* modalities = nullptr;
   RETURN_IF_API_ERROR(ReadArrayOf(body, "modalities", "string", IsString, &modalities));
@@ -443,6 +428,44 @@ MaybeError ParseCommon(const Json& body, bool chat, const ProtocolLimits& limits
                    ? -1
                    : static_cast<int>(std::min<int64_t>(*top_k, std::numeric_limits<int>::max()));
   }
+  // logit_bias: {"token id": bias}, OpenAI's shape and range.
+  if (const Json* lb = Get(body, "logit_bias")) {
+    if (!lb->is_object())
+      return WrongType("logit_bias", "an object mapping token ids to biases", *lb);
+    for (auto it = lb->begin(); it != lb->end(); ++it) {
+      const std::string p = "logit_bias." + it.key().substr(0, 32);
+      int64_t id = -1;
+      try {
+        size_t used = 0;
+        id = std::stoll(it.key(), &used);
+        if (used != it.key().size()) id = -1;
+      } catch (const std::exception&) {
+        id = -1;
+      }
+      const int64_t bound =
+          limits.vocab_size > 0 ? limits.vocab_size : std::numeric_limits<int32_t>::max();
+      if (id < 0 || id >= bound)
+        return InvalidRequestError(p, "logit_bias keys must be token ids in [0, " +
+                                          std::to_string(bound) + "), got " +
+                                          Shown(Json(it.key())));
+      if (!it->is_number()) return WrongType(p, "a number", *it);
+      RETURN_IF_API_ERROR(CheckRange(p, it->get<double>(), -100, 100, false, "[-100, 100]", *it));
+      sp.logit_bias.emplace_back(static_cast<int32_t>(id), it->get<float>());
+    }
+  }
+  std::optional<int64_t> min_tokens;
+  RETURN_IF_API_ERROR(ReadInt(body, "min_tokens", &min_tokens));
+  if (min_tokens) {
+    if (*min_tokens < 0 || *min_tokens > std::numeric_limits<int32_t>::max())
+      return InvalidRequestError("min_tokens", "min_tokens must be in [0, 2147483647], got " +
+                                                   std::to_string(*min_tokens));
+    sp.min_tokens = static_cast<int>(*min_tokens);
+  }
+  {
+    auto so = ParseStructuredOutput(body);
+    if (!so.ok()) return so.error();
+    out->structured = std::move(so.value());
+  }
   if (const Json* seed = Get(body, "seed")) {
     int64_t v = 0;
     if (!seed->is_number() || !ToInt64(*seed, &v)) {
@@ -550,17 +573,42 @@ MaybeError ParseTools(const Json& body, ChatCompletionRequest* out) {
     out->tools = *tools;
   }
   if (const Json* choice = Get(body, "tool_choice")) {
-    if (*choice == "none" || *choice == "auto") {
+    const bool has_tools = out->tools.is_array() && !out->tools.empty();
+    if (*choice == "none" || *choice == "auto" || *choice == "required") {
       out->tool_choice = choice->get<std::string>();
+      if (out->tool_choice == "required" && !has_tools)
+        return InvalidRequestError("tool_choice",
+                                   "tool_choice \"required\" needs tools to call; send tools");
       return std::nullopt;
     }
-    if (choice->is_string() || choice->is_object()) {
-      return InvalidRequestError(
-          "tool_choice", "tool_choice " + Shown(*choice) +
-                             " needs constrained decoding to force a call, which this server does "
-                             "not have yet; use \"auto\" (the model may call a tool, parsed by "
-                             "--tool-call-parser) or \"none\"");
+    if (choice->is_object()) {
+      // {"type": "function", "function": {"name": "f"}}: exactly that call.
+      const Json* fn = Get(*choice, "function");
+      const Json* name = fn && fn->is_object() ? Get(*fn, "name") : nullptr;
+      if (const Json* type = Get(*choice, "type");
+          (type && *type != "function") || !name || !name->is_string()) {
+        return InvalidRequestError("tool_choice",
+                                   "tool_choice must be \"none\", \"auto\", \"required\" or "
+                                   "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " +
+                                       Shown(*choice));
+      }
+      const std::string n = name->get<std::string>();
+      bool found = false;
+      if (has_tools)
+        for (const Json& t : out->tools) found = found || t["function"]["name"] == n;
+      if (!found)
+        return InvalidRequestError("tool_choice.function.name",
+                                   "tool_choice names the function " + Shown(*name) +
+                                       ", which is not among the request's tools");
+      out->tool_choice = "function";
+      out->tool_choice_function = n;
+      return std::nullopt;
     }
+    if (choice->is_string())
+      return InvalidRequestError("tool_choice",
+                                 "tool_choice must be \"none\", \"auto\", "
+                                 "\"required\" or a named function, got " +
+                                     Shown(*choice));
     return WrongType("tool_choice", "a string or an object", *choice);
   }
   return std::nullopt;

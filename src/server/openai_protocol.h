@@ -21,10 +21,12 @@
 //     (spaces_between_special_tokens, length_penalty without beam search,
 //     metadata, priority 0, service_tier "auto"/"default");
 //   - a 400 when set to anything but its default, because it would change
-//     the output and is not implemented (logit_bias, suffix, beam search,
-//     tool_choice "required", response_format json_schema,
-//     store true, cache_salt, the deprecated functions/function_call, a
-//     modality other than "text", ...).
+//     the output and is not implemented (suffix, beam search, store true,
+//     cache_salt, the deprecated functions/function_call, a modality other
+//     than "text", ...).
+// Structured outputs (response_format, structured_outputs, guided_*, and
+// llama.cpp's json_schema/grammar) are read by server/structured_output.h
+// into GenerationFields::structured; the server compiles them.
 // Request bodies parse in time linear in their size (json_body.h). Nothing
 // here throws.
 //
@@ -40,6 +42,7 @@
 
 #include "engine/sampler.h"
 #include "server/api_error.h"
+#include "server/structured_output.h"
 
 namespace strata {
 
@@ -102,6 +105,10 @@ struct GenerationFields {
   // vLLM: each prompt token's logprob (after the first) with its rank and
   // the top N, N in [0, max_logprobs]; chat only without stream.
   std::optional<int> prompt_logprobs;
+  // Structured output the request asks for (structured_output.h); for a
+  // chat request with tool_choice "required" or a named function the server
+  // builds one from the tools instead.
+  std::optional<StructuredOutput> structured;
   // PD disaggregation (docs/architecture/disagg.md): where the prefill's
   // bootstrap endpoint is and the request's room; all three or none.
   std::optional<BootstrapFields> bootstrap;
@@ -135,10 +142,13 @@ struct ChatCompletionRequest : GenerationFields {
   // reasoning_effort when sent (unless the kwargs set it).
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   // "auto" (the default: the model may call a tool, and --tool-call-parser
-  // parses its calls when tools are sent) or "none" (tools are still
-  // rendered, as vLLM does, but the output is not parsed). "required" and a
-  // named function are a 400 until constrained decoding exists.
+  // parses its calls when tools are sent), "none" (tools are still
+  // rendered, as vLLM does, but the output is not parsed), "required" (at
+  // least one call, enforced by constrained decoding in the parser's
+  // syntax, arguments valid under the tool's parameters) or "function" (a
+  // named function: exactly one call to tool_choice_function).
   std::string tool_choice = "auto";
+  std::string tool_choice_function;
   bool parallel_tool_calls = true;  // false: only the first parsed call is returned
   bool include_reasoning = true;  // vLLM: false drops the reasoning a --reasoning-parser splits off
   // chat_template_kwargs.enable_thinking when sent (a boolean): false means

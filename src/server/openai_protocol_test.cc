@@ -475,18 +475,27 @@ TEST(RequestErrors, Prompts) {
 
 TEST(RequestErrors, UnsupportedFeaturesAreRejectedNotIgnored) {
   const std::vector<ErrorCase> cases = {
-      {CompletionBody(R"("logit_bias": {"5": 10})"), "logit_bias", "logit_bias is not supported"},
+      {CompletionBody(R"("logit_bias": {"x": 10})"), "logit_bias.x", "keys must be token ids"},
+      {CompletionBody(R"("logit_bias": {"5": 101})"), "logit_bias.5", "must be in [-100, 100]"},
+      {CompletionBody(R"("logit_bias": {"5": "1"})"), "logit_bias.5", "must be a number"},
       {CompletionBody(R"("logit_bias": 5)"), "logit_bias",
        "must be an object mapping token ids to biases"},
       {CompletionBody(R"("suffix": "end")"), "suffix", "suffix is not supported"},
       {CompletionBody(R"("best_of": 3)"), "best_of", "best_of must equal n or be omitted"},
       {CompletionBody(R"("use_beam_search": true)"), "use_beam_search", "not supported"},
-      {CompletionBody(R"("min_tokens": 4)"), "min_tokens", "not supported"},
+      {CompletionBody(R"("min_tokens": -1)"), "min_tokens", "must be in [0, 2147483647]"},
       {CompletionBody(R"("prompt_logprobs": 1)"), "prompt_logprobs", "not supported"},
-      {CompletionBody(R"("guided_json": {})"), "guided_json", "not supported"},
+      {CompletionBody(R"("guided_json": "nope")"), "guided_json", "must be a JSON schema"},
+      {CompletionBody(R"("guided_json": {}, "guided_regex": "a")"), "guided_regex",
+       "both ask for structured output"},
+      {CompletionBody(R"("structured_outputs": {"structural_tag": "x"})"),
+       "structured_outputs.structural_tag", "not supported"},
+      {CompletionBody(R"("structured_outputs": {"regex": "a", "choice": ["b"]})"),
+       "structured_outputs.choice", "takes one of"},
+      {CompletionBody(R"("guided_choice": [])"), "guided_choice", "non-empty array"},
       {CompletionBody(R"("prompt_embeds": "abc")"), "prompt_embeds", "not supported"},
       {CompletionBody(R"("truncate_prompt_tokens": 5)"), "truncate_prompt_tokens", "not supported"},
-      {CompletionBody(R"("response_format": {"type": "json_object"})"), "response_format",
+      {CompletionBody(R"("response_format": {"type": "xml"})"), "response_format.type",
        "not supported"},
       {CompletionBody(R"("echo": true, "logprobs": 1)"), "logprobs",
        "logprobs with echo needs the prompt's logprobs"},
@@ -555,16 +564,20 @@ TEST(RequestErrors, ChatFields) {
       {ChatBody(R"("tools": [{"type": "function"}])"), "tools[0].function", "must be an object"},
       {ChatBody(R"("tools": [{"function": {"description": "d"}}])"), "tools[0].function.name",
        "is required"},
-      {ChatBody(R"("tool_choice": "required")"), "tool_choice", "needs constrained decoding"},
-      {ChatBody(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice",
-       "needs constrained decoding"},
+      {ChatBody(R"("tool_choice": "required")"), "tool_choice", "needs tools to call"},
+      {ChatBody(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"),
+       "tool_choice.function.name", "not among the request's tools"},
+      {ChatBody(R"("tool_choice": {"type": "function"})"), "tool_choice", "must be \"none\""},
+      {ChatBody(R"("tool_choice": "any")"), "tool_choice", "must be \"none\""},
       {ChatBody(R"("chat_template_kwargs": {"enable_thinking": "no"})"),
        "chat_template_kwargs.enable_thinking", "must be a boolean"},
       {ChatBody(R"("tool_choice": 1)"), "tool_choice", "must be a string or an object"},
-      {ChatBody(R"("response_format": {"type": "json_object"})"), "response_format",
-       "response_format type \"json_object\" is not supported"},
-      {ChatBody(R"("response_format": {"type": "json_schema", "json_schema": {}})"),
-       "response_format", "only {\"type\": \"text\"}"},
+      {ChatBody(R"("response_format": {"type": "json_schema"})"), "response_format.json_schema",
+       "is required"},
+      {ChatBody(R"("response_format": {"type": "json_schema", "json_schema": {"schema": 3}})"),
+       "response_format.json_schema.schema", "must be a JSON schema"},
+      {ChatBody(R"("response_format": {"type": "json_schema", "json_schema": {"strict": 1}})"),
+       "response_format.json_schema.strict", "must be a boolean"},
       {ChatBody(R"("response_format": "text")"), "response_format", "must be an object"},
       {ChatBody(R"("chat_template_kwargs": [])"), "chat_template_kwargs", "must be an object"},
       {ChatBody(R"("chat_template_kwargs": {"messages": []})"), "chat_template_kwargs.messages",
@@ -636,6 +649,8 @@ const std::vector<WrongTypeCase>& CommonWrongTypes() {
                                                    {"guided_regex", "5"},
                                                    {"guided_choice", "5"},
                                                    {"guided_grammar", "5"},
+                                                   {"json_schema", "5"},
+                                                   {"grammar", "5"},
                                                    {"logprob_token_ids", R"("1")"},
                                                    {"truncate_prompt_tokens", R"("5")"},
                                                    {"best_of", R"("1")"},
@@ -774,7 +789,6 @@ TEST(KnownFields, ValuesThisServerCannotHonourAreRejected) {
       {ChatBody(R"("bad_words": ["x"])"), "bad_words", "bad_words is not supported"},
       {ChatBody(R"("bad_words": ["x", 2])"), "bad_words[1]", "bad_words[1] must be a string"},
       {ChatBody(R"("allowed_token_ids": [1, "2"])"), "allowed_token_ids[1]", "must be a token id"},
-      {ChatBody(R"("min_tokens": 2)"), "min_tokens", "not supported"},
       {ChatBody(R"("best_of": 2)"), "best_of", "best_of must equal n"},
   };
   for (const ErrorCase& c : chat) ExpectChatError(c);
@@ -997,6 +1011,68 @@ TEST(ApiErrors, Constructors) {
   EXPECT_EQ(ApiErrorFromStatus(Internal("x")).type, "server_error");
   EXPECT_EQ(ApiErrorFromStatus(Unimplemented("x")).http_status, 501);
   EXPECT_EQ(ApiErrorFromStatus(Aborted("x")).http_status, 499);
+}
+
+TEST(StructuredOutput, EveryFieldBecomesOneSpec) {
+  using Kind = constrain::ConstraintSpec::Kind;
+  struct Case {
+    std::string extra;
+    Kind kind;
+    std::string text, param;
+  };
+  const std::vector<Case> cases = {
+      {R"("response_format": {"type": "json_object"})", Kind::kJsonObject, "", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+          "schema": {"type": "integer"}}})",
+       Kind::kJsonSchema, R"({"type":"integer"})", "response_format.json_schema.schema"},
+      {R"("guided_json": "{\"type\": \"string\"}")", Kind::kJsonSchema, R"({"type":"string"})",
+       "guided_json"},
+      {R"("guided_regex": "a+")", Kind::kRegex, "a+", "guided_regex"},
+      {R"("guided_choice": ["x", "y"])", Kind::kChoice, R"(["x","y"])", "guided_choice"},
+      {R"("guided_grammar": "root ::= \"a\"")", Kind::kGrammar, R"(root ::= "a")",
+       "guided_grammar"},
+      {R"("structured_outputs": {"json": {"type": "null"}})", Kind::kJsonSchema,
+       R"({"type":"null"})", "structured_outputs.json"},
+      {R"("structured_outputs": {"json_object": true, "disable_any_whitespace": true})",
+       Kind::kJsonObject, "", "structured_outputs.json_object"},
+      {R"("json_schema": {"type": "boolean"})", Kind::kJsonSchema, R"({"type":"boolean"})",
+       "json_schema"},
+      {R"("grammar": "root ::= [a-z]")", Kind::kGrammar, "root ::= [a-z]", "grammar"},
+  };
+  for (const Case& c : cases) {
+    ChatCompletionRequest r = Chat(ChatBody(c.extra));
+    ASSERT_TRUE(r.structured.has_value()) << c.extra;
+    EXPECT_EQ(r.structured->spec.kind, c.kind) << c.extra;
+    EXPECT_EQ(r.structured->spec.text, c.text) << c.extra;
+    EXPECT_EQ(r.structured->param, c.param) << c.extra;
+  }
+  EXPECT_FALSE(Chat(ChatBody(R"("response_format": {"type": "text"})")).structured.has_value());
+  EXPECT_FALSE(Completion(CompletionBody("")).structured.has_value());
+}
+
+TEST(StructuredOutput, ToolChoiceLogitBiasMinTokens) {
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  ChatCompletionRequest r = Chat(ChatBody(tools + R"(, "tool_choice": "required")"));
+  EXPECT_EQ(r.tool_choice, "required");
+  r = Chat(ChatBody(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})"));
+  EXPECT_EQ(r.tool_choice, "function");
+  EXPECT_EQ(r.tool_choice_function, "f");
+  StructuredOutput so = ToolCallSpec(r.tools, "hermes", "f", true);
+  EXPECT_EQ(so.spec.kind, constrain::ConstraintSpec::Kind::kToolCalls);
+  EXPECT_EQ(
+      so.spec.text,
+      R"({"format":"hermes","tools":[{"name":"f","parameters":{"type":"object"}}],"parallel":false})");
+  CompletionRequest c =
+      Completion(CompletionBody(R"("logit_bias": {"7": -100, "3": 2.5}, "min_tokens": 4)"));
+  EXPECT_EQ(c.sampling.min_tokens, 4);
+  ASSERT_EQ(c.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(c.sampling.logit_bias[0], (std::pair<int32_t, float>{7, -100.f}));
+  EXPECT_EQ(c.sampling.logit_bias[1], (std::pair<int32_t, float>{3, 2.5f}));
+  ProtocolLimits limits;
+  limits.vocab_size = 5;
+  ExpectCompletionError({CompletionBody(R"("logit_bias": {"7": 1})"), "logit_bias.7", "[0, 5)"},
+                        limits);
 }
 
 }  // namespace

@@ -207,7 +207,7 @@ TEST(ResponsesErrors, NameTheResponsesField) {
        "required"},
       {R"({"input": [{"type": "computer_call_output", "call_id": "c"}]})", "input[0].type",
        "not supported"},
-      {R"({"input": "x", "text": {"format": {"type": "xml"}}})", "text.format", "xml"},
+      {R"({"input": "x", "text": {"format": {"type": "xml"}}})", "text.format.type", "xml"},
       {R"({"input": "x", "reasoning": {"effort": "max"}})", "reasoning.effort", "reasoning.effort"},
       {R"({"input": "x", "top_logprobs": 99})", "top_logprobs", "top_logprobs"},
       {R"([1])", "", "JSON object"},

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "constrain/constraint.h"
 #include "server/chat_prompt.h"
 #include "server/http_auth.h"
 #include "server/json_body.h"
@@ -180,6 +181,14 @@ struct OpenAiServer::Impl {
   ToolCallFormat tool_format = ToolCallFormat::kNone;  // resolved from options.tool_call_parser
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;  // from options.reasoning_parser
   std::atomic<bool> draining{false};
+
+  // Structured outputs: compiled grammars over this model's vocabulary,
+  // cached by their text. Built on the first constrained request (the
+  // vocabulary trie costs a moment for a large vocabulary).
+  std::once_flag constraints_once;
+  std::unique_ptr<constrain::ConstraintCompiler> constraints;
+  // The automaton for a request's structured output, or its 400.
+  ApiOr<std::shared_ptr<constrain::Automaton>> CompileConstraint(const StructuredOutput& so);
   std::atomic<int64_t> in_flight{0};
 
   // Request threads: the I/O thread queues parse/render/tokenize/submit
@@ -708,6 +717,7 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   int n = 1;
   // Chat: how each choice's output is split (tool calls, reasoning).
   ToolCallFormat tools_for_request = ToolCallFormat::kNone;
+  std::optional<StructuredOutput> forced_tools;
   ReasoningStart reasoning_start = ReasoningStart::kNoReasoning;
   bool include_reasoning = true, parallel_tool_calls = true;
   if (chat) {
@@ -735,6 +745,30 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
     // "auto"; with "none" the tools are still rendered, the output is not parsed.
     if (cr.tools.is_array() && !cr.tools.empty() && cr.tool_choice == "auto")
       tools_for_request = tool_format;
+    // tool_choice "required" / a named function: the call is forced by
+    // constrained decoding in the parser's syntax.
+    if (cr.tool_choice == "required" || cr.tool_choice == "function") {
+      if (tool_format == ToolCallFormat::kNone)
+        return CountRequest("error"),
+               SendError(*res,
+                         InvalidRequestError(
+                             "tool_choice",
+                             "tool_choice " +
+                                 std::string(cr.tool_choice == "function" ? "naming a function"
+                                                                          : "\"required\"") +
+                                 " needs a tool-call syntax to force: start the server "
+                                 "with --tool-call-parser (" +
+                                 std::string(kToolCallParserNames) + ")"));
+      if (cr.structured)
+        return CountRequest("error"),
+               SendError(*res, InvalidRequestError(cr.structured->param,
+                                                   cr.structured->param +
+                                                       " cannot be combined with tool_choice " +
+                                                       "forcing a call; send one of them"));
+      forced_tools = ToolCallSpec(cr.tools, ToolCallFormatName(tool_format),
+                                  cr.tool_choice_function, cr.parallel_tool_calls);
+      tools_for_request = tool_format;
+    }
     reasoning_start = ReasoningStartFor(reasoning_format, text.value(), cr.enable_thinking);
     include_reasoning = cr.include_reasoning;
     parallel_tool_calls = cr.parallel_tool_calls;
@@ -788,6 +822,14 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   // The engine computes the prompt's logprobs for the prompt_logprobs field
   // and for echo + logprobs, with the larger top N of the two.
   ex->prompt_logprobs = fields.prompt_logprobs.value_or(-1);
+  // Structured output: compiled once per distinct schema/grammar (cached),
+  // one constraint per choice.
+  std::shared_ptr<constrain::Automaton> automaton;
+  if (forced_tools || fields.structured) {
+    auto a = CompileConstraint(forced_tools ? *forced_tools : *fields.structured);
+    if (!a.ok()) return CountRequest("error"), SendError(*res, a.error());
+    automaton = std::move(a.value());
+  }
 
   // Every choice of every prompt, admitted together or not at all.
   std::vector<EngineRequest> requests;
@@ -805,6 +847,7 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
       er.params = fields.sampling;
       er.params.max_tokens = max_tokens.value();
       er.prompt_logprobs = std::max(ex->prompt_logprobs, ex->echo_logprobs ? ex->logprobs.top : -1);
+      if (automaton) er.constraint = constrain::NewTokenConstraint(automaton);
       // n > 1 with a fixed seed: vary it per choice so choices differ but replay.
       if (er.params.seed && k > 0) er.params.seed = *er.params.seed + static_cast<uint64_t>(k);
       er.arrival = arrival;
@@ -894,6 +937,18 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   });
   ex_lock.unlock();
   Enqueue(ex);  // output may already be there
+}
+
+ApiOr<std::shared_ptr<constrain::Automaton>> OpenAiServer::Impl::CompileConstraint(
+    const StructuredOutput& so) {
+  std::call_once(constraints_once, [&] {
+    constraints =
+        std::make_unique<constrain::ConstraintCompiler>(constrain::VocabularyFromTokenizer(
+            *model.tokenizer, model.config.vocab_size, model.eos_token_ids));
+  });
+  auto a = constraints->Compile(so.spec);
+  if (!a.ok()) return InvalidRequestError(so.param, a.status().message());
+  return a.value();
 }
 
 void OpenAiServer::Impl::Enqueue(const std::shared_ptr<Exchange>& ex) {

@@ -59,7 +59,8 @@ struct ServerOptions {
   // --tool-call-parser: "" (none: tool calls stay in the content), "auto"
   // (by the chat template, DetectToolCallFormat), or a name of
   // ToolCallFormatFromName. Chat requests with tools and tool_choice "auto"
-  // get message.tool_calls.
+  // get message.tool_calls; "required" and a named function force calls in
+  // this syntax by constrained decoding (a 400 without a parser).
   std::string tool_call_parser;
   // --reasoning-parser: "" (none) or a name of ReasoningFormatFromName.
   std::string reasoning_parser;

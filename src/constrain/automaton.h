@@ -1,0 +1,164 @@
+// The matcher a compiled grammar runs on, and the token masks it gives.
+//
+// A parse position of a Grammar is a set of stacks of element indices (the
+// llama.cpp grammar form: each stack's top is a byte set to match next; an
+// empty stack means the root is complete). The Automaton determinises that
+// pushdown machine lazily: each distinct stack set met is interned as a
+// State, and its byte transitions and token masks are computed on first use
+// and kept. A state is therefore one int per request, advancing over a
+// token is one table lookup per byte once the state has been seen, and a
+// schema's masks are computed once and then shared by every request that
+// uses it (the cache lives as long as the compiled grammar).
+//
+// Masks: Vocabulary holds the token byte strings in a trie; the mask of a
+// state walks the trie depth first, following only bytes that keep some
+// stack alive, so the cost is proportional to the live prefixes, not to
+// vocab x token length. Tokens with no bytes (special tokens, ids past the
+// tokenizer) are never allowed; the end-of-sequence ids only in accepting
+// states.
+//
+// Termination: every state knows its distance, the fewest bytes that
+// complete the grammar from it. Given the tokens left, Mask() allows only
+// tokens after which the distance plus EOS still fits, so every answer ends
+// inside its token budget whatever the model prefers (as long as the
+// vocabulary can write one byte a token, as byte-level BPE can).
+//
+// Limits: stacks deeper than kMaxStackDepth die (nesting deeper than that
+// is not generated); past kMaxStates interned states the tables are dropped
+// and rebuilt on demand (State values then go stale: holders re-intern
+// their stacks, see Position).
+//
+// Thread-safety: an Automaton is shared by the requests of one grammar; its
+// methods lock an internal mutex, so any thread may call them. Vocabulary is
+// immutable.
+#pragma once
+
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "constrain/grammar.h"
+
+namespace strata::constrain {
+
+// One bit per token id: bit (id % 32) of word id / 32.
+using TokenBitmask = std::vector<uint32_t>;
+inline bool MaskHas(std::span<const uint32_t> mask, int32_t id) {
+  return (mask[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1;
+}
+
+class Vocabulary {
+ public:
+  // token_bytes[id]: what token id writes ("" for tokens never allowed).
+  // eos: the ids that end the output (allowed only where the grammar is
+  // complete).
+  Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> eos);
+
+  int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
+  size_t words() const { return (bytes_.size() + 31) / 32; }
+  const std::string& bytes(int32_t id) const { return bytes_[id]; }
+  const std::vector<int32_t>& eos() const { return eos_; }
+
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> kids;  // (byte, node), by byte
+    std::vector<int32_t> tokens;                    // ids whose bytes end here
+    ByteSet below;                                  // every byte on an edge under this node
+    // This node's subtree's tokens: subtree_tokens()[first, first + count).
+    int32_t first = 0, count = 0;
+  };
+  const std::vector<Node>& trie() const { return trie_; }
+  const std::vector<int32_t>& subtree_tokens() const { return subtree_tokens_; }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<int32_t> eos_;
+  std::vector<Node> trie_;               // [0] is the root
+  std::vector<int32_t> subtree_tokens_;  // token ids in depth-first order
+};
+
+class Automaton {
+ public:
+  using State = int32_t;
+  static constexpr State kDead = -1;
+  static constexpr int kMaxStackDepth = 256;
+  static constexpr size_t kMaxStates = 1 << 16;
+
+  Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab);
+
+  // A request's place in the grammar: the State and, so that it survives a
+  // reset of the tables, the stacks it stands for.
+  struct Position {
+    State state = kDead;
+    uint64_t generation = 0;
+    std::vector<int32_t> stacks;  // flattened (see automaton.cc)
+  };
+  Position Start();
+  // Follows `bytes` from p; false (p unchanged) when the grammar does not
+  // allow them.
+  bool Advance(Position& p, std::string_view bytes);
+  bool Accepting(Position& p);
+  // Accepting and nothing can follow (only EOS may come).
+  bool Complete(Position& p);
+  // Fewest bytes that complete the grammar from p (0 when accepting).
+  int32_t Distance(Position& p);
+  // The tokens allowed next: those whose bytes keep the grammar alive, plus
+  // EOS when accepting. tokens_left (this one included; kUnlimited: no
+  // limit) keeps the answer inside its budget: when some allowed token
+  // could leave more bytes to write than tokens to write them, only tokens
+  // after which distance + 1 (for EOS) still fits are allowed, and EOS alone
+  // once nothing else does. Never empty: without such a token it falls back
+  // to the plain mask. The plain mask is cached per state.
+  static constexpr int64_t kUnlimited = INT64_MAX;
+  std::shared_ptr<const TokenBitmask> Mask(Position& p, int64_t tokens_left = kUnlimited);
+
+  const Vocabulary& vocab() const { return *vocab_; }
+  const Grammar& grammar() const { return *grammar_; }
+  // For tests and benchmarks.
+  size_t num_states() const;
+  size_t num_cached_masks() const;
+
+ private:
+  struct StateData {
+    std::vector<int32_t> stacks;  // flattened
+    bool accepting = false;
+    bool complete = false;
+    int32_t distance = 0;
+    std::unique_ptr<std::array<State, 256>> next;  // kUnknown until computed
+    std::shared_ptr<const TokenBitmask> mask;      // plain (cached)
+    // Bytes that lead back to this state (a string's body, say), once
+    // computed: a trie subtree using only these ends every token here.
+    bool has_loop = false;
+    ByteSet loop;
+    int32_t max_next_distance = 0;  // over the plain mask's tokens
+  };
+  static constexpr State kUnknown = -2;
+
+  // All REQUIRE mu_ held.
+  State Intern(std::vector<std::vector<int32_t>> stacks);
+  State InternFlat(const std::vector<int32_t>& flat);
+  State Next(State s, uint8_t b);
+  const ByteSet& Loop(State s);
+  void Expand(std::vector<int32_t> stack, std::vector<std::vector<int32_t>>* out) const;
+  State Resolve(Position& p);  // p's state in the current generation
+  // limit: the largest distance allowed after a token (plain: kNoLimit).
+  static constexpr int64_t kNoLimit = INT64_MAX;
+  std::shared_ptr<const TokenBitmask> ComputeMask(State s, int64_t limit, int32_t* max_next);
+  void Reset();
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const Vocabulary> vocab_;
+  mutable std::mutex mu_;
+  std::vector<StateData> states_;
+  std::unordered_map<std::string, State> index_;  // flattened stacks -> state
+  uint64_t generation_ = 0;
+  size_t cached_masks_ = 0;
+  std::vector<int32_t> start_;  // the start state's flattened stacks
+};
+
+}  // namespace strata::constrain
