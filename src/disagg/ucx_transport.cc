@@ -142,20 +142,47 @@ class UcxTransport::Impl {
     if (st != UCS_OK)
       return Unavailable(std::string("UCX: reading its configuration failed: ") +
                          ucs_status_string(st));
-    if (!options_.tls.empty()) st = ucp_config_modify(config, "TLS", options_.tls.c_str());
-    if (st == UCS_OK && std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
-      st = ucp_config_modify(config, "KEEPALIVE_INTERVAL",
-                             (std::to_string(options_.keepalive_interval.count()) + "ms").c_str());
+    // Settings of this context; each one the environment sets is left to it
+    // (UCX_TLS through UcxTransportOptions::tls, which overrides it).
+    std::vector<std::pair<std::string, std::string>> settings;
+    if (!options_.tls.empty()) settings.emplace_back("TLS", options_.tls);
+    if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+      settings.emplace_back("KEEPALIVE_INTERVAL",
+                            std::to_string(options_.keepalive_interval.count()) + "ms");
     }
-    if (st != UCS_OK) {
-      ucp_config_release(config);
-      return InvalidArgument(std::string("UCX: bad setting (UCX_TLS \"") + options_.tls +
-                             "\"): " + ucs_status_string(st));
+    for (const auto& [name, value] : settings) {
+      st = ucp_config_modify(config, name.c_str(), value.c_str());
+      if (st != UCS_OK) {
+        ucp_config_release(config);
+        return InvalidArgument("UCX: bad setting UCX_" + name + "=\"" + value +
+                               "\": " + ucs_status_string(st));
+      }
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &context_);
+    // UCX 1.13 leaves posix/sysv shared memory out of endpoints with peer
+    // error handling unless told these may report a dead peer, which they
+    // do from UCX's keepalive (it checks that the peer's pid still runs the
+    // same process; see the header). Without it UCX_TLS=shm finds no
+    // transport for active messages and Connect fails "unreachable". So a
+    // context that offers them is made again with the shared-memory
+    // transports' common setting (MM_: posix and sysv); only then, as UCX
+    // warns of a setting no transport of the context uses. A user's
+    // UCX_{POSIX,SYSV,MM}_ERROR_HANDLING wins.
+    if (st == UCS_OK && std::getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
+        std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr &&
+        std::getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
+      const std::string offered = " " + ResourcesOf(context_);
+      if (offered.find(" posix/") != std::string::npos ||
+          offered.find(" sysv/") != std::string::npos) {
+        ucp_cleanup(context_);
+        context_ = nullptr;
+        st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+        if (st == UCS_OK) st = ucp_init(&params, config, &context_);
+      }
+    }
     ucp_config_release(config);
     if (st != UCS_OK) {
       context_ = nullptr;
@@ -311,9 +338,10 @@ class UcxTransport::Impl {
       why = ucs_status_string(st);
       if (st == UCS_ERR_UNREACHABLE) {
         fix =
-            "UCX has no transport to it that can report a dead peer, which this transport "
-            "needs; UCX 1.13's posix/sysv shared memory cannot. UCX_TLS=\"" +
-            TlsForMessages() + "\" here: include tcp";
+            "UCX has no transport to it for active messages that can report a dead peer, "
+            "which this transport needs (cma alone has no active messages; tcp, shm, posix and "
+            "sysv have). UCX_TLS=\"" +
+            TlsForMessages() + "\" here: use tcp (any host), or shm / posix,cma (one host)";
       }
     } else if (probe->value != peer->desc.nonce) {
       why = "the process at that address is not the one that wrote the descriptor (restarted?)";
