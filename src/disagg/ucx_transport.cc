@@ -76,6 +76,24 @@ std::string ResourcesOf(ucp_context_h context) {
   return out;
 }
 
+// "sysv/memory posix/memory" from ucp_ep_print_info's
+// "#   lane[0]:  0:sysv/memory.0 md[0] -> ..." lines: what an endpoint uses.
+std::string LanesOf(const std::string& ep_info) {
+  std::string out;
+  for (size_t pos = ep_info.find("lane["); pos != std::string::npos;
+       pos = ep_info.find("lane[", pos + 1)) {
+    const size_t colon = ep_info.find(':', ep_info.find(':', pos) + 1);
+    if (colon == std::string::npos) break;
+    const size_t end = ep_info.find_first_of(" \n", colon);
+    std::string tl = ep_info.substr(colon + 1, end - colon - 1);
+    if (const size_t dot = tl.rfind('.'); dot != std::string::npos) tl.resize(dot);
+    if ((" " + out + " ").find(" " + tl + " ") != std::string::npos) continue;
+    if (!out.empty()) out += ' ';
+    out += tl;
+  }
+  return out;
+}
+
 }  // namespace
 
 class UcxTransport::Impl {
@@ -358,7 +376,8 @@ class UcxTransport::Impl {
       peers_[peer->id] = peer;
     }
     STRATA_LOG(INFO) << "KV transport ucx: connected to " << peer->desc.label << " (peer "
-                     << peer->id << ", " << peer->desc.regions.size() << " regions)";
+                     << peer->id << ", " << peer->desc.regions.size() << " regions) over "
+                     << LanesOf(info);
     STRATA_LOG(DEBUG) << "KV transport ucx: endpoint of peer " << peer->id << ":\n" << info;
     return peer->id;
   }

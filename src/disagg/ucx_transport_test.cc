@@ -402,6 +402,26 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest,
                                                                     std::end(kTlsValues))),
                          TestName);
 
+// cma alone moves bytes but has no active messages, which UCX needs to set
+// an endpoint up: refused at Connect with the values that work.
+TEST(UcxTransportTlsTest, CmaAloneIsRefusedAtConnectWithTheFix) {
+  UcxTransportOptions opt;
+  opt.tls = "cma";
+  auto s = UcxTransport::Create(opt);
+  auto r = UcxTransport::Create(opt);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<char> dst(4096);
+  ASSERT_TRUE((*r)->RegisterRegion(dst.data(), dst.size()).ok());
+  auto peer = (*s)->Connect(*(*r)->LocalDescriptor());
+  ASSERT_FALSE(peer.ok());
+  EXPECT_EQ(peer.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(peer.status().message().find("cma alone has no active messages"), std::string::npos)
+      << peer.status().ToString();
+  EXPECT_NE(peer.status().message().find("shm / posix,cma (one host)"), std::string::npos)
+      << peer.status().ToString();
+}
+
 TEST(CreateKvTransportTest, KnowsUcxAndNamesTheKnownBackends) {
   auto t = CreateKvTransport({"ucx"});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
