@@ -508,8 +508,9 @@ TEST(PdFailureTest, BurstFarAboveTheLimitsIsShedCleanly) {
   ExpectClean(*pd.decode, "decode");
 }
 
-INSTANTIATE_TEST_SUITE_P(PdRoleTest, PdTlsTest, ::testing::Values("tcp", "shm"));
-INSTANTIATE_TEST_SUITE_P(PdFailureTest, PdChaosTest, ::testing::Values("tcp", "shm"));
+std::string TlsName(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+INSTANTIATE_TEST_SUITE_P(PdRoleTest, PdTlsTest, ::testing::Values("tcp", "shm"), TlsName);
+INSTANTIATE_TEST_SUITE_P(PdFailureTest, PdChaosTest, ::testing::Values("tcp", "shm"), TlsName);
 
 // ---- through `strata router` ---------------------------------------------
 
