@@ -180,25 +180,45 @@ class UcxTransport::Impl {
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &context_);
-    // UCX 1.13 leaves posix/sysv shared memory out of endpoints with peer
-    // error handling unless told these may report a dead peer, which they
-    // do from UCX's keepalive (it checks that the peer's pid still runs the
-    // same process; see the header). Without it UCX_TLS=shm finds no
-    // transport for active messages and Connect fails "unreachable". So a
-    // context that offers them is made again with the shared-memory
-    // transports' common setting (MM_: posix and sysv); only then, as UCX
-    // warns of a setting no transport of the context uses. A user's
-    // UCX_{POSIX,SYSV,MM}_ERROR_HANDLING wins.
-    if (st == UCS_OK && std::getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
-        std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr &&
-        std::getenv("UCX_MM_ERROR_HANDLING") == nullptr) {
+    // Shared memory (posix/sysv) needs two settings of its own, made only
+    // for a context that offers it (UCX warns of a setting no transport of
+    // the context uses), so such a context is made again with them:
+    // - MM_ERROR_HANDLING: UCX 1.13 leaves posix/sysv out of endpoints with
+    //   peer error handling unless told they may report a dead peer, which
+    //   they do from UCX's keepalive (it checks that the peer's pid still
+    //   runs the same process; see the header). Without it UCX_TLS=shm finds
+    //   no transport for active messages and Connect fails "unreachable".
+    // - MM_FIFO_SIZE: puts into memory UCX did not allocate are active
+    //   messages through the receiver's FIFO; with UCX's 64 entries the
+    //   sender waits for the receiver to wake up every 64 fragments
+    //   (UcxTransportOptions::shm_fifo_size).
+    // MM_ is the prefix both posix and sysv read; a user's
+    // UCX_{POSIX,SYSV,MM}_<name> wins.
+    auto user_set = [](const std::string& name) {
+      for (const char* tl : {"POSIX", "SYSV", "MM"}) {
+        if (std::getenv(("UCX_" + std::string(tl) + "_" + name).c_str()) != nullptr) return true;
+      }
+      return false;
+    };
+    if (st == UCS_OK) {
       const std::string offered = " " + ResourcesOf(context_);
-      if (offered.find(" posix/") != std::string::npos ||
-          offered.find(" sysv/") != std::string::npos) {
+      std::vector<std::pair<std::string, std::string>> shm;
+      if (!user_set("ERROR_HANDLING")) shm.emplace_back("MM_ERROR_HANDLING", "y");
+      if (!user_set("FIFO_SIZE"))
+        shm.emplace_back("MM_FIFO_SIZE", std::to_string(options_.shm_fifo_size));
+      if (!shm.empty() && (offered.find(" posix/") != std::string::npos ||
+                           offered.find(" sysv/") != std::string::npos)) {
         ucp_cleanup(context_);
         context_ = nullptr;
-        st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
-        if (st == UCS_OK) st = ucp_init(&params, config, &context_);
+        for (const auto& [name, value] : shm) {
+          st = ucp_config_modify(config, name.c_str(), value.c_str());
+          if (st != UCS_OK) {
+            ucp_config_release(config);
+            return InvalidArgument("UCX: bad setting UCX_" + name + "=\"" + value +
+                                   "\": " + ucs_status_string(st));
+          }
+        }
+        st = ucp_init(&params, config, &context_);
       }
     }
     ucp_config_release(config);

@@ -84,6 +84,12 @@ struct UcxTransportOptions {
   // (UCX's default, 20 s, would notice a dead shared-memory peer late: UCX
   // has no other way to see one die).
   std::chrono::milliseconds keepalive_interval{1000};
+  // UCX_{POSIX,SYSV}_FIFO_SIZE (a power of 2) for a context with shared
+  // memory, unless set in the environment. UCX's 64 made the receiver's
+  // wake-ups the bound: 0.1-0.15 GB/s at 256 KiB puts here, 0.6-0.8 GB/s
+  // with 4096 (docs/perf.md "KV transfer (PD)"). Costs 4096 x 128 B of
+  // shared memory per transport and worker for the ring.
+  int shm_fifo_size = 4096;
 };
 
 class UcxTransport final : public KvTransport {
