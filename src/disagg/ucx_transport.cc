@@ -380,6 +380,11 @@ class UcxTransport::Impl {
             "which this transport needs (cma alone has no active messages; tcp, shm, posix and "
             "sysv have). UCX_TLS=\"" +
             TlsForMessages() + "\" here: use tcp (any host), or shm / posix,cma (one host)";
+        for (const char* v :
+             {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_MM_ERROR_HANDLING"}) {
+          if (const char* val = std::getenv(v))
+            fix += std::string("; ") + v + "=" + val + " is set: shared memory needs it on (y)";
+        }
       }
     } else if (probe->value != peer->desc.nonce) {
       why = "the process at that address is not the one that wrote the descriptor (restarted?)";
