@@ -58,10 +58,11 @@ struct WriteOp {
 };
 
 struct TransportStats {
-  uint64_t bytes_written = 0;  // completed OK
-  uint64_t writes_ok = 0;      // Write() batches completed OK
-  uint64_t writes_failed = 0;  // completed with an error
-  int64_t peers = 0;           // connected now
+  uint64_t bytes_written = 0;    // completed OK
+  uint64_t writes_ok = 0;        // Write() batches completed OK
+  uint64_t writes_failed = 0;    // completed with an error
+  int64_t peers = 0;             // connected now
+  int64_t writes_in_flight = 0;  // posted batches the transport still waits on
 };
 
 class KvTransport {
