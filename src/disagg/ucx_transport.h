@@ -87,8 +87,9 @@ struct UcxTransportOptions {
   // UCX_{POSIX,SYSV}_FIFO_SIZE (a power of 2) for a context with shared
   // memory, unless set in the environment. UCX's 64 made the receiver's
   // wake-ups the bound: 0.1-0.15 GB/s at 256 KiB puts here, 0.6-0.8 GB/s
-  // with 4096 (docs/perf.md "KV transfer (PD)"). Costs 4096 x 128 B of
-  // shared memory per transport and worker for the ring.
+  // with 4096 (docs/perf.md "KV transfer (PD)"). Costs memory: UCX gives
+  // every FIFO entry a receive buffer, so a worker holds ~38 MB of shared
+  // memory with 4096 (~13 MB with 1024, ~4 MB with UCX's 64; measured).
   int shm_fifo_size = 4096;
 };
 
