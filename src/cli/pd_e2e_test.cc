@@ -405,6 +405,10 @@ TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   std::thread td([&] { rd = pd.decode->PostJson("/v1/completions", b.dump(), "", 60s); });
   EXPECT_TRUE(Eventually([&] { return ActivePages(*pd.decode) > 0; }, 10s))
       << "decode never reserved";
+  // The decode's bootstrap thread sends the RoomReady just after reserving;
+  // stopped before that, the prefill never learns the room and ends it with
+  // bootstrap_timeout (seen once here under load) instead of peer_lost.
+  std::this_thread::sleep_for(300ms);
   pd.decode->Signal(SIGSTOP);
   pd.prefill->Signal(SIGCONT);
   std::this_thread::sleep_for(300ms);
