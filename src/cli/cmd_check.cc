@@ -94,8 +94,8 @@ Status TransportOnThisHost(const std::string& backend) {
     st = Status(st.code(),
                 "KV pages cannot move between two processes of this machine (UCX_TLS=" +
                     std::string(tls ? tls : "unset: UCX's default") + "): " + st.message() +
-                    (tls ? " (unset UCX_TLS or set UCX_TLS=tcp; docs/architecture/disagg.md, "
-                           "Data plane)"
+                    (tls ? " (unset UCX_TLS, or set UCX_TLS=tcp (any hosts) or UCX_TLS=shm (one "
+                           "host); docs/architecture/disagg.md, Data plane)"
                          : " (see what UCX offers here: ucx_info -d)"));
   }
   tested.emplace(backend, st);

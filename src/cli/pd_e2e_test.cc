@@ -10,12 +10,16 @@
 // failure — kv_full, a bootstrap timeout, kill -9 of either side, a
 // stalled (SIGSTOPped) prefill, a client gone mid-stream, a burst far above
 // the limits — a named error, both servers at 0 active pages with
-// /debug/integrity passing, and a following request served.
+// /debug/integrity passing, and a following request served. The chaos
+// cases, one outputs case and the idle pair run per UCX_TLS of both servers
+// (tcp, as across hosts, and shm, shared memory on one host), since UCX
+// notices a dead peer differently on each (docs/architecture/disagg.md).
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -74,6 +78,43 @@ std::vector<std::string> Common(int page_size, const std::string& fixture = "qwe
           "200",
           "--disaggregation-peer-timeout-ms",
           "1500"};
+}
+
+// UCX_TLS of the servers started while it lives (they inherit this
+// process's environment); empty: the environment's own. Restored after.
+class ScopedUcxTls {
+ public:
+  explicit ScopedUcxTls(const std::string& tls) {
+    if (const char* old = std::getenv("UCX_TLS")) old_ = old;
+    if (!tls.empty()) setenv("UCX_TLS", tls.c_str(), 1);
+  }
+  ~ScopedUcxTls() {
+    if (old_) {
+      setenv("UCX_TLS", old_->c_str(), 1);
+    } else {
+      unsetenv("UCX_TLS");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// After a transfer: the prefill's KV transport reached the decode over the
+// transports UCX_TLS named (its "connected to ... over LANES" log line).
+void ExpectTransport(const Server& prefill, const std::string& tls) {
+  std::smatch m;
+  const std::string log = prefill.Log();
+  static const std::regex re("KV transport ucx: connected to .* over ([^\\n]*)");
+  ASSERT_TRUE(std::regex_search(log, m, re)) << log;
+  const std::string lanes = m[1];
+  if (tls == "tcp") EXPECT_NE(lanes.find("tcp/"), std::string::npos) << lanes;
+  if (tls == "shm") {
+    EXPECT_EQ(lanes.find("tcp/"), std::string::npos) << lanes;
+    EXPECT_TRUE(lanes.find("posix/") != std::string::npos ||
+                lanes.find("sysv/") != std::string::npos)
+        << lanes;
+  }
 }
 
 std::vector<std::string> With(std::vector<std::string> a, std::initializer_list<std::string> more) {
@@ -161,10 +202,12 @@ const char* kLongText =
 struct OutputsCase {
   int page_size;
   std::string fixture, kv_dtype;
+  std::string tls = "";  // UCX_TLS of the pair; empty: the environment's
 };
 class PdOutputsTest : public ::testing::TestWithParam<OutputsCase> {};
 
 TEST_P(PdOutputsTest, GreedyOutputsAndLogprobsEqualColocated) {
+  ScopedUcxTls tls(GetParam().tls);
   const int page = GetParam().page_size;
   Server colocated(Common(page, GetParam().fixture, GetParam().kv_dtype));
   Pair pd(page, {}, {}, GetParam().fixture, GetParam().kv_dtype);
@@ -208,29 +251,36 @@ TEST_P(PdOutputsTest, GreedyOutputsAndLogprobsEqualColocated) {
       page;
   EXPECT_LE(pages_after - pages_before, 1) << "prompt of " << prompt_pages << " pages sent again";
   EXPECT_GT(Series(*pd.prefill, "strata_kv_transfer_bytes_total"), 0);
+  ExpectTransport(*pd.prefill, GetParam().tls);
   ExpectClean(*pd.prefill, "prefill");
   ExpectClean(*pd.decode, "decode");
 }
 
 // Page sizes 1 and larger, every architecture of the fixtures, all KV dtypes.
-INSTANTIATE_TEST_SUITE_P(Models, PdOutputsTest,
-                         ::testing::Values(OutputsCase{16, "qwen3", "f32"},
-                                           OutputsCase{1, "qwen3", "f32"},
-                                           OutputsCase{16, "llama_default", "bf16"},
-                                           OutputsCase{4, "llama3_rope", "f16"},
-                                           OutputsCase{16, "mistral", "bf16"},
-                                           OutputsCase{8, "qwen2", "f32"},
-                                           // MLA: one K-only latent pool group.
-                                           OutputsCase{16, "deepseek_v3", "bf16"},
-                                           OutputsCase{1, "deepseek_v3_lite", "f32"}),
-                         [](const auto& info) {
-                           return info.param.fixture + "_page" +
-                                  std::to_string(info.param.page_size) + "_" + info.param.kv_dtype;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, PdOutputsTest,
+    ::testing::Values(
+        OutputsCase{16, "qwen3", "f32"}, OutputsCase{1, "qwen3", "f32"},
+        OutputsCase{16, "llama_default", "bf16"}, OutputsCase{4, "llama3_rope", "f16"},
+        OutputsCase{16, "mistral", "bf16"}, OutputsCase{8, "qwen2", "f32"},
+        // MLA: one K-only latent pool group.
+        OutputsCase{16, "deepseek_v3", "bf16"}, OutputsCase{1, "deepseek_v3_lite", "f32"},
+        // Each transport of UCX_TLS.
+        OutputsCase{16, "qwen3", "f32", "tcp"}, OutputsCase{16, "qwen3", "f32", "shm"}),
+    [](const auto& info) {
+      return info.param.fixture + "_page" + std::to_string(info.param.page_size) + "_" +
+             info.param.kv_dtype + (info.param.tls.empty() ? "" : "_" + info.param.tls);
+    });
+
+// The cases below run per UCX_TLS of both servers.
+class PdTlsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  ScopedUcxTls tls_{GetParam()};
+};
 
 // n > 1 (one room per choice: R, R+1, ...), then an idle pair (longer than
 // the peer timeout: only heartbeats keep it) and a burst after the idleness.
-TEST(PdRoleTest, SeveralChoicesIdlenessAndABurstAfterIt) {
+TEST_P(PdTlsTest, SeveralChoicesIdlenessAndABurstAfterIt) {
   Server colocated(Common(16));
   Pair pd;
   const json body = {{"prompt", kLongText}, {"max_tokens", 6}, {"temperature", 0}, {"n", 3}};
@@ -239,6 +289,7 @@ TEST(PdRoleTest, SeveralChoicesIdlenessAndABurstAfterIt) {
   PdResult got = SendPd(pd, "/v1/completions", body);
   ASSERT_EQ(got.decode.status, 200) << got.decode.body << "\nprefill: " << got.prefill.body;
   next_room += 3;
+  ExpectTransport(*pd.prefill, GetParam());
   EXPECT_EQ(json::parse(got.decode.body)["choices"].size(), 3u);
   EXPECT_EQ(Essence(got.decode, false), Essence(want, false));
   std::this_thread::sleep_for(3500ms);  // > --disaggregation-peer-timeout-ms 1500
@@ -348,7 +399,10 @@ TEST(PdFailureTest, DecodeWithoutFreePagesAnswersKvFullAtOnce) {
   EXPECT_EQ(ok.decode.status, 200) << ok.decode.body;
 }
 
-TEST(PdFailureTest, PrefillKilledMidRequestFailsTheDecodeAtOnceAndARestartedPrefillServes) {
+// kill -9, SIGSTOP and a client gone, per UCX_TLS of both servers.
+class PdChaosTest : public PdTlsTest {};
+
+TEST_P(PdChaosTest, PrefillKilledMidRequestFailsTheDecodeAtOnceAndARestartedPrefillServes) {
   auto pd = std::make_unique<Pair>();
   pd->prefill->Signal(SIGSTOP);  // it accepts the requests but computes nothing
   json b = WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd->bootstrap_port, next_room++);
@@ -380,13 +434,14 @@ TEST(PdFailureTest, PrefillKilledMidRequestFailsTheDecodeAtOnceAndARestartedPref
   ExpectClean(prefill2, "prefill2");
 }
 
-TEST(PdFailureTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
+TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   Pair pd;
   // The decode registers its pages while the prefill is stopped; then the
   // decode stops and the prefill computes and writes into a stalled peer;
   // then the decode dies: the prefill notices from the closed connections.
   PdResult warm = SendPd(pd, "/v1/completions", {{"prompt", "warm"}, {"max_tokens", 2}});
   EXPECT_EQ(warm.decode.status, 200) << warm.decode.body;
+  ExpectTransport(*pd.prefill, GetParam());
   pd.prefill->Signal(SIGSTOP);
   const json b =
       WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
@@ -395,6 +450,10 @@ TEST(PdFailureTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   std::thread td([&] { rd = pd.decode->PostJson("/v1/completions", b.dump(), "", 60s); });
   EXPECT_TRUE(Eventually([&] { return ActivePages(*pd.decode) > 0; }, 10s))
       << "decode never reserved";
+  // The decode's bootstrap thread sends the RoomReady just after reserving;
+  // stopped before that, the prefill never learns the room and ends it with
+  // bootstrap_timeout (seen once here under load) instead of peer_lost.
+  std::this_thread::sleep_for(300ms);
   pd.decode->Signal(SIGSTOP);
   pd.prefill->Signal(SIGCONT);
   std::this_thread::sleep_for(300ms);
@@ -420,7 +479,7 @@ TEST(PdFailureTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   EXPECT_EQ(r2p.status, 200) << r2p.body;
 }
 
-TEST(PdFailureTest, StalledPrefillIsLostAfterThePeerTimeoutAndRecovers) {
+TEST_P(PdChaosTest, StalledPrefillIsLostAfterThePeerTimeoutAndRecovers) {
   Pair pd;
   // Connect the pair first (a request through both).
   PdResult warm = SendPd(pd, "/v1/completions", {{"prompt", "warm"}, {"max_tokens", 2}});
@@ -446,7 +505,7 @@ TEST(PdFailureTest, StalledPrefillIsLostAfterThePeerTimeoutAndRecovers) {
   ExpectClean(*pd.prefill, "prefill");
 }
 
-TEST(PdFailureTest, ClientGoneMidStreamEndsTheRoomOnBothSides) {
+TEST_P(PdChaosTest, ClientGoneMidStreamEndsTheRoomOnBothSides) {
   Pair pd;
   std::string prompt;
   for (int i = 0; i < 4; ++i) prompt += kLongText;
@@ -497,6 +556,10 @@ TEST(PdFailureTest, BurstFarAboveTheLimitsIsShedCleanly) {
   ExpectClean(*pd.prefill, "prefill");
   ExpectClean(*pd.decode, "decode");
 }
+
+std::string TlsName(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+INSTANTIATE_TEST_SUITE_P(PdRoleTest, PdTlsTest, ::testing::Values("tcp", "shm"), TlsName);
+INSTANTIATE_TEST_SUITE_P(PdFailureTest, PdChaosTest, ::testing::Values("tcp", "shm"), TlsName);
 
 // ---- through `strata router` ---------------------------------------------
 

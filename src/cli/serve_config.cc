@@ -133,7 +133,7 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
            "prefill: the address the bootstrap port listens on (default: --host)");
   f.String("disaggregation-transfer-backend", &c->disaggregation_transfer_backend,
            "how KV pages move from prefill to decode: ucx (its transports by UCX_TLS: tcp across "
-           "hosts, shm/cma on one host)");
+           "hosts, shm (shared memory) on one host)");
   f.Int("disaggregation-bootstrap-timeout-ms", &c->disaggregation_bootstrap_timeout_ms,
         "prefill: how long a request waits for its decode to register its pages before it fails "
         "(bootstrap_timeout)",

@@ -8,8 +8,8 @@
 // KvLayout into WriteOps.
 //
 // Implementations: UcxTransport (ucx_transport.h; UCX 1.13 from Debian, the
-// transports chosen by UCX_TLS as UCX users expect: tcp, across hosts and,
-// with UCX 1.13, on one host too: see ucx_transport.h). A CUDA IPC
+// transports chosen by UCX_TLS as UCX users expect: tcp across hosts, shared
+// memory (shm) on one host). A CUDA IPC
 // transport (GPU to GPU on one host) is a later implementation of the same
 // interface.
 //
@@ -19,7 +19,8 @@
 // belong to the caller, who calls Disconnect to give up). After Disconnect
 // returns, no callback of that peer runs and no write of that peer touches
 // local memory any more. A peer that died is noticed from the transport's
-// own error reports (UCX's peer error handling), within seconds.
+// own error reports (UCX's peer error handling), within seconds (tcp: its
+// closed connection; shared memory: UCX's keepalive, about 1 s).
 //
 // Thread-safety: every method is thread-safe. Completions run on the
 // transport's own progress thread: they must not block and must not call
@@ -57,10 +58,11 @@ struct WriteOp {
 };
 
 struct TransportStats {
-  uint64_t bytes_written = 0;  // completed OK
-  uint64_t writes_ok = 0;      // Write() batches completed OK
-  uint64_t writes_failed = 0;  // completed with an error
-  int64_t peers = 0;           // connected now
+  uint64_t bytes_written = 0;    // completed OK
+  uint64_t writes_ok = 0;        // Write() batches completed OK
+  uint64_t writes_failed = 0;    // completed with an error
+  int64_t peers = 0;             // connected now
+  int64_t writes_in_flight = 0;  // posted batches the transport still waits on
 };
 
 class KvTransport {
@@ -119,8 +121,8 @@ StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(const TransportOptions&
 // 64-byte region, Connect from its descriptor and one Write that must land
 // within `timeout`. OK when KV pages can move between two processes of this
 // host; otherwise the first step that failed and its message (UCX_TLS naming
-// no transport here, or only ones without peer failure handling, such as
-// shm). Says nothing of other hosts. Blocks for up to about `timeout`.
+// no transport here, or none UCX can set an endpoint up with, such as cma
+// alone). Says nothing of other hosts. Blocks for up to about `timeout`.
 Status SelfTestKvTransport(const TransportOptions& options, std::chrono::milliseconds timeout);
 
 }  // namespace strata::disagg

@@ -76,6 +76,24 @@ std::string ResourcesOf(ucp_context_h context) {
   return out;
 }
 
+// "sysv/memory posix/memory" from ucp_ep_print_info's
+// "#   lane[0]:  0:sysv/memory.0 md[0] -> ..." lines: what an endpoint uses.
+std::string LanesOf(const std::string& ep_info) {
+  std::string out;
+  for (size_t pos = ep_info.find("lane["); pos != std::string::npos;
+       pos = ep_info.find("lane[", pos + 1)) {
+    const size_t colon = ep_info.find(':', ep_info.find(':', pos) + 1);
+    if (colon == std::string::npos) break;
+    const size_t end = ep_info.find_first_of(" \n", colon);
+    std::string tl = ep_info.substr(colon + 1, end - colon - 1);
+    if (const size_t dot = tl.rfind('.'); dot != std::string::npos) tl.resize(dot);
+    if ((" " + out + " ").find(" " + tl + " ") != std::string::npos) continue;
+    if (!out.empty()) out += ' ';
+    out += tl;
+  }
+  return out;
+}
+
 }  // namespace
 
 class UcxTransport::Impl {
@@ -119,6 +137,9 @@ class UcxTransport::Impl {
     std::function<void(Status)> done;
     uint64_t bytes = 0;
     bool finished = false;  // done ran
+    // ClosePeer gave up on UCX completing its flush: no longer in the
+    // peer's set nor counted in inflight_; a late callback only frees it.
+    bool orphaned = false;
   };
 
   // Connect's probe read; shared with the UCX callback, which may outlive
@@ -142,20 +163,67 @@ class UcxTransport::Impl {
     if (st != UCS_OK)
       return Unavailable(std::string("UCX: reading its configuration failed: ") +
                          ucs_status_string(st));
-    if (!options_.tls.empty()) st = ucp_config_modify(config, "TLS", options_.tls.c_str());
-    if (st == UCS_OK && std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
-      st = ucp_config_modify(config, "KEEPALIVE_INTERVAL",
-                             (std::to_string(options_.keepalive_interval.count()) + "ms").c_str());
+    // Settings of this context; each one the environment sets is left to it
+    // (UCX_TLS through UcxTransportOptions::tls, which overrides it).
+    std::vector<std::pair<std::string, std::string>> settings;
+    if (!options_.tls.empty()) settings.emplace_back("TLS", options_.tls);
+    if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+      settings.emplace_back("KEEPALIVE_INTERVAL",
+                            std::to_string(options_.keepalive_interval.count()) + "ms");
     }
-    if (st != UCS_OK) {
-      ucp_config_release(config);
-      return InvalidArgument(std::string("UCX: bad setting (UCX_TLS \"") + options_.tls +
-                             "\"): " + ucs_status_string(st));
+    for (const auto& [name, value] : settings) {
+      st = ucp_config_modify(config, name.c_str(), value.c_str());
+      if (st != UCS_OK) {
+        ucp_config_release(config);
+        return InvalidArgument("UCX: bad setting UCX_" + name + "=\"" + value +
+                               "\": " + ucs_status_string(st));
+      }
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &context_);
+    // Shared memory (posix/sysv) needs two settings of its own, made only
+    // for a context that offers it (UCX warns of a setting no transport of
+    // the context uses), so such a context is made again with them:
+    // - MM_ERROR_HANDLING: UCX 1.13 leaves posix/sysv out of endpoints with
+    //   peer error handling unless told they may report a dead peer, which
+    //   they do from UCX's keepalive (it checks that the peer's pid still
+    //   runs the same process; see the header). Without it UCX_TLS=shm finds
+    //   no transport for active messages and Connect fails "unreachable".
+    // - MM_FIFO_SIZE: puts into memory UCX did not allocate are active
+    //   messages through the receiver's FIFO; with UCX's 64 entries the
+    //   sender waits for the receiver to wake up every 64 fragments
+    //   (UcxTransportOptions::shm_fifo_size).
+    // MM_ is the prefix both posix and sysv read; a user's
+    // UCX_{POSIX,SYSV,MM}_<name> wins.
+    auto user_set = [](const std::string& name) {
+      for (const char* tl : {"POSIX", "SYSV", "MM"}) {
+        if (std::getenv(("UCX_" + std::string(tl) + "_" + name).c_str()) != nullptr) return true;
+      }
+      return false;
+    };
+    if (st == UCS_OK) {
+      const std::string offered = " " + ResourcesOf(context_);
+      std::vector<std::pair<std::string, std::string>> shm;
+      if (!user_set("ERROR_HANDLING")) shm.emplace_back("MM_ERROR_HANDLING", "y");
+      if (!user_set("FIFO_SIZE"))
+        shm.emplace_back("MM_FIFO_SIZE", std::to_string(options_.shm_fifo_size));
+      if (!shm.empty() && (offered.find(" posix/") != std::string::npos ||
+                           offered.find(" sysv/") != std::string::npos)) {
+        ucp_cleanup(context_);
+        context_ = nullptr;
+        for (const auto& [name, value] : shm) {
+          st = ucp_config_modify(config, name.c_str(), value.c_str());
+          if (st != UCS_OK) {
+            ucp_config_release(config);
+            return InvalidArgument("UCX: bad setting UCX_" + name + "=\"" + value +
+                                   "\": " + ucs_status_string(st));
+          }
+        }
+        st = ucp_init(&params, config, &context_);
+      }
+    }
     ucp_config_release(config);
     if (st != UCS_OK) {
       context_ = nullptr;
@@ -311,9 +379,15 @@ class UcxTransport::Impl {
       why = ucs_status_string(st);
       if (st == UCS_ERR_UNREACHABLE) {
         fix =
-            "UCX has no transport to it that can report a dead peer, which this transport "
-            "needs; UCX 1.13's posix/sysv shared memory cannot. UCX_TLS=\"" +
-            TlsForMessages() + "\" here: include tcp";
+            "UCX has no transport to it for active messages that can report a dead peer, "
+            "which this transport needs (cma alone has no active messages; tcp, shm, posix and "
+            "sysv have). UCX_TLS=\"" +
+            TlsForMessages() + "\" here: use tcp (any host), or shm / posix,cma (one host)";
+        for (const char* v :
+             {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_MM_ERROR_HANDLING"}) {
+          if (const char* val = std::getenv(v))
+            fix += std::string("; ") + v + "=" + val + " is set: shared memory needs it on (y)";
+        }
       }
     } else if (probe->value != peer->desc.nonce) {
       why = "the process at that address is not the one that wrote the descriptor (restarted?)";
@@ -330,7 +404,8 @@ class UcxTransport::Impl {
       peers_[peer->id] = peer;
     }
     STRATA_LOG(INFO) << "KV transport ucx: connected to " << peer->desc.label << " (peer "
-                     << peer->id << ", " << peer->desc.regions.size() << " regions)";
+                     << peer->id << ", " << peer->desc.regions.size() << " regions) over "
+                     << LanesOf(info);
     STRATA_LOG(DEBUG) << "KV transport ucx: endpoint of peer " << peer->id << ":\n" << info;
     return peer->id;
   }
@@ -415,6 +490,7 @@ class UcxTransport::Impl {
     s.bytes_written = bytes_written_.load();
     s.writes_ok = writes_ok_.load();
     s.writes_failed = writes_failed_.load();
+    s.writes_in_flight = inflight_.load();
     std::lock_guard<std::mutex> lock(mu_);
     s.peers = static_cast<int64_t>(peers_.size());
     return s;
@@ -611,8 +687,10 @@ class UcxTransport::Impl {
     ucp_request_free(request);
     auto* b = static_cast<Batch*>(user_data);
     Impl* impl = b->peer->impl;
-    b->peer->batches.erase(b);
-    --impl->inflight_;
+    if (!b->orphaned) {
+      b->peer->batches.erase(b);
+      --impl->inflight_;
+    }
     if (status == UCS_OK) {
       impl->FinishAndFree(b, OkStatus());
     } else {
@@ -665,13 +743,21 @@ class UcxTransport::Impl {
       peer->ep = nullptr;
     }
     if (!peer->batches.empty()) {
-      // Not expected: a forced close completes every request of the
-      // endpoint. End them anyway; their memory stays (a late callback
-      // would otherwise touch freed memory).
-      STRATA_LOG(WARN) << "KV transport ucx: " << peer->batches.size()
-                       << " batches still pending after closing peer " << peer->desc.label;
+      // UCX 1.13's forced close leaves the flush of puts that a stalled or
+      // dead peer never took uncompleted (seen over tcp and, more often,
+      // shared memory). End them here and stop counting them, or the
+      // progress thread would spin for them forever; their memory stays
+      // (a late callback frees it; it would otherwise touch freed memory).
+      STRATA_LOG(INFO) << "KV transport ucx: " << peer->batches.size()
+                       << " batches left pending by UCX after closing peer " << peer->desc.label
+                       << "; ended as disconnected";
       const std::vector<Batch*> left(peer->batches.begin(), peer->batches.end());
-      for (Batch* b : left) Finish(b, Aborted("disconnected"));
+      for (Batch* b : left) {
+        b->orphaned = true;
+        --inflight_;
+        Finish(b, Aborted("disconnected"));
+      }
+      peer->batches.clear();
     }
     for (ucp_rkey_h k : peer->rkeys) ucp_rkey_destroy(k);
     peer->rkeys.clear();
@@ -708,7 +794,8 @@ class UcxTransport::Impl {
 
   // Progress thread only (the destroying thread after it joined).
   bool shutting_down_ = false;
-  int64_t inflight_ = 0;
+  // Batches UCX still owes a flush callback; atomic only for stats().
+  std::atomic<int64_t> inflight_{0};
 
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<uint64_t> writes_ok_{0};

@@ -2,11 +2,14 @@
 //
 // One UCP context (RMA + WAKEUP features) and one worker per transport. The
 // transports are UCX's choice: UCX_TLS as UCX users expect, or
-// UcxTransportOptions::tls. UCX only picks transports that can report a
-// dead peer; in UCX 1.13 that is tcp alone (its posix/sysv shared memory
-// has no peer failure handler and its puts use no cma lane), so on one host
-// too the bytes go over tcp loopback, and UCX_TLS=shm fails at Connect,
-// saying so (docs/architecture/disagg.md "Data plane").
+// UcxTransportOptions::tls: tcp across hosts; on one host shared memory
+// (shm, sm, posix, sysv; UCX's default "all" picks it too for a peer on
+// this host). UCX only picks transports that can report a dead peer; UCX
+// 1.13's posix/sysv can (from its keepalive) only with MM_ERROR_HANDLING,
+// which this transport turns on for a context that offers them unless
+// UCX_{POSIX,SYSV,MM}_ERROR_HANDLING is set. UCX 1.13 selects no cma lane
+// for puts, so UCX_TLS=cma alone fails at Connect, saying which values
+// work (docs/architecture/disagg.md "Data plane").
 //
 //   RegisterRegion  ucp_mem_map; the packed rkey goes into the descriptor.
 //   LocalDescriptor worker address + per region (base, length, rkey), plus a
@@ -35,19 +38,22 @@
 // transport's own thread" and Disconnect must know when the last callback
 // of a peer ran: with one owner thread both are true by construction, and
 // UCX's multi-thread mode would only add a lock around every call. The
-// receiver's progress thread matters too: over transports without native
-// RMA for host memory (tcp in 1.13), UCX emulates puts with active messages
-// that the receiving worker must progress.
+// receiver's progress thread matters too: for this memory UCX 1.13 has no
+// native RMA over tcp, posix or sysv and emulates puts with active messages
+// that the receiving worker must progress (a stopped receiver stalls them).
 //
-// Failure model: the error callback of a peer's endpoint (UCX noticed the
-// connection broke: a killed process's sockets close at once; transports
-// without a connection, such as shared memory in UCX versions that allow it
-// here, rely on UCX keepalive, whose interval this transport lowers to
-// UcxTransportOptions::keepalive_interval unless UCX_KEEPALIVE_INTERVAL is
-// set) marks the peer lost: its batches in flight end with kUnavailable
-// "peer lost: <UCX status>", later Writes return that error. A stalled peer
-// (SIGSTOP) raises nothing: the caller's deadline gives up with Disconnect.
-// The caller calls Disconnect to release the endpoint in every case.
+// Failure model: endpoints always use UCP_ERR_HANDLING_MODE_PEER (never
+// NONE, where UCX makes no promise about a failed peer's operations). The
+// error callback of a peer's endpoint marks the peer lost: its batches in
+// flight end with kUnavailable "peer lost: <UCX status>", later Writes
+// return that error. UCX calls it when the connection broke (tcp: a killed
+// process's sockets close at once) or, for shared memory, which has no
+// connection, when UCX's keepalive finds the peer's process gone (its pid
+// no longer runs the same process), within one keepalive interval, which
+// this transport lowers to UcxTransportOptions::keepalive_interval (1 s)
+// unless UCX_KEEPALIVE_INTERVAL is set. A stalled peer (SIGSTOP) raises
+// nothing on either: the caller's deadline gives up with Disconnect. The
+// caller calls Disconnect to release the endpoint in every case.
 //
 // Thread-safety: every method is thread-safe; see KvTransport for what
 // completions may call. Destroying the transport ends every batch still in
@@ -75,8 +81,16 @@ struct UcxTransportOptions {
   // How long Connect waits for the peer to answer the probe read.
   std::chrono::milliseconds connect_timeout{5000};
   // UCX_KEEPALIVE_INTERVAL for this context unless that variable is set
-  // (UCX's default, 20 s, would notice a dead shared-memory peer late).
+  // (UCX's default, 20 s, would notice a dead shared-memory peer late: UCX
+  // has no other way to see one die).
   std::chrono::milliseconds keepalive_interval{1000};
+  // UCX_{POSIX,SYSV}_FIFO_SIZE (a power of 2) for a context with shared
+  // memory, unless set in the environment. UCX's 64 made the receiver's
+  // wake-ups the bound: 0.1-0.15 GB/s at 256 KiB puts here, 0.6-0.8 GB/s
+  // with 4096 (docs/perf.md "KV transfer (PD)"). Costs memory: UCX gives
+  // every FIFO entry a receive buffer, so a worker holds ~38 MB of shared
+  // memory with 4096 (~13 MB with 1024, ~4 MB with UCX's 64; measured).
+  int shm_fifo_size = 4096;
 };
 
 class UcxTransport final : public KvTransport {

@@ -2,8 +2,8 @@
 # KV transfer bandwidth (issue 8, item 8): Strata's UcxTransport
 # (kv_transfer_bench: a sender and a receiver process on this host, writing
 # KV pages of Qwen2.5-0.5B's layout the way a prefill server does) against
-# `ucx_perftest -t ucp_put_bw` (server + client on 127.0.0.1) on the same
-# UCX_TLS and message size, alternated (perftest, ours, perftest, ours, ...)
+# `ucx_perftest -t ucp_put_bw -e` (server + client on 127.0.0.1, endpoints
+# with peer error handling as ours) on the same UCX_TLS and message size, alternated (perftest, ours, perftest, ours, ...)
 # so machine drift hits both. Prints a markdown table with the ratio of the
 # medians and the paired ratio (median over rounds of ours / the perftest
 # run just before it: steadier on a drifting machine).
@@ -45,17 +45,23 @@ command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing: apt-get inst
 median() { awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print v[int((NR + 1) / 2)]}'; }
 
 # ucx_perftest ucp_put_bw: one run, prints the overall MB/s ("Final:" line, 7th field).
+# With -e (endpoints with peer error handling, as UcxTransport's) and
+# UCX_MM_ERROR_HANDLING=y (what UcxTransport sets for posix/sysv, without
+# which -e finds no shared-memory transport), so both sides get the same
+# lanes. Server and client are bounded by `timeout`: a server whose client
+# never connects would otherwise wait forever.
 perftest() {
-  local tls="$1" size="$2" iters="$3" port=$((14000 + RANDOM % 2000)) out
-  UCX_TLS="$tls" ucx_perftest -p "$port" >/dev/null 2>&1 &
+  local tls="$1" size="$2" iters="$3" port=$((14000 + RANDOM % 2000)) out=""
+  UCX_TLS="$tls" UCX_MM_ERROR_HANDLING=y timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
   local server=$!
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     sleep 0.3
-    if out=$(UCX_TLS="$tls" ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw -s "$size" \
-               -n "$iters" -w $((iters / 10 + 1)) 2>&1); then
+    if out=$(UCX_TLS="$tls" UCX_MM_ERROR_HANDLING=y timeout 100 ucx_perftest 127.0.0.1 \
+               -p "$port" -e -t ucp_put_bw -s "$size" -n "$iters" -w $((iters / 10 + 1)) 2>&1); then
       break
     fi
   done
+  kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
   echo "$out" | awk '/^Final:/ {print $7}'
 }
