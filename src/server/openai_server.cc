@@ -181,6 +181,9 @@ struct OpenAiServer::Impl {
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;  // from options.reasoning_parser
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};
+  // /v1/responses' store; shared with the metrics callbacks, which the
+  // registry may run after the server is gone.
+  std::shared_ptr<ResponseStore> response_store;
 
   // Request threads: the I/O thread queues parse/render/tokenize/submit
   // work here. A job keeps its responder so AbortInFlight can answer it.
@@ -245,6 +248,7 @@ struct OpenAiServer::Impl {
   void HandleDetokenize(HttpRequest& req, HttpResponder& res);
   void HandleModels(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
   void HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void HandleStoredResponse(const HttpRequest& req, HttpResponder& res);
   ojson ModelJson() const;
   void Process(Exchange& ex);
 };
@@ -266,6 +270,8 @@ struct OpenAiServer::Impl::Exchange {
   // /v1/responses: its context, and its own event stream in place of encoder.
   std::optional<ResponsesContext> responses;
   std::unique_ptr<ResponsesStreamEncoder> responses_encoder;
+  bool store_response = false;  // kept in the store once finished
+  ojson responses_input;        // its input items, as the store keeps them
   std::string role = "assistant";
   Clock::time_point arrival;
   bool echo = false;
@@ -314,6 +320,7 @@ StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& 
 
 Status OpenAiServer::Impl::Init() {
   limits.vocab_size = model.config.vocab_size;
+  response_store = std::make_shared<ResponseStore>(options.responses_store);
   limits.prompt_logprobs_supported =
       options.pd == nullptr;  // PD: the prefill would have to send them
   if (options.tool_call_parser == "auto") {
@@ -367,6 +374,30 @@ Status OpenAiServer::Impl::Init() {
       e2e, hist("strata_e2e_request_latency_seconds", "From request arrival to its last token."));
   ASSIGN_OR_RETURN(queue_time, hist("strata_queue_time_seconds",
                                     "From request arrival to the start of its prefill."));
+  {
+    std::shared_ptr<ResponseStore> st = response_store;
+    RETURN_IF_ERROR(registry.AddCallbackGauge(
+        "strata_responses_store_responses",
+        "Responses kept for previous_response_id, item_reference and GET /v1/responses/{id}.",
+        [st] { return static_cast<double>(st->stats().responses); }));
+    RETURN_IF_ERROR(registry.AddCallbackGauge(
+        "strata_responses_store_bytes",
+        "Bytes of JSON the response store keeps (bounded by --responses-store-max-bytes).",
+        [st] { return static_cast<double>(st->stats().bytes); }));
+    RETURN_IF_ERROR(registry.AddCallbackCounter(
+        "strata_responses_store_evictions_total",
+        "Stored responses evicted (least recently used first) to stay within "
+        "--responses-store-max-items or --responses-store-max-bytes.",
+        [st] {
+          const ResponseStore::Stats s = st->stats();
+          return static_cast<double>(s.evicted_max_items + s.evicted_max_bytes);
+        }));
+    RETURN_IF_ERROR(
+        registry.AddCallbackCounter("strata_responses_store_too_large_total",
+                                    "Responses with store: true not kept because one alone exceeds "
+                                    "--responses-store-max-bytes.",
+                                    [st] { return static_cast<double>(st->stats().too_large); }));
+  }
 
   // The transport checks the key when a request's headers arrive (routes
   // are HttpAuth::kApiKey unless marked kPublic below). A transport bound
@@ -624,6 +655,7 @@ void OpenAiServer::Impl::HandleModels(HttpRequest&& req, std::shared_ptr<HttpRes
 // ids may contain '/', sent raw or as %2F), else the transport's 404.
 void OpenAiServer::Impl::HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
   constexpr std::string_view kModels = "/v1/models/";
+  if (req.path.starts_with("/v1/responses/")) return HandleStoredResponse(req, *res);
   if (!req.path.starts_with(kModels) || req.path.size() == kModels.size()) {
     res->SendJson(404, HttpErrorJson("Invalid URL (" + req.method + " " + req.target + ")"));
     return;
@@ -637,6 +669,38 @@ void OpenAiServer::Impl::HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpR
   const std::string id = PercentDecode(std::string_view(req.path).substr(kModels.size()));
   if (id != options.served_model_name) return SendError(*res, ModelNotFoundError(id));
   res->SendJson(200, DumpJson(ModelJson()));
+}
+
+// GET /v1/responses/{id}: the stored response object; DELETE: OpenAI's
+// {id, object: "response", deleted: true}. An id the store does not have
+// (never stored, deleted, evicted, another replica's) is a 404 saying so.
+void OpenAiServer::Impl::HandleStoredResponse(const HttpRequest& req, HttpResponder& res) {
+  const std::string rest = PercentDecode(std::string_view(req.path).substr(14));
+  if (rest.empty() || rest.find('/') != std::string::npos) {
+    // input_items, cancel, ...: not served (no background runs here).
+    res.SendJson(404, HttpErrorJson("Invalid URL (" + req.method + " " + req.target +
+                                    "): this server serves GET and DELETE /v1/responses/{id}"));
+    return;
+  }
+  if (req.method != "GET" && req.method != "DELETE") {
+    res.Send(405, {{"Allow", "GET, DELETE"}, {"Content-Type", "application/json"}},
+             HttpErrorJson("method " + req.method + " is not allowed on " + req.path));
+    return;
+  }
+  if (!Authorized(req, res)) return;
+  if (req.method == "DELETE") {
+    if (!response_store->Delete(rest))
+      return SendError(res, UnknownResponseError(rest, response_store.get()));
+    res.SendJson(200, DumpJson(ojson{{"id", rest}, {"object", "response"}, {"deleted", true}}));
+    return;
+  }
+  if (req.target.find("stream=true") != std::string::npos)
+    return SendError(res, InvalidRequestError("stream",
+                                              "stream: true (replaying a response's events) is "
+                                              "not supported; retrieve it without stream"));
+  std::optional<ojson> r = response_store->Get(rest);
+  if (!r) return SendError(res, UnknownResponseError(rest, response_store.get()));
+  res.SendJson(200, DumpJson(*r));
 }
 
 void OpenAiServer::Impl::HandleTokenize(HttpRequest& req, HttpResponder& res) {
@@ -713,9 +777,11 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   if (chat) {
     auto creq = [&]() -> ApiOr<ChatCompletionRequest> {
       if (api != Api::kResponses) return ParseChatCompletionRequest(req.body, limits);
-      auto r = ParseResponsesRequest(req.body, limits);
+      auto r = ParseResponsesRequest(req.body, limits, response_store.get());
       if (!r.ok()) return r.error();
       ex->responses = std::move(r.value().context);
+      ex->store_response = r.value().store;
+      if (ex->store_response) ex->responses_input = std::move(r.value().input_items);
       return std::move(r.value().chat);
     }();
     if (!creq.ok()) return CountRequest("error"), SendError(*res, creq.error());
@@ -1071,6 +1137,10 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       events += StreamEncoder::Error(ApiErrorFromStatus(failed->error));
     else if (all_done)
       events += ex.StreamFinish(usage);
+    // Kept before the last event goes out: a client's next request may
+    // name it as soon as it has read it.
+    if (all_done && !failed && ex.store_response && ex.responses_encoder)
+      response_store->Put(ex.meta.id, ex.responses_encoder->final_response(), ex.responses_input);
     if (!events.empty()) res.Write(std::move(events));
     if (all_done) res.End();
   } else if (all_done) {
@@ -1095,6 +1165,7 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     ojson body = ex.responses ? ResponseObjectJson(*ex.responses, outs[0], usage)
                  : ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
                            : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
+    if (ex.store_response) response_store->Put(ex.meta.id, body, ex.responses_input);
     res.SendJson(200, DumpJson(body));
     ex.headers_sent = true;
   }
