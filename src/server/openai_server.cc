@@ -1139,7 +1139,8 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       events += ex.StreamFinish(usage);
     // Kept before the last event goes out: a client's next request may
     // name it as soon as it has read it.
-    if (all_done && !failed && ex.store_response && ex.responses_encoder)
+    if (all_done && !failed && ex.store_response && ex.responses_encoder &&
+        ex.choices[0].reason != FinishReason::kAbort)  // not a client that left
       response_store->Put(ex.meta.id, ex.responses_encoder->final_response(), ex.responses_input);
     if (!events.empty()) res.Write(std::move(events));
     if (all_done) res.End();
@@ -1165,7 +1166,8 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     ojson body = ex.responses ? ResponseObjectJson(*ex.responses, outs[0], usage)
                  : ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
                            : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
-    if (ex.store_response) response_store->Put(ex.meta.id, body, ex.responses_input);
+    if (ex.store_response && outs[0].finish_reason != FinishReason::kAbort)
+      response_store->Put(ex.meta.id, body, ex.responses_input);
     res.SendJson(200, DumpJson(body));
     ex.headers_sent = true;
   }
