@@ -256,6 +256,23 @@ test('LangChain ChatOpenAI with useResponsesApi: invoke, stream, bindTools', asy
   for (const c of t.tool_calls) assert.equal(typeof c.args, 'object');
 });
 
+// LangChain: a second turn by previous_response_id (a call option) equals
+// the same turn with the history sent (an AIMessage replays its response's
+// output items, ids and all).
+test('LangChain ChatOpenAI with useResponsesApi: previous_response_id and history', async () => {
+  const llm = new ChatOpenAI({
+    model: MODEL, apiKey: 'unused', useResponsesApi: true, temperature: 0, maxTokens: 6, maxRetries: 0,
+    configuration: { baseURL },
+  });
+  const first = await llm.invoke('Weather in Paris?');
+  const byId = await llm.invoke('And Rome?', { previous_response_id: first.response_metadata.id });
+  const byHistory = await llm.invoke([{ role: 'user', content: 'Weather in Paris?' }, first,
+                                      { role: 'user', content: 'And Rome?' }]);
+  assert.equal(byId.usage_metadata.input_tokens, byHistory.usage_metadata.input_tokens);
+  assert.equal(byId.text, byHistory.text);
+  assert.ok(byId.usage_metadata.input_tokens > first.usage_metadata.input_tokens);
+});
+
 // A second turn whose assistant text came from an earlier response: the AI
 // SDK refers to it by id (item_reference), as its default store: true
 // does, and the server resolves it from its store; with store: false the
