@@ -372,6 +372,23 @@ TEST(ResponsesE2E, StoreContinuesConversationsAndResolvesReferences) {
   ASSERT_EQ(got.status, 200) << got.body;
   EXPECT_EQ(json::parse(got.body), fj);
 
+  // input_items: the input it was made from (a string input as a user
+  // message item with an id); bad paging is a 400 naming the field; paths
+  // and methods not served say so.
+  Response items = r1.Request(Get("/v1/responses/" + id + "/input_items?order=asc"));
+  ASSERT_EQ(items.status, 200) << items.body;
+  const json ij = json::parse(items.body);
+  EXPECT_EQ(ij["object"], "list");
+  ASSERT_EQ(ij["data"].size(), 1u);
+  EXPECT_EQ(ij["data"][0]["content"][0]["text"], "Weather in Paris?");
+  EXPECT_EQ(ij["first_id"], ij["data"][0]["id"]);
+  EXPECT_EQ(ij["has_more"], false);
+  Response bad_limit = r1.Request(Get("/v1/responses/" + id + "/input_items?limit=0"));
+  EXPECT_EQ(bad_limit.status, 400);
+  EXPECT_THAT(bad_limit.body, HasSubstr("\"param\":\"limit\""));
+  EXPECT_EQ(r1.PostJson("/v1/responses/" + id + "/cancel", "{}").status, 404);
+  EXPECT_EQ(r1.PostJson("/v1/responses/" + id, "{}").status, 405);
+
   // previous_response_id == the conversation sent whole.
   Response next =
       r1.PostJson("/v1/responses", R"({"model": "m", "previous_response_id": ")" + id +

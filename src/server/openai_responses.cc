@@ -569,6 +569,17 @@ ApiError NotFoundHere(int status, std::string param, std::string what, const Res
   return e;
 }
 
+// A fresh id for an input item, by its type ("msg_", "fc_", "fco_", "rs_").
+std::string NewItemId(const Json& item) {
+  const std::string t = item.contains("type") && item["type"].is_string()
+                            ? item["type"].get<std::string>()
+                            : "message";
+  return NewResponsesId(t == "function_call"          ? "fc_"
+                        : t == "function_call_output" ? "fco_"
+                        : t == "reasoning"            ? "rs_"
+                                                      : "msg_");
+}
+
 // An item_reference: {type: "item_reference", id}, or OpenAI's typeless
 // {id} (an item with neither role nor content).
 bool IsReference(const Json& item) {
@@ -598,7 +609,8 @@ MaybeError ResolveInput(const Json& body, ResponseStore* store, Json* items, siz
   if (!input) return InvalidRequestError("input", "input is required");
   if (input->is_string()) {
     items->push_back(
-        Json{{"type", "message"},
+        Json{{"id", NewResponsesId("msg_")},
+             {"type", "message"},
              {"role", "user"},
              {"content", Json::array({Json{{"type", "input_text"}, {"text", *input}}})}});
     return std::nullopt;
@@ -608,6 +620,9 @@ MaybeError ResolveInput(const Json& body, ResponseStore* store, Json* items, siz
     const Json& item = (*input)[i];
     if (!item.is_object() || !IsReference(item)) {
       items->push_back(item);
+      // Kept items have ids, as OpenAI's (input_items lists them by id;
+      // a later request may refer to them).
+      if (item.is_object() && !item.contains("id")) items->back()["id"] = NewItemId(item);
       continue;
     }
     const std::string p = Index("input", i);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -671,35 +672,98 @@ void OpenAiServer::Impl::HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpR
   res->SendJson(200, DumpJson(ModelJson()));
 }
 
+// "a=1&b=x" -> {a: "1", b: "x"} (values percent-decoded; '+' is a space).
+std::map<std::string, std::string> QueryParams(std::string_view query) {
+  std::map<std::string, std::string> out;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = kv.find('=');
+    std::string value = eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
+    std::replace(value.begin(), value.end(), '+', ' ');
+    out[PercentDecode(kv.substr(0, eq))] = PercentDecode(value);
+  }
+  return out;
+}
+
 // GET /v1/responses/{id}: the stored response object; DELETE: OpenAI's
-// {id, object: "response", deleted: true}. An id the store does not have
-// (never stored, deleted, evicted, another replica's) is a 404 saying so.
+// {id, object: "response", deleted: true}; GET /v1/responses/{id}/input_items:
+// OpenAI's list (order desc by default, limit 1..100, default 20, after an
+// item id). An id the store does not have (never stored, deleted, evicted,
+// another replica's) is a 404 saying so.
 void OpenAiServer::Impl::HandleStoredResponse(const HttpRequest& req, HttpResponder& res) {
-  const std::string rest = PercentDecode(std::string_view(req.path).substr(14));
-  if (rest.empty() || rest.find('/') != std::string::npos) {
-    // input_items, cancel, ...: not served (no background runs here).
+  std::string id = PercentDecode(std::string_view(req.path).substr(14));
+  bool input_items = false;
+  if (const size_t slash = id.find('/'); slash != std::string::npos) {
+    input_items = id.substr(slash + 1) == "input_items";
+    if (!input_items) id.clear();  // cancel, ...: no background runs here
+    id.resize(std::min(id.size(), slash));
+  }
+  if (id.empty()) {
     res.SendJson(404, HttpErrorJson("Invalid URL (" + req.method + " " + req.target +
-                                    "): this server serves GET and DELETE /v1/responses/{id}"));
+                                    "): this server serves GET and DELETE /v1/responses/{id} "
+                                    "and GET /v1/responses/{id}/input_items"));
     return;
   }
-  if (req.method != "GET" && req.method != "DELETE") {
-    res.Send(405, {{"Allow", "GET, DELETE"}, {"Content-Type", "application/json"}},
+  if (req.method != "GET" && (input_items || req.method != "DELETE")) {
+    res.Send(405,
+             {{"Allow", input_items ? "GET" : "GET, DELETE"}, {"Content-Type", "application/json"}},
              HttpErrorJson("method " + req.method + " is not allowed on " + req.path));
     return;
   }
   if (!Authorized(req, res)) return;
+  const std::map<std::string, std::string> query = QueryParams(req.query);
   if (req.method == "DELETE") {
-    if (!response_store->Delete(rest))
-      return SendError(res, UnknownResponseError(rest, response_store.get()));
-    res.SendJson(200, DumpJson(ojson{{"id", rest}, {"object", "response"}, {"deleted", true}}));
+    if (!response_store->Delete(id))
+      return SendError(res, UnknownResponseError(id, response_store.get()));
+    res.SendJson(200, DumpJson(ojson{{"id", id}, {"object", "response"}, {"deleted", true}}));
     return;
   }
-  if (req.target.find("stream=true") != std::string::npos)
+  if (input_items) {
+    int64_t limit = 20;
+    if (auto it = query.find("limit"); it != query.end()) {
+      char* end = nullptr;
+      limit = std::strtoll(it->second.c_str(), &end, 10);
+      if (it->second.empty() || *end != '\0' || limit < 1 || limit > 100)
+        return SendError(res, InvalidRequestError("limit",
+                                                  "limit must be an integer in [1, 100], "
+                                                  "got '" +
+                                                      it->second + "'"));
+    }
+    const std::string order = query.count("order") ? query.at("order") : "desc";
+    if (order != "asc" && order != "desc")
+      return SendError(res, InvalidRequestError(
+                                "order", "order must be \"asc\" or \"desc\", got '" + order + "'"));
+    std::optional<ojson> items = response_store->InputItems(id);
+    if (!items) return SendError(res, UnknownResponseError(id, response_store.get()));
+    if (order == "desc") std::reverse(items->begin(), items->end());
+    size_t from = 0;
+    if (auto it = query.find("after"); it != query.end()) {
+      while (from < items->size() && (*items)[from].value("id", "") != it->second) ++from;
+      if (from == items->size())
+        return SendError(res, InvalidRequestError("after", "after: no input item with id '" +
+                                                               it->second + "' in " + id));
+      ++from;
+    }
+    ojson page = ojson::array();
+    for (size_t i = from; i < items->size() && page.size() < static_cast<size_t>(limit); ++i)
+      page.push_back((*items)[i]);
+    const bool more = from + page.size() < items->size();
+    ojson list{{"object", "list"},
+               {"data", page},
+               {"first_id", page.empty() ? ojson(nullptr) : page.front()["id"]},
+               {"last_id", page.empty() ? ojson(nullptr) : page.back()["id"]},
+               {"has_more", more}};
+    res.SendJson(200, DumpJson(list));
+    return;
+  }
+  if (auto it = query.find("stream"); it != query.end() && it->second == "true")
     return SendError(res, InvalidRequestError("stream",
                                               "stream: true (replaying a response's events) is "
                                               "not supported; retrieve it without stream"));
-  std::optional<ojson> r = response_store->Get(rest);
-  if (!r) return SendError(res, UnknownResponseError(rest, response_store.get()));
+  std::optional<ojson> r = response_store->Get(id);
+  if (!r) return SendError(res, UnknownResponseError(id, response_store.get()));
   res.SendJson(200, DumpJson(*r));
 }
 

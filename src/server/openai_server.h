@@ -12,7 +12,8 @@
 //   GET  /v1/models/{id}     the model object, or 404 model_not_found
 //   POST /v1/completions, /v1/chat/completions  (stream or not)
 //   POST /v1/responses       the Responses API, run as chat (openai_responses.h)
-//   GET, DELETE /v1/responses/{id}  a stored response (response_store.h), or 404
+//   GET, DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
+//                            a stored response (response_store.h), or 404
 //   POST /tokenize, /detokenize                   (vLLM's shapes)
 //   GET  /debug/integrity    (API key) KV cache / prefix cache invariants, checked
 //                            by the engine thread when idle, one check at a time;

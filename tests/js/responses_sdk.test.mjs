@@ -165,7 +165,7 @@ test('unsupported Responses features and unknown ids are errors naming the field
 // The response store with the OpenAI SDK: a conversation continued by
 // previous_response_id is the conversation sent whole; retrieve returns
 // the stored object (streamed responses too); delete removes it.
-test('OpenAI SDK: previous_response_id, responses.retrieve and responses.delete', async () => {
+test('OpenAI SDK: previous_response_id, retrieve, inputItems.list and delete', async () => {
   const sampling = { max_output_tokens: 6, temperature: 0 };
   const first = await client.responses.create({ model: MODEL, input: 'Weather in Paris?', ...sampling });
   assert.equal(first.store, true, 'store defaults to true');
@@ -181,6 +181,19 @@ test('OpenAI SDK: previous_response_id, responses.retrieve and responses.delete'
   // A chain: the third turn sees both earlier ones.
   const third = await client.responses.create({ model: MODEL, previous_response_id: next.id, input: 'And Oslo?', ...sampling });
   assert.ok(third.usage.input_tokens > next.usage.input_tokens + next.usage.output_tokens);
+
+  // input_items: the conversation next's model saw, each item with an id.
+  const asc = await client.responses.inputItems.list(next.id, { order: 'asc' });
+  assert.deepEqual(asc.data.map((i) => i.type), ['message', 'message', 'message']);
+  assert.equal(asc.data[1].id, first.output[0].id, 'the first turn\'s answer, by its id');
+  for (const i of asc.data) assert.match(i.id, /^msg_/);
+  const desc = await client.responses.inputItems.list(next.id, { limit: 1 });
+  assert.equal(desc.data.length, 1);
+  assert.equal(desc.data[0].id, asc.data[2].id, 'newest first by default');
+  assert.equal(desc.has_more, true);
+  const all = [];
+  for await (const i of client.responses.inputItems.list(next.id, { limit: 1, order: 'asc' })) all.push(i.id);
+  assert.deepEqual(all, asc.data.map((i) => i.id), 'the SDK pages through with after');
 
   const got = await client.responses.retrieve(first.id);
   assert.equal(got.id, first.id);
