@@ -221,6 +221,7 @@ int ServeCommand(const Args& args) {
   so.api_key = c.api_key;
   so.tool_call_parser = c.tool_call_parser;
   so.reasoning_parser = c.reasoning_parser;
+  so.responses_store = {c.responses_store_max_items, c.responses_store_max_bytes};
   so.http = http;
   so.pd = pd.get();
   auto server = OpenAiServer::Create(*stack->model, **async, **registry, so, std::move(*listener));

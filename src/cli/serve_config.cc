@@ -79,6 +79,14 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
       "calls stay in the content)");
   f.String("reasoning-parser", &c->reasoning_parser,
            "split <think>...</think> into reasoning_content: qwen3, deepseek-r1 (default: none)");
+  f.Int("responses-store-max-items", &c->responses_store_max_items,
+        "most /v1/responses responses kept for previous_response_id, item_reference and GET "
+        "/v1/responses/{id} (least recently used evicted first; 0: keep none, answer store: "
+        "false)",
+        0, int64_t{1} << 30);
+  f.Int("responses-store-max-bytes", &c->responses_store_max_bytes,
+        "most bytes of JSON the /v1/responses store keeps (least recently used evicted first)", 0,
+        int64_t{1} << 40);
   f.Int("drain-timeout-s", &c->drain_timeout_s,
         "on SIGTERM, how long in-flight requests may take to finish before the rest are aborted", 0,
         24 * 3600);

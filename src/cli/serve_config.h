@@ -22,6 +22,7 @@
 #include "cli/common.h"
 #include "engine/engine.h"
 #include "model/hf_config.h"
+#include "server/response_store.h"
 #include "util/flags.h"
 #include "util/host_memory.h"
 
@@ -48,6 +49,9 @@ struct ServeConfig {
   int64_t drain_timeout_s = 30;
   std::string tool_call_parser;  // "": none; else auto or a name (server/tool_call_parser.h)
   std::string reasoning_parser;  // "": none; else qwen3 or deepseek-r1
+  // /v1/responses' store bounds (server/response_store.h has the defaults).
+  int64_t responses_store_max_items = ResponseStoreOptions().max_items;
+  int64_t responses_store_max_bytes = ResponseStoreOptions().max_bytes;
   // HiCache: the numeric and bool flags bind into `hicache` directly; these
   // hold the text and int64 flags until ValidateServeConfig resolves them.
   HiCacheOptions hicache;

@@ -335,7 +335,7 @@ TEST(ResponsesE2E, ItemsRenderLikeChatAndReasoningIsAnItem) {
   const json cj = json::parse(c.body), rj = json::parse(r.body);
   EXPECT_EQ(rj["object"], "response");
   EXPECT_TRUE(rj["id"].get<std::string>().starts_with("resp_"));
-  EXPECT_EQ(rj["store"], false) << "nothing is stored, whatever was asked";
+  EXPECT_EQ(rj["store"], true) << "kept: store is true and the server has a store";
   EXPECT_EQ(rj["usage"]["input_tokens"], cj["usage"]["prompt_tokens"]);
   EXPECT_EQ(rj["usage"]["output_tokens"], cj["usage"]["completion_tokens"]);
   EXPECT_EQ(rj["status"], "incomplete");
@@ -366,11 +366,147 @@ TEST(ResponsesE2E, ItemsRenderLikeChatAndReasoningIsAnItem) {
   EXPECT_EQ(last_type, "response.incomplete");
   EXPECT_EQ(s.body.find("[DONE]"), std::string::npos);
 
-  // Refusals name the Responses field.
+  // An unknown previous response is OpenAI's 400, naming the field and why.
   Response bad = r1.PostJson("/v1/responses",
                              R"({"model": "m", "input": "x", "previous_response_id": "resp_1"})");
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("\"param\":\"previous_response_id\""));
+  EXPECT_THAT(bad.body, HasSubstr("previous_response_not_found"));
+  EXPECT_THAT(bad.body, HasSubstr("another replica"));
+}
+
+std::string Delete(const std::string& path) {
+  return "DELETE " + path + " HTTP/1.1\r\nHost: test\r\n\r\n";
+}
+
+// The response store through the binary: store (default true) keeps a
+// response; previous_response_id continues it (the prompt is the whole
+// conversation: input_tokens equal the same conversation sent in full);
+// item_reference resolves a stored item (equal to sending it inline); GET
+// returns it, DELETE removes it, and every unknown id is an error saying
+// so; store: false keeps nothing; --responses-store-max-items evicts the
+// least recently used, seen in GET and in /metrics.
+TEST(ResponsesE2E, StoreContinuesConversationsAndResolvesReferences) {
+  Server r1({"--model-path", HermesModel(), "--served-model-name", "m",
+             "--responses-store-max-items", "3"});
+  ASSERT_GT(r1.port(), 0) << r1.Log();
+  const std::string sampling = R"("max_output_tokens": 6, "temperature": 0, "ignore_eos": true)";
+  Response first = r1.PostJson("/v1/responses",
+                               R"({"model": "m", "input": "Weather in Paris?", )" + sampling + "}");
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json fj = json::parse(first.body);
+  EXPECT_EQ(fj["store"], true);
+  const std::string id = fj["id"];
+  const json message = fj["output"][0];
+  ASSERT_EQ(message["type"], "message");
+
+  // GET: the same object.
+  Response got = r1.Request(Get("/v1/responses/" + id));
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(json::parse(got.body), fj);
+
+  // input_items: the input it was made from (a string input as a user
+  // message item with an id); bad paging is a 400 naming the field; paths
+  // and methods not served say so.
+  Response items = r1.Request(Get("/v1/responses/" + id + "/input_items?order=asc"));
+  ASSERT_EQ(items.status, 200) << items.body;
+  const json ij = json::parse(items.body);
+  EXPECT_EQ(ij["object"], "list");
+  ASSERT_EQ(ij["data"].size(), 1u);
+  EXPECT_EQ(ij["data"][0]["content"][0]["text"], "Weather in Paris?");
+  EXPECT_EQ(ij["first_id"], ij["data"][0]["id"]);
+  EXPECT_EQ(ij["has_more"], false);
+  Response bad_limit = r1.Request(Get("/v1/responses/" + id + "/input_items?limit=0"));
+  EXPECT_EQ(bad_limit.status, 400);
+  EXPECT_THAT(bad_limit.body, HasSubstr("\"param\":\"limit\""));
+  EXPECT_EQ(r1.PostJson("/v1/responses/" + id + "/cancel", "{}").status, 404);
+  EXPECT_EQ(r1.PostJson("/v1/responses/" + id, "{}").status, 405);
+
+  // previous_response_id == the conversation sent whole.
+  Response next =
+      r1.PostJson("/v1/responses", R"({"model": "m", "previous_response_id": ")" + id +
+                                       R"(", "input": "And in Rome?", )" + sampling + "}");
+  ASSERT_EQ(next.status, 200) << next.body;
+  json whole = json::parse(R"({"model": "m", "input": [
+      {"role": "user", "content": "Weather in Paris?"}], "max_output_tokens": 6,
+      "temperature": 0, "ignore_eos": true, "store": false})");
+  whole["input"].push_back(message);
+  whole["input"].push_back({{"role", "user"}, {"content", "And in Rome?"}});
+  Response full = r1.PostJson("/v1/responses", whole.dump());
+  ASSERT_EQ(full.status, 200) << full.body;
+  const json nj = json::parse(next.body), wj = json::parse(full.body);
+  EXPECT_EQ(nj["previous_response_id"], id);
+  EXPECT_EQ(nj["usage"]["input_tokens"], wj["usage"]["input_tokens"]);
+  EXPECT_EQ(nj["output"][0]["content"][0]["text"], wj["output"][0]["content"][0]["text"])
+      << "greedy: the same prompt gives the same text";
+  EXPECT_GT(nj["usage"]["input_tokens"].get<int>(), fj["usage"]["input_tokens"].get<int>());
+  EXPECT_EQ(wj["store"], false);
+  EXPECT_EQ(r1.Request(Get("/v1/responses/" + wj["id"].get<std::string>())).status, 404)
+      << "store: false keeps nothing";
+
+  // item_reference == the item inline (what the Vercel AI SDK sends).
+  json ref = whole;
+  ref.erase("store");  // the default: true
+  ref["input"][1] = {{"type", "item_reference"}, {"id", message["id"]}};
+  Response refd = r1.PostJson("/v1/responses", ref.dump());
+  ASSERT_EQ(refd.status, 200) << refd.body;
+  EXPECT_EQ(json::parse(refd.body)["usage"]["input_tokens"], wj["usage"]["input_tokens"]);
+  ref["input"][1]["id"] = "msg_unknown";
+  Response unknown_item = r1.PostJson("/v1/responses", ref.dump());
+  EXPECT_EQ(unknown_item.status, 404) << unknown_item.body;
+  EXPECT_THAT(unknown_item.body, HasSubstr("\"param\":\"input[1]\""));
+  EXPECT_THAT(unknown_item.body, HasSubstr("msg_unknown"));
+
+  // Streamed responses are kept too, as their response.completed said.
+  Response streamed = r1.PostJson(
+      "/v1/responses", R"({"model": "m", "input": "hi", "stream": true, )" + sampling + "}");
+  ASSERT_EQ(streamed.status, 200);
+  const size_t at = streamed.body.rfind("data: ");
+  const json done = json::parse(streamed.body.substr(at + 6))["response"];
+  Response sgot = r1.Request(Get("/v1/responses/" + done["id"].get<std::string>()));
+  ASSERT_EQ(sgot.status, 200) << sgot.body;
+  EXPECT_EQ(json::parse(sgot.body), done);
+
+  // Three kept at most: first, next, refd, then streamed evicted the least
+  // recently used -- first: refd's reference was found in next (which holds
+  // first's message in its conversation too, and is the newer holder).
+  Response evicted = r1.Request(Get("/v1/responses/" + id));
+  EXPECT_EQ(evicted.status, 404) << "evicted";
+  EXPECT_THAT(evicted.body, HasSubstr("evicted"));
+  EXPECT_EQ(r1.Request(Get("/v1/responses/" + nj["id"].get<std::string>())).status, 200);
+  EXPECT_EQ(r1.Metric("strata_responses_store_responses{model=\"m\",role=\"colocated\"}"), 3);
+  EXPECT_EQ(r1.Metric("strata_responses_store_evictions_total{model=\"m\",role=\"colocated\"}"), 1);
+  // Its message is still there, in next's conversation.
+  ref["input"][1]["id"] = message["id"];
+  EXPECT_EQ(r1.PostJson("/v1/responses", ref.dump()).status, 200);
+
+  // DELETE, then it is gone.
+  const std::string sid = nj["id"];
+  Response del = r1.Request(Delete("/v1/responses/" + sid));
+  ASSERT_EQ(del.status, 200) << del.body;
+  EXPECT_EQ(json::parse(del.body), json({{"id", sid}, {"object", "response"}, {"deleted", true}}));
+  EXPECT_EQ(r1.Request(Delete("/v1/responses/" + sid)).status, 404);
+  EXPECT_EQ(r1.Request(Get("/v1/responses/" + sid)).status, 404);
+  EXPECT_EQ(r1.Metric("strata_responses_store_responses{model=\"m\",role=\"colocated\"}"), 2);
+}
+
+// --responses-store-max-items 0: nothing kept, store answered false, and a
+// reference says the server keeps none.
+TEST(ResponsesE2E, StoreOffKeepsNothing) {
+  Server r1({"--model-path", HermesModel(), "--served-model-name", "m",
+             "--responses-store-max-items", "0"});
+  ASSERT_GT(r1.port(), 0) << r1.Log();
+  Response r =
+      r1.PostJson("/v1/responses", R"({"model": "m", "input": "x", "max_output_tokens": 2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["store"], false);
+  EXPECT_EQ(r1.Request(Get("/v1/responses/" + j["id"].get<std::string>())).status, 404);
+  Response bad =
+      r1.PostJson("/v1/responses", R"({"model": "m", "input": "x", "previous_response_id": ")" +
+                                       j["id"].get<std::string>() + "\"}");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("--responses-store-max-items 0"));
 }
 
 }  // namespace

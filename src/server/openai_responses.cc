@@ -79,11 +79,10 @@ const std::set<std::string>& PassThroughKeys() {
   return keys;
 }
 
-MaybeError NeedsStorage(const std::string& param, const std::string& what) {
-  return InvalidRequestError(
-      param, what +
-                 " needs stored responses, which this server does not keep (it answers every "
-                 "request as store: false); send the whole conversation in input instead");
+MaybeError NotSupported(const std::string& param, const std::string& what) {
+  return InvalidRequestError(param, what +
+                                        " is not supported by this server; continue a conversation "
+                                        "with previous_response_id, or send all of it in input");
 }
 
 // A content part list or string as text: input_text / output_text /
@@ -121,8 +120,10 @@ MaybeError ContentText(const Json& content, const std::string& param, std::strin
   return std::nullopt;
 }
 
-// input -> messages (see the header). params gets each message's origin.
-MaybeError InputToMessages(const Json& input, Json* messages, std::vector<std::string>* params) {
+// input -> messages (see the header). params gets each message's origin:
+// the first `history` items came from previous_response_id's conversation.
+MaybeError InputToMessages(const Json& input, size_t history, Json* messages,
+                           std::vector<std::string>* params) {
   if (input.is_string()) {
     messages->push_back(Json{{"role", "user"}, {"content", input}});
     params->push_back("input");
@@ -141,7 +142,7 @@ MaybeError InputToMessages(const Json& input, Json* messages, std::vector<std::s
     return (*messages)[turn];
   };
   for (size_t i = 0; i < input.size(); ++i) {
-    const std::string p = Index("input", i);
+    const std::string p = i < history ? "previous_response_id" : Index("input", i - history);
     const Json& item = input[i];
     if (!item.is_object()) return WrongType(p, "an input item object", item);
     const Json* type = Get(item, "type");
@@ -227,12 +228,8 @@ MaybeError InputToMessages(const Json& input, Json* messages, std::vector<std::s
       std::string r = m.value("reasoning_content", std::string()) + text;
       m["reasoning_content"] = r;
     } else if (t == "item_reference") {
-      // Refused rather than kept in memory: behind a router the next turn
-      // may reach another replica, where a stored item would be missing.
-      ApiError e = *NeedsStorage(p, p + " (an item_reference)");
-      e.message +=
-          " (the Vercel AI SDK sends references unless providerOptions.openai.store is false)";
-      return e;
+      // ParseResponsesRequest resolves references against the store first.
+      return InvalidRequestError(p, p + " (an item_reference) needs the response store");
     } else {
       return InvalidRequestError(p + ".type", p + ".type " + Shown(*type) +
                                                   " is not supported: this server takes message, "
@@ -384,7 +381,8 @@ ApiError ToResponsesError(ApiError e, const std::vector<std::string>& messages) 
   return e;
 }
 
-Json DefaultedEcho(const Json& body, const ChatCompletionRequest& chat, const Json& tools_echo) {
+Json DefaultedEcho(const Json& body, const ChatCompletionRequest& chat, const Json& tools_echo,
+                   bool stored) {
   Json echo = Json::object();
   echo["instructions"] = body.contains("instructions") ? body["instructions"] : Json(nullptr);
   echo["max_output_tokens"] =
@@ -393,14 +391,15 @@ Json DefaultedEcho(const Json& body, const ChatCompletionRequest& chat, const Js
   echo["metadata"] =
       body.contains("metadata") && !body["metadata"].is_null() ? body["metadata"] : Json::object();
   echo["parallel_tool_calls"] = chat.parallel_tool_calls;
-  echo["previous_response_id"] = nullptr;
+  echo["previous_response_id"] =
+      body.contains("previous_response_id") ? body["previous_response_id"] : Json(nullptr);
   Json reasoning = Json{{"effort", nullptr}, {"summary", nullptr}};
   if (const Json* r = Get(body, "reasoning"); r && r->is_object())
     for (const char* k : {"effort", "summary"})
       if (r->contains(k)) reasoning[k] = (*r)[k];
   echo["reasoning"] = std::move(reasoning);
   echo["service_tier"] = "default";
-  echo["store"] = false;  // nothing is stored, whatever was asked
+  echo["store"] = stored;  // false when asked so, or when the server keeps no store
   echo["temperature"] = chat.sampling.temperature;
   Json text = Json{{"format", Json{{"type", "text"}}}};
   if (const Json* t = Get(body, "text"); t && t->is_object()) {
@@ -430,18 +429,21 @@ std::vector<std::string> KnownResponsesFields() {
 }
 
 ApiOr<nlohmann::ordered_json> ResponsesToChatBody(const nlohmann::ordered_json& body,
-                                                  std::vector<std::string>* message_params) {
+                                                  std::vector<std::string>* message_params,
+                                                  size_t history_items) {
   Json chat = Json::object();
   std::vector<std::string>& params = *message_params;
   params.clear();
 
-  // Asked of stored state or of tools this server does not have.
-  for (const char* key : {"previous_response_id", "conversation"}) {
-    if (Get(body, key)) return *NeedsStorage(key, std::string(key));
-  }
+  // Asked of state or of tools this server does not have.
+  if (Get(body, "previous_response_id"))  // ParseResponsesRequest resolves it first
+    return InvalidRequestError("previous_response_id",
+                               "previous_response_id needs the response store");
+  if (Get(body, "conversation"))
+    return *NotSupported("conversation", "conversation (a stored Conversations API object)");
   bool background = false;
   RETURN_IF_API_ERROR(ReadBool(body, "background", &background));
-  if (background) return *NeedsStorage("background", "background (run now, fetch later)");
+  if (background) return *NotSupported("background", "background (run now, fetch later)");
   if (Get(body, "prompt"))
     return InvalidRequestError("prompt",
                                "prompt (a stored prompt template) is not supported by this server; "
@@ -462,9 +464,7 @@ ApiOr<nlohmann::ordered_json> ResponsesToChatBody(const nlohmann::ordered_json& 
         "context: a request that does not fit is a 400), got " +
             Shown(body.at("truncation")));
   }
-  // store: true is answered as store: false (the response says so), since
-  // clients send it by default and nothing here depends on it.
-  bool store = false;
+  bool store = true;  // ParseResponsesRequest acts on it
   RETURN_IF_API_ERROR(ReadBool(body, "store", &store));
   for (const char* key : {"safety_identifier", "prompt_cache_key", "prompt_cache_retention"}) {
     std::optional<std::string> s;
@@ -485,7 +485,7 @@ ApiOr<nlohmann::ordered_json> ResponsesToChatBody(const nlohmann::ordered_json& 
   }
   const Json* input = Get(body, "input");
   if (!input) return InvalidRequestError("input", "input is required");
-  RETURN_IF_API_ERROR(InputToMessages(*input, &messages, &params));
+  RETURN_IF_API_ERROR(InputToMessages(*input, history_items, &messages, &params));
   chat["messages"] = std::move(messages);
 
   for (const char* key : {"model", "temperature", "top_p", "stream", "user", "metadata",
@@ -547,22 +547,125 @@ ApiOr<nlohmann::ordered_json> ResponsesToChatBody(const nlohmann::ordered_json& 
   return chat;
 }
 
-ApiOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const ProtocolLimits& limits) {
+namespace {
+
+// Why an id is unknown here, for every "not found" of the store.
+std::string UnknownHere(const ResponseStore* store) {
+  if (!store || !store->enabled())
+    return "this server keeps no responses (started with --responses-store-max-items 0 or "
+           "--responses-store-max-bytes 0)";
+  return "this server does not have it: it was stored with store: false, deleted, evicted "
+         "from the response store (bounded by --responses-store-max-items / "
+         "--responses-store-max-bytes), made before a restart, or served by another replica "
+         "(behind a load balancer, send a conversation's requests to one replica, or send the "
+         "whole conversation in input)";
+}
+
+ApiError NotFoundHere(int status, std::string param, std::string what, const ResponseStore* store,
+                      std::string code = "") {
+  ApiError e = InvalidRequestError(std::move(param), what + " not found: " + UnknownHere(store));
+  e.http_status = status;
+  e.code = std::move(code);
+  return e;
+}
+
+// A fresh id for an input item, by its type ("msg_", "fc_", "fco_", "rs_").
+std::string NewItemId(const Json& item) {
+  const std::string t = item.contains("type") && item["type"].is_string()
+                            ? item["type"].get<std::string>()
+                            : "message";
+  return NewResponsesId(t == "function_call"          ? "fc_"
+                        : t == "function_call_output" ? "fco_"
+                        : t == "reasoning"            ? "rs_"
+                                                      : "msg_");
+}
+
+// An item_reference: {type: "item_reference", id}, or OpenAI's typeless
+// {id} (an item with neither role nor content).
+bool IsReference(const Json& item) {
+  const Json* type = Get(item, "type");
+  if (type) return *type == "item_reference";
+  return item.contains("id") && !item.contains("role") && !item.contains("content");
+}
+
+// The conversation the model sees, as Responses items with no references:
+// previous_response_id's stored conversation (its input and output items;
+// *history = their count), then this request's input, each item_reference
+// replaced by the item it names. A string input becomes one user message item.
+MaybeError ResolveInput(const Json& body, ResponseStore* store, Json* items, size_t* history) {
+  *items = Json::array();
+  *history = 0;
+  if (const Json* prev = Get(body, "previous_response_id")) {
+    if (!prev->is_string()) return WrongType("previous_response_id", "a string", *prev);
+    const std::string& id = prev->get_ref<const std::string&>();
+    std::optional<Json> conv = store ? store->Conversation(id) : std::nullopt;
+    if (!conv)
+      return NotFoundHere(400, "previous_response_id", "previous response with id '" + id + "'",
+                          store, "previous_response_not_found");
+    *items = std::move(*conv);
+    *history = items->size();
+  }
+  const Json* input = Get(body, "input");
+  if (!input) return InvalidRequestError("input", "input is required");
+  if (input->is_string()) {
+    items->push_back(
+        Json{{"id", NewResponsesId("msg_")},
+             {"type", "message"},
+             {"role", "user"},
+             {"content", Json::array({Json{{"type", "input_text"}, {"text", *input}}})}});
+    return std::nullopt;
+  }
+  if (!input->is_array()) return WrongType("input", "a string or an array of input items", *input);
+  for (size_t i = 0; i < input->size(); ++i) {
+    const Json& item = (*input)[i];
+    if (!item.is_object() || !IsReference(item)) {
+      items->push_back(item);
+      // Kept items have ids, as OpenAI's (input_items lists them by id;
+      // a later request may refer to them).
+      if (item.is_object() && !item.contains("id")) items->back()["id"] = NewItemId(item);
+      continue;
+    }
+    const std::string p = Index("input", i);
+    const Json* id = Get(item, "id");
+    if (!id || !id->is_string())
+      return InvalidRequestError(p + ".id", p + ".id is required and must be a string");
+    std::optional<Json> found = store ? store->Item(id->get<std::string>()) : std::nullopt;
+    if (!found)
+      return NotFoundHere(404, p, p + ": item with id '" + id->get<std::string>() + "'", store);
+    items->push_back(std::move(*found));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const ProtocolLimits& limits,
+                                              ResponseStore* store) {
   try {
     ApiOr<Json> json = ParseJsonBody(body, limits.max_json_depth);
     if (!json.ok()) return json.error();
     const Json& j = json.value();
     if (!j.is_object())
       return InvalidRequestError("", "the request body must be a JSON object, got " + TypeName(j));
+    bool store_asked = true;  // OpenAI's default
+    RETURN_IF_API_ERROR(ReadBool(j, "store", &store_asked));
+    ResponsesRequest out;
+    size_t history = 0;
+    RETURN_IF_API_ERROR(ResolveInput(j, store, &out.input_items, &history));
+    // What the chat path runs: the resolved conversation as the input (a
+    // string input as it came, so its errors name "input").
+    Json resolved = j;
+    resolved.erase("previous_response_id");
+    if (history > 0 || !j["input"].is_string()) resolved["input"] = out.input_items;
     std::vector<std::string> params;
-    ApiOr<Json> chat_body = ResponsesToChatBody(j, &params);
+    ApiOr<Json> chat_body = ResponsesToChatBody(resolved, &params, history);
     if (!chat_body.ok()) return chat_body.error();
     ApiOr<ChatCompletionRequest> chat =
         ParseChatCompletionRequest(DumpJson(chat_body.value()), limits);
     if (!chat.ok()) return ToResponsesError(chat.error(), params);
-    ResponsesRequest out;
     out.chat = std::move(chat).value();
     out.chat.ignored_fields.clear();
+    out.store = store_asked && store && store->enabled();
     for (auto it = j.begin(); it != j.end(); ++it)
       if (!OwnKeys().count(it.key()) && !PassThroughKeys().count(it.key()))
         out.ignored_fields.push_back(it.key());
@@ -572,7 +675,7 @@ ApiOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const Proto
       Json unused;
       ToolsToChat(*tools, &unused, &tools_echo);  // valid: checked above
     }
-    out.context.echo = DefaultedEcho(j, out.chat, tools_echo);
+    out.context.echo = DefaultedEcho(j, out.chat, tools_echo, out.store);
     return out;
   } catch (const std::exception& e) {
     ApiError err;
@@ -581,6 +684,10 @@ ApiOr<ResponsesRequest> ParseResponsesRequest(std::string_view body, const Proto
     err.message = std::string("internal error while parsing the request: ") + e.what();
     return err;
   }
+}
+
+ApiError UnknownResponseError(const std::string& id, const ResponseStore* store) {
+  return NotFoundHere(404, "", "response with id '" + id + "'", store);
 }
 
 std::string NewResponsesId(std::string_view prefix) { return NewResponseMeta(prefix, "").id; }
@@ -857,6 +964,7 @@ std::string ResponsesStreamEncoder::Finish(const Usage& usage) {
   Json r = Snapshot("completed", &usage);
   SetOutcome(r, finish_, made_tool_calls_);
   const bool incomplete = r["status"] == "incomplete";
+  final_ = r;
   out += Event(Json{{"type", incomplete ? "response.incomplete" : "response.completed"},
                     {"response", std::move(r)}});
   return out;

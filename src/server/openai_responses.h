@@ -31,10 +31,15 @@
 // is serialised and parsed again by the chat parser: a second linear pass,
 // so the parsing guarantee (json_body.h) holds.
 //
-// Refused with a 400 naming the field: previous_response_id, conversation,
-// item_reference items and background (they need stored responses; this
-// server stores none: `store: true` is accepted and answered as
-// `"store": false`, as vLLM does without a store), prompt (stored prompt
+// Stored state (response_store.h): `store` (default true, as OpenAI's) keeps
+// the finished response; `previous_response_id` prepends that response's
+// conversation (its input items, then its output items; not its
+// instructions, as OpenAI does), and `item_reference` items are replaced by
+// the stored items they name, before the translation above. An unknown id
+// is an error saying it is unknown to this server: previous_response_id a
+// 400 (code previous_response_not_found), an item_reference a 404, both
+// OpenAI's. Refused with a 400 naming the field: conversation and background
+// (no Conversations objects, no background runs), prompt (stored prompt
 // templates), built-in tools (web_search, file_search, ...: this server runs
 // no tools) and tool_choice naming one, non-text input parts, truncation
 // "auto", max_tool_calls.
@@ -57,6 +62,7 @@
 
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
+#include "server/response_store.h"
 
 namespace strata {
 
@@ -74,17 +80,32 @@ struct ResponsesRequest {
   ChatCompletionRequest chat;               // what the chat path runs
   ResponsesContext context;                 // meta.model/id left to the server
   std::vector<std::string> ignored_fields;  // unknown top-level keys, sorted
+  // The conversation the model sees as Responses items, references resolved
+  // (previous_response_id's, then this request's input): what the store
+  // keeps as this response's input items.
+  nlohmann::ordered_json input_items = nlohmann::ordered_json::array();
+  bool store = false;  // asked (the default) and the server has a store
 };
 
-// The Responses body (a JSON object) as the chat-completions body it means.
-// *message_params gets, per message of the result, the Responses field it
-// came from ("instructions", "input", "input[3]"), for error messages.
+// The Responses body (a JSON object, no previous_response_id, no
+// item_reference: ParseResponsesRequest resolves those) as the
+// chat-completions body it means. *message_params gets, per message of the
+// result, the Responses field it came from ("instructions", "input",
+// "input[3]"), for error messages; the first `history_items` input items
+// came from previous_response_id (and are named so).
 ApiOr<nlohmann::ordered_json> ResponsesToChatBody(const nlohmann::ordered_json& body,
-                                                  std::vector<std::string>* message_params);
+                                                  std::vector<std::string>* message_params,
+                                                  size_t history_items = 0);
 
-// Parses and validates a /v1/responses body.
+// Parses and validates a /v1/responses body, resolving previous_response_id
+// and item_reference items against `store` (null: none kept; every such id
+// is then unknown).
 ApiOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
-                                              const ProtocolLimits& limits = {});
+                                              const ProtocolLimits& limits = {},
+                                              ResponseStore* store = nullptr);
+
+// The 404 for GET / DELETE /v1/responses/{id} of an id `store` does not have.
+ApiError UnknownResponseError(const std::string& id, const ResponseStore* store);
 
 // The top-level fields /v1/responses knows, sorted; others are ignored.
 std::vector<std::string> KnownResponsesFields();
@@ -120,6 +141,9 @@ class ResponsesStreamEncoder {
   std::string Finish(const Usage& usage);
   // In the middle of a stream: an "error" event, then response.failed.
   std::string Error(const ApiError& error, const Usage& usage);
+  // After Finish(): the response object its last event carried (what the
+  // store keeps).
+  const nlohmann::ordered_json& final_response() const { return final_; }
 
  private:
   enum class Open { kNone, kReasoning, kMessage };
@@ -145,6 +169,7 @@ class ResponsesStreamEncoder {
   std::vector<Call> calls_;
   FinishReason finish_ = FinishReason::kNone;
   bool made_tool_calls_ = false;
+  nlohmann::ordered_json final_;
 };
 
 }  // namespace strata

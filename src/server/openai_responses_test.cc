@@ -185,10 +185,10 @@ TEST(ResponsesErrors, NameTheResponsesField) {
       {R"({"input": "x", "max_output_tokens": "5"})", "max_output_tokens", "max_output_tokens"},
       {R"({"input": "x", "temperature": 3})", "temperature", "[0, 2]"},
       {R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id",
-       "stored responses"},
-      {R"({"input": "x", "conversation": "c"})", "conversation", "stored responses"},
-      {R"({"input": "x", "background": true})", "background", "stored responses"},
-      {R"({"input": [{"type": "item_reference", "id": "msg_1"}]})", "input[0]", "stored responses"},
+       "keeps no responses"},
+      {R"({"input": "x", "conversation": "c"})", "conversation", "previous_response_id"},
+      {R"({"input": "x", "background": true})", "background", "not supported"},
+      {R"({"input": [{"type": "item_reference"}]})", "input[0].id", "required"},
       {R"({"input": "x", "prompt": {"id": "p"}})", "prompt", "stored prompt"},
       {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools[0].type", "built-in"},
       {R"({"input": "x", "tools": [{"type": "function"}]})", "tools[0].name", "required"},
@@ -220,12 +220,86 @@ TEST(ResponsesErrors, NameTheResponsesField) {
   }
 }
 
-// OpenAI's default is store: true; clients send it. Nothing is stored, and
-// the response says so.
-TEST(ResponsesRequest, StoreTrueIsAnsweredAsFalse) {
-  auto r = ParseResponsesRequest(R"({"input": "x", "store": true})");
-  ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ(r.value().context.echo["store"], false);
+// store: OpenAI's default is true; the response says whether it is kept
+// (not without a store, nor when asked false).
+TEST(ResponsesRequest, StoreIsTrueByDefaultWhenTheServerKeepsOne) {
+  ResponseStore store({});
+  for (auto [body, st, expected] : {std::tuple{R"({"input": "x"})", &store, true},
+                                    std::tuple{R"({"input": "x", "store": false})", &store, false},
+                                    std::tuple{R"({"input": "x", "store": true})",
+                                               static_cast<ResponseStore*>(nullptr), false}}) {
+    auto r = ParseResponsesRequest(body, {}, st);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r.value().store, expected) << body;
+    EXPECT_EQ(r.value().context.echo["store"], expected) << body;
+  }
+  ResponseStore off({.max_items = 0});
+  auto r = ParseResponsesRequest(R"({"input": "x"})", {}, &off);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r.value().store);
+}
+
+// previous_response_id prepends the stored conversation (input then output
+// items; not its instructions); item_reference is replaced by the stored
+// item; both give the same messages as the conversation sent whole.
+TEST(ResponsesRequest, StoredReferencesResolveToTheConversation) {
+  ResponseStore store({});
+  const Json output = Json::parse(R"([{"id": "rs_1", "type": "reasoning", "summary": [],
+      "content": [{"type": "reasoning_text", "text": "think"}]},
+      {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f",
+       "arguments": "{}", "status": "completed"}])");
+  store.Put("resp_1", Json{{"id", "resp_1"}, {"instructions", "be brief"}, {"output", output}},
+            Json::parse(R"([{"type": "message", "role": "user",
+                             "content": [{"type": "input_text", "text": "hi"}]}])"));
+  const std::string tail =
+      R"({"type": "function_call_output", "call_id": "call_1", "output": "42"})";
+  auto whole = ParseResponsesRequest(R"({"input": [{"role": "user", "content": "hi"},
+      {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+      {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}, )" +
+                                         tail + "]}",
+                                     {}, &store);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  auto prev = ParseResponsesRequest(
+      R"({"previous_response_id": "resp_1", "input": [)" + tail + "]}", {}, &store);
+  ASSERT_TRUE(prev.ok()) << prev.error().message;
+  auto refs = ParseResponsesRequest(R"({"input": [{"role": "user", "content": "hi"},
+      {"type": "item_reference", "id": "rs_1"}, {"id": "fc_1"}, )" +
+                                        tail + "]}",
+                                    {}, &store);
+  ASSERT_TRUE(refs.ok()) << refs.error().message;
+  EXPECT_EQ(prev.value().chat.messages, whole.value().chat.messages);
+  EXPECT_EQ(refs.value().chat.messages, whole.value().chat.messages);
+  EXPECT_EQ(prev.value().context.echo["previous_response_id"], "resp_1");
+  EXPECT_EQ(whole.value().context.echo["previous_response_id"], nullptr);
+  // What the store keeps for the new response: the whole conversation,
+  // references resolved.
+  ASSERT_EQ(prev.value().input_items.size(), 4u);
+  EXPECT_EQ(prev.value().input_items[1], output[0]);
+  EXPECT_EQ(refs.value().input_items[2], output[1]);
+  for (size_t i = 1; i < 3; ++i)
+    EXPECT_EQ(refs.value().input_items[i], prev.value().input_items[i]);
+  // Own items get ids (OpenAI's kept items all have one).
+  EXPECT_TRUE(prev.value().input_items[3]["id"].get<std::string>().starts_with("fco_"));
+  EXPECT_TRUE(refs.value().input_items[0]["id"].get<std::string>().starts_with("msg_"));
+
+  // Unknown ids say so, as OpenAI's errors: 400 for the previous response, 404
+  // for an item, each naming the field and that this server does not have it.
+  auto e1 =
+      ParseResponsesRequest(R"({"previous_response_id": "resp_2", "input": "x"})", {}, &store);
+  ASSERT_FALSE(e1.ok());
+  EXPECT_EQ(e1.error().http_status, 400);
+  EXPECT_EQ(e1.error().param, "previous_response_id");
+  EXPECT_EQ(e1.error().code, "previous_response_not_found");
+  EXPECT_THAT(e1.error().message, HasSubstr("resp_2"));
+  EXPECT_THAT(e1.error().message, HasSubstr("another replica"));
+  auto e2 = ParseResponsesRequest(
+      R"({"input": [{"role": "user", "content": "x"}, {"type": "item_reference", "id": "msg_9"}]})",
+      {}, &store);
+  ASSERT_FALSE(e2.ok());
+  EXPECT_EQ(e2.error().http_status, 404);
+  EXPECT_EQ(e2.error().param, "input[1]");
+  EXPECT_THAT(e2.error().message, HasSubstr("msg_9"));
+  EXPECT_THAT(e2.error().message, HasSubstr("evicted"));
 }
 
 // Every field this endpoint knows has its type checked.

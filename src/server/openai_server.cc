@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -190,6 +191,9 @@ struct OpenAiServer::Impl {
   // The automaton for a request's structured output, or its 400.
   ApiOr<std::shared_ptr<constrain::Automaton>> CompileConstraint(const StructuredOutput& so);
   std::atomic<int64_t> in_flight{0};
+  // /v1/responses' store; shared with the metrics callbacks, which the
+  // registry may run after the server is gone.
+  std::shared_ptr<ResponseStore> response_store;
 
   // Request threads: the I/O thread queues parse/render/tokenize/submit
   // work here. A job keeps its responder so AbortInFlight can answer it.
@@ -254,6 +258,7 @@ struct OpenAiServer::Impl {
   void HandleDetokenize(HttpRequest& req, HttpResponder& res);
   void HandleModels(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
   void HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
+  void HandleStoredResponse(const HttpRequest& req, HttpResponder& res);
   ojson ModelJson() const;
   void Process(Exchange& ex);
 };
@@ -275,6 +280,8 @@ struct OpenAiServer::Impl::Exchange {
   // /v1/responses: its context, and its own event stream in place of encoder.
   std::optional<ResponsesContext> responses;
   std::unique_ptr<ResponsesStreamEncoder> responses_encoder;
+  bool store_response = false;  // kept in the store once finished
+  ojson responses_input;        // its input items, as the store keeps them
   std::string role = "assistant";
   Clock::time_point arrival;
   bool echo = false;
@@ -323,6 +330,7 @@ StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(const LoadedModel& 
 
 Status OpenAiServer::Impl::Init() {
   limits.vocab_size = model.config.vocab_size;
+  response_store = std::make_shared<ResponseStore>(options.responses_store);
   limits.prompt_logprobs_supported =
       options.pd == nullptr;  // PD: the prefill would have to send them
   if (options.tool_call_parser == "auto") {
@@ -376,6 +384,30 @@ Status OpenAiServer::Impl::Init() {
       e2e, hist("strata_e2e_request_latency_seconds", "From request arrival to its last token."));
   ASSIGN_OR_RETURN(queue_time, hist("strata_queue_time_seconds",
                                     "From request arrival to the start of its prefill."));
+  {
+    std::shared_ptr<ResponseStore> st = response_store;
+    RETURN_IF_ERROR(registry.AddCallbackGauge(
+        "strata_responses_store_responses",
+        "Responses kept for previous_response_id, item_reference and GET /v1/responses/{id}.",
+        [st] { return static_cast<double>(st->stats().responses); }));
+    RETURN_IF_ERROR(registry.AddCallbackGauge(
+        "strata_responses_store_bytes",
+        "Bytes of JSON the response store keeps (bounded by --responses-store-max-bytes).",
+        [st] { return static_cast<double>(st->stats().bytes); }));
+    RETURN_IF_ERROR(registry.AddCallbackCounter(
+        "strata_responses_store_evictions_total",
+        "Stored responses evicted (least recently used first) to stay within "
+        "--responses-store-max-items or --responses-store-max-bytes.",
+        [st] {
+          const ResponseStore::Stats s = st->stats();
+          return static_cast<double>(s.evicted_max_items + s.evicted_max_bytes);
+        }));
+    RETURN_IF_ERROR(
+        registry.AddCallbackCounter("strata_responses_store_too_large_total",
+                                    "Responses with store: true not kept because one alone exceeds "
+                                    "--responses-store-max-bytes.",
+                                    [st] { return static_cast<double>(st->stats().too_large); }));
+  }
 
   // The transport checks the key when a request's headers arrive (routes
   // are HttpAuth::kApiKey unless marked kPublic below). A transport bound
@@ -633,6 +665,7 @@ void OpenAiServer::Impl::HandleModels(HttpRequest&& req, std::shared_ptr<HttpRes
 // ids may contain '/', sent raw or as %2F), else the transport's 404.
 void OpenAiServer::Impl::HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
   constexpr std::string_view kModels = "/v1/models/";
+  if (req.path.starts_with("/v1/responses/")) return HandleStoredResponse(req, *res);
   if (!req.path.starts_with(kModels) || req.path.size() == kModels.size()) {
     res->SendJson(404, HttpErrorJson("Invalid URL (" + req.method + " " + req.target + ")"));
     return;
@@ -646,6 +679,101 @@ void OpenAiServer::Impl::HandleUnrouted(HttpRequest&& req, std::shared_ptr<HttpR
   const std::string id = PercentDecode(std::string_view(req.path).substr(kModels.size()));
   if (id != options.served_model_name) return SendError(*res, ModelNotFoundError(id));
   res->SendJson(200, DumpJson(ModelJson()));
+}
+
+// "a=1&b=x" -> {a: "1", b: "x"} (values percent-decoded; '+' is a space).
+std::map<std::string, std::string> QueryParams(std::string_view query) {
+  std::map<std::string, std::string> out;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = kv.find('=');
+    std::string value = eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
+    std::replace(value.begin(), value.end(), '+', ' ');
+    out[PercentDecode(kv.substr(0, eq))] = PercentDecode(value);
+  }
+  return out;
+}
+
+// GET /v1/responses/{id}: the stored response object; DELETE: OpenAI's
+// {id, object: "response", deleted: true}; GET /v1/responses/{id}/input_items:
+// OpenAI's list (order desc by default, limit 1..100, default 20, after an
+// item id). An id the store does not have (never stored, deleted, evicted,
+// another replica's) is a 404 saying so.
+void OpenAiServer::Impl::HandleStoredResponse(const HttpRequest& req, HttpResponder& res) {
+  std::string id = PercentDecode(std::string_view(req.path).substr(14));
+  bool input_items = false;
+  if (const size_t slash = id.find('/'); slash != std::string::npos) {
+    input_items = id.substr(slash + 1) == "input_items";
+    if (!input_items) id.clear();  // cancel, ...: no background runs here
+    id.resize(std::min(id.size(), slash));
+  }
+  if (id.empty()) {
+    res.SendJson(404, HttpErrorJson("Invalid URL (" + req.method + " " + req.target +
+                                    "): this server serves GET and DELETE /v1/responses/{id} "
+                                    "and GET /v1/responses/{id}/input_items"));
+    return;
+  }
+  if (req.method != "GET" && (input_items || req.method != "DELETE")) {
+    res.Send(405,
+             {{"Allow", input_items ? "GET" : "GET, DELETE"}, {"Content-Type", "application/json"}},
+             HttpErrorJson("method " + req.method + " is not allowed on " + req.path));
+    return;
+  }
+  if (!Authorized(req, res)) return;
+  const std::map<std::string, std::string> query = QueryParams(req.query);
+  if (req.method == "DELETE") {
+    if (!response_store->Delete(id))
+      return SendError(res, UnknownResponseError(id, response_store.get()));
+    res.SendJson(200, DumpJson(ojson{{"id", id}, {"object", "response"}, {"deleted", true}}));
+    return;
+  }
+  if (input_items) {
+    int64_t limit = 20;
+    if (auto it = query.find("limit"); it != query.end()) {
+      char* end = nullptr;
+      limit = std::strtoll(it->second.c_str(), &end, 10);
+      if (it->second.empty() || *end != '\0' || limit < 1 || limit > 100)
+        return SendError(res, InvalidRequestError("limit",
+                                                  "limit must be an integer in [1, 100], "
+                                                  "got '" +
+                                                      it->second + "'"));
+    }
+    const std::string order = query.count("order") ? query.at("order") : "desc";
+    if (order != "asc" && order != "desc")
+      return SendError(res, InvalidRequestError(
+                                "order", "order must be \"asc\" or \"desc\", got '" + order + "'"));
+    std::optional<ojson> items = response_store->InputItems(id);
+    if (!items) return SendError(res, UnknownResponseError(id, response_store.get()));
+    if (order == "desc") std::reverse(items->begin(), items->end());
+    size_t from = 0;
+    if (auto it = query.find("after"); it != query.end()) {
+      while (from < items->size() && (*items)[from].value("id", "") != it->second) ++from;
+      if (from == items->size())
+        return SendError(res, InvalidRequestError("after", "after: no input item with id '" +
+                                                               it->second + "' in " + id));
+      ++from;
+    }
+    ojson page = ojson::array();
+    for (size_t i = from; i < items->size() && page.size() < static_cast<size_t>(limit); ++i)
+      page.push_back((*items)[i]);
+    const bool more = from + page.size() < items->size();
+    ojson list{{"object", "list"},
+               {"data", page},
+               {"first_id", page.empty() ? ojson(nullptr) : page.front()["id"]},
+               {"last_id", page.empty() ? ojson(nullptr) : page.back()["id"]},
+               {"has_more", more}};
+    res.SendJson(200, DumpJson(list));
+    return;
+  }
+  if (auto it = query.find("stream"); it != query.end() && it->second == "true")
+    return SendError(res, InvalidRequestError("stream",
+                                              "stream: true (replaying a response's events) is "
+                                              "not supported; retrieve it without stream"));
+  std::optional<ojson> r = response_store->Get(id);
+  if (!r) return SendError(res, UnknownResponseError(id, response_store.get()));
+  res.SendJson(200, DumpJson(*r));
 }
 
 void OpenAiServer::Impl::HandleTokenize(HttpRequest& req, HttpResponder& res) {
@@ -723,9 +851,11 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   if (chat) {
     auto creq = [&]() -> ApiOr<ChatCompletionRequest> {
       if (api != Api::kResponses) return ParseChatCompletionRequest(req.body, limits);
-      auto r = ParseResponsesRequest(req.body, limits);
+      auto r = ParseResponsesRequest(req.body, limits, response_store.get());
       if (!r.ok()) return r.error();
       ex->responses = std::move(r.value().context);
+      ex->store_response = r.value().store;
+      if (ex->store_response) ex->responses_input = std::move(r.value().input_items);
       return std::move(r.value().chat);
     }();
     if (!creq.ok()) return CountRequest("error"), SendError(*res, creq.error());
@@ -1126,6 +1256,11 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
       events += StreamEncoder::Error(ApiErrorFromStatus(failed->error));
     else if (all_done)
       events += ex.StreamFinish(usage);
+    // Kept before the last event goes out: a client's next request may
+    // name it as soon as it has read it.
+    if (all_done && !failed && ex.store_response && ex.responses_encoder &&
+        ex.choices[0].reason != FinishReason::kAbort)  // not a client that left
+      response_store->Put(ex.meta.id, ex.responses_encoder->final_response(), ex.responses_input);
     if (!events.empty()) res.Write(std::move(events));
     if (all_done) res.End();
   } else if (all_done) {
@@ -1150,6 +1285,8 @@ void OpenAiServer::Impl::Process(Exchange& ex) {
     ojson body = ex.responses ? ResponseObjectJson(*ex.responses, outs[0], usage)
                  : ex.chat ? ChatCompletionResponseJson(ex.meta, outs, usage, ex.logprobs, ex.role)
                            : CompletionResponseJson(ex.meta, outs, usage, ex.logprobs);
+    if (ex.store_response && outs[0].finish_reason != FinishReason::kAbort)
+      response_store->Put(ex.meta.id, body, ex.responses_input);
     res.SendJson(200, DumpJson(body));
     ex.headers_sent = true;
   }

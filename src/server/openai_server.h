@@ -12,6 +12,8 @@
 //   GET  /v1/models/{id}     the model object, or 404 model_not_found
 //   POST /v1/completions, /v1/chat/completions  (stream or not)
 //   POST /v1/responses       the Responses API, run as chat (openai_responses.h)
+//   GET, DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
+//                            a stored response (response_store.h), or 404
 //   POST /tokenize, /detokenize                   (vLLM's shapes)
 //   GET  /debug/integrity    (API key) KV cache / prefix cache invariants, checked
 //                            by the engine thread when idle, one check at a time;
@@ -47,6 +49,7 @@
 #include "model/model_dir.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
+#include "server/response_store.h"
 
 namespace strata {
 
@@ -64,6 +67,9 @@ struct ServerOptions {
   std::string tool_call_parser;
   // --reasoning-parser: "" (none) or a name of ReasoningFormatFromName.
   std::string reasoning_parser;
+  // --responses-store-max-items / --responses-store-max-bytes: the bounds of
+  // the /v1/responses store (max_items 0: keep nothing).
+  ResponseStoreOptions responses_store;
   // --disaggregation-mode prefill|decode: the role whose handoffs requests
   // get (docs/architecture/disagg.md); null: colocated. Must outlive the
   // server and the engine's requests (destroy it after AsyncEngine::Stop).

@@ -1,8 +1,10 @@
 // The Responses API (/v1/responses) through real clients against the real
 // `strata serve` binary: the OpenAI Node SDK's responses.create (streamed
-// and not, tools, a function_call round trip), the Vercel AI SDK's default
-// OpenAI provider (AI SDK 6 speaks the Responses API) with generateText,
-// streamText and a tool, and LangChain's ChatOpenAI with useResponsesApi.
+// and not, tools, a function_call round trip, previous_response_id,
+// retrieve, delete), the Vercel AI SDK's default OpenAI provider (AI SDK 6
+// speaks the Responses API, store true by default) with generateText,
+// streamText, a tool, multi-turn item_reference and its multi-step tool
+// loop, and LangChain's ChatOpenAI with useResponsesApi.
 // The tiny random model writes gibberish and never a tool call, so what is
 // checked is that each client's requests are accepted and its parser takes
 // every answer, and that greedy answers agree across clients and endpoints.
@@ -12,7 +14,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText, tool } from 'ai';
+import { generateText, streamText, tool, stepCountIs, wrapLanguageModel } from 'ai';
 import { ChatOpenAI } from '@langchain/openai';
 import { z } from 'zod';
 
@@ -148,15 +150,73 @@ test('responses.create with tools and a function_call round trip', async () => {
   assert.ok(second.usage.input_tokens > first.usage.input_tokens, 'the tool result is in the prompt');
 });
 
-test('unsupported Responses features are a 400 naming the field', async () => {
-  for (const [extra, param] of [[{ previous_response_id: 'resp_123' }, 'previous_response_id'],
-                                [{ tools: [{ type: 'web_search' }] }, 'tools[0].type'],
-                                [{ input: [{ type: 'item_reference', id: 'msg_1' }] }, 'input[0]']]) {
+test('unsupported Responses features and unknown ids are errors naming the field', async () => {
+  for (const [extra, status, param, says] of [
+    [{ previous_response_id: 'resp_123' }, 400, 'previous_response_id', /resp_123' not found.*another replica/],
+    [{ tools: [{ type: 'web_search' }] }, 400, 'tools[0].type', /built-in/],
+    [{ input: [{ type: 'item_reference', id: 'msg_1' }] }, 404, 'input[0]', /msg_1' not found.*evicted/]]) {
     await assert.rejects(
       client.responses.create({ model: MODEL, input: 'x', ...extra }),
-      (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === param,
-      `expected a 400 naming ${param}`);
+      (e) => e instanceof OpenAI.APIError && e.status === status && e.param === param && says.test(e.message),
+      `expected a ${status} naming ${param}`);
   }
+});
+
+// The response store with the OpenAI SDK: a conversation continued by
+// previous_response_id is the conversation sent whole; retrieve returns
+// the stored object (streamed responses too); delete removes it.
+test('OpenAI SDK: previous_response_id, retrieve, inputItems.list and delete', async () => {
+  const sampling = { max_output_tokens: 6, temperature: 0 };
+  const first = await client.responses.create({ model: MODEL, input: 'Weather in Paris?', ...sampling });
+  assert.equal(first.store, true, 'store defaults to true');
+  const next = await client.responses.create({ model: MODEL, previous_response_id: first.id, input: 'And Rome?', ...sampling });
+  assert.equal(next.previous_response_id, first.id);
+  const whole = await client.responses.create({
+    model: MODEL, store: false, ...sampling,
+    input: [{ role: 'user', content: 'Weather in Paris?' }, ...first.output, { role: 'user', content: 'And Rome?' }],
+  });
+  assert.equal(whole.store, false);
+  assert.equal(next.usage.input_tokens, whole.usage.input_tokens);
+  assert.equal(next.output_text, whole.output_text, 'greedy: the same prompt, the same text');
+  // A chain: the third turn sees both earlier ones.
+  const third = await client.responses.create({ model: MODEL, previous_response_id: next.id, input: 'And Oslo?', ...sampling });
+  assert.ok(third.usage.input_tokens > next.usage.input_tokens + next.usage.output_tokens);
+
+  // input_items: the conversation next's model saw, each item with an id.
+  const asc = await client.responses.inputItems.list(next.id, { order: 'asc' });
+  assert.deepEqual(asc.data.map((i) => i.type), ['message', 'message', 'message']);
+  assert.equal(asc.data[1].id, first.output[0].id, 'the first turn\'s answer, by its id');
+  for (const i of asc.data) assert.match(i.id, /^msg_/);
+  const desc = await client.responses.inputItems.list(next.id, { limit: 1 });
+  assert.equal(desc.data.length, 1);
+  assert.equal(desc.data[0].id, asc.data[2].id, 'newest first by default');
+  assert.equal(desc.has_more, true);
+  const all = [];
+  for await (const i of client.responses.inputItems.list(next.id, { limit: 1, order: 'asc' })) all.push(i.id);
+  assert.deepEqual(all, asc.data.map((i) => i.id), 'the SDK pages through with after');
+
+  const got = await client.responses.retrieve(first.id);
+  assert.equal(got.id, first.id);
+  assert.deepEqual(got.output, first.output);
+  assert.equal(got.output_text, first.output_text);
+
+  const stream = await client.responses.create({ model: MODEL, input: 'Say hello.', stream: true, ...sampling });
+  let completed;
+  for await (const ev of stream) if (ev.type === 'response.completed' || ev.type === 'response.incomplete') completed = ev.response;
+  assert.ok(completed);
+  const sgot = await client.responses.retrieve(completed.id);
+  assert.deepEqual(sgot.output, completed.output);
+
+  await client.responses.delete(first.id);
+  await assert.rejects(client.responses.retrieve(first.id),
+                       (e) => e instanceof OpenAI.NotFoundError && /evicted/.test(e.message));
+  await assert.rejects(client.responses.delete(first.id), (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(client.responses.retrieve(whole.id), (e) => e instanceof OpenAI.NotFoundError,
+                       'store: false keeps nothing');
+  // The continuation needs only its own entry: deleting the first turn does
+  // not break the chain.
+  const fourth = await client.responses.create({ model: MODEL, previous_response_id: third.id, input: 'Thanks.', ...sampling });
+  assert.ok(fourth.usage.input_tokens > third.usage.input_tokens);
 });
 
 // The Vercel AI SDK's default OpenAI provider: provider(model) is the
@@ -209,11 +269,28 @@ test('LangChain ChatOpenAI with useResponsesApi: invoke, stream, bindTools', asy
   for (const c of t.tool_calls) assert.equal(typeof c.args, 'object');
 });
 
+// LangChain: a second turn by previous_response_id (a call option) equals
+// the same turn with the history sent (an AIMessage replays its response's
+// output items, ids and all).
+test('LangChain ChatOpenAI with useResponsesApi: previous_response_id and history', async () => {
+  const llm = new ChatOpenAI({
+    model: MODEL, apiKey: 'unused', useResponsesApi: true, temperature: 0, maxTokens: 6, maxRetries: 0,
+    configuration: { baseURL },
+  });
+  const first = await llm.invoke('Weather in Paris?');
+  const byId = await llm.invoke('And Rome?', { previous_response_id: first.response_metadata.id });
+  const byHistory = await llm.invoke([{ role: 'user', content: 'Weather in Paris?' }, first,
+                                      { role: 'user', content: 'And Rome?' }]);
+  assert.equal(byId.usage_metadata.input_tokens, byHistory.usage_metadata.input_tokens);
+  assert.equal(byId.text, byHistory.text);
+  assert.ok(byId.usage_metadata.input_tokens > first.usage_metadata.input_tokens);
+});
+
 // A second turn whose assistant text came from an earlier response: the AI
-// SDK refers to it by id (item_reference) unless store is false. This
-// server stores nothing, so the reference is a 400 that says what to set,
-// and with store: false the same conversation goes through.
-test('AI SDK multi-turn: item_reference refused with the fix, store: false works', async () => {
+// SDK refers to it by id (item_reference), as its default store: true
+// does, and the server resolves it from its store; with store: false the
+// SDK sends the text itself. Both prompts are the same.
+test('AI SDK multi-turn: item_reference resolved from the store, equal to store: false', async () => {
   const openai = createOpenAI({ baseURL, apiKey: 'unused' });
   const model = openai(MODEL);
   const first = await generateText({ model, prompt: 'Say hello.', maxOutputTokens: 6, temperature: 0, maxRetries: 0 });
@@ -224,13 +301,91 @@ test('AI SDK multi-turn: item_reference refused with the fix, store: false works
     { role: 'assistant', content: [{ type: 'text', text: first.text, providerOptions: { openai: { itemId } } }] },
     { role: 'user', content: 'Again.' },
   ];
-  await assert.rejects(
-    generateText({ model, messages, maxOutputTokens: 6, temperature: 0, maxRetries: 0 }),
-    (e) => e.statusCode === 400 && /item_reference/.test(e.responseBody) && /store is false/.test(e.responseBody));
-  const second = await generateText({
+  const referenced = await generateText({ model, messages, maxOutputTokens: 6, temperature: 0, maxRetries: 0 });
+  const inline = await generateText({
     model, messages, maxOutputTokens: 6, temperature: 0, maxRetries: 0,
     providerOptions: { openai: { store: false } },
   });
-  assert.equal(typeof second.text, 'string');
-  assert.ok(second.usage.inputTokens > first.usage.inputTokens, 'the earlier turn is in the prompt');
+  assert.equal(referenced.usage.inputTokens, inline.usage.inputTokens);
+  assert.equal(referenced.text, inline.text);
+  assert.ok(referenced.usage.inputTokens > first.usage.inputTokens, 'the earlier turn is in the prompt');
+});
+
+// The AI SDK's own multi-step tool loop (generateText and streamText with
+// stopWhen, default provider settings: store true). The random-weight model
+// never calls a tool and tool_choice "required" needs constrained decoding,
+// so a middleware adds one call to the first step's real answer (everything
+// else is the SDK's: it runs the tool, then sends step 2 with the step-1
+// text as an item_reference, the call inline and its output). Step 2 must be
+// accepted and see the whole conversation: its prompt equals the same
+// conversation sent with store: false.
+function withOneCannedCall(model) {
+  let calls = 0;
+  const call = { type: 'tool-call', toolCallId: 'call_loop1', toolName: 'get_weather', input: '{"city":"Paris"}' };
+  return wrapLanguageModel({
+    model,
+    middleware: {
+      specificationVersion: 'v3',
+      wrapGenerate: async ({ doGenerate }) => {
+        const r = await doGenerate();
+        if (calls++ > 0) return r;
+        return { ...r, content: [...r.content, call], finishReason: { unified: 'tool-calls', raw: 'tool_calls' } };
+      },
+      wrapStream: async ({ doStream }) => {
+        const r = await doStream();
+        if (calls++ > 0) return r;
+        const add = new TransformStream({
+          transform(part, ctl) {
+            if (part.type === 'finish') {
+              ctl.enqueue(call);
+              ctl.enqueue({ ...part, finishReason: { unified: 'tool-calls', raw: 'tool_calls' } });
+            } else {
+              ctl.enqueue(part);
+            }
+          },
+        });
+        return { ...r, stream: r.stream.pipeThrough(add) };
+      },
+    },
+  });
+}
+
+test('AI SDK multi-step tool loop with default settings (store: true, item_reference)', async () => {
+  const openai = createOpenAI({ baseURL, apiKey: 'unused' });
+  const bodies = [];
+  const seen = createOpenAI({
+    baseURL, apiKey: 'unused',
+    fetch: async (url, init) => { bodies.push(JSON.parse(init.body)); return fetch(url, init); },
+  });
+  let ran = 0;
+  const tools = { get_weather: tool({ description: 'Current weather', inputSchema: z.object({ city: z.string() }),
+                                      execute: async ({ city }) => { ran++; return { city, temperature_c: 18 }; } }) };
+  const common = { prompt: 'What is the weather in Paris?', tools, stopWhen: stepCountIs(3), maxOutputTokens: 6,
+                   temperature: 0, maxRetries: 0 };
+
+  const g = await generateText({ model: withOneCannedCall(seen(MODEL)), ...common });
+  assert.equal(ran, 1, 'the SDK ran the tool');
+  assert.equal(g.steps.length, 2, 'a second step after the tool result');
+  const step2 = bodies[1];
+  assert.ok(step2.store === undefined || step2.store === true, 'the default: store true');
+  const types = step2.input.map((i) => i.type ?? i.role);
+  assert.deepEqual(types, ['user', 'item_reference', 'function_call', 'function_call_output'], JSON.stringify(step2.input));
+  assert.equal(step2.input[1].id, g.steps[0].response.body.output[0].id, 'a reference to step 1\'s message');
+
+  // The same second step, sent without references (store: false): same prompt.
+  const inline = await generateText({ model: withOneCannedCall(openai(MODEL)), ...common,
+                                      providerOptions: { openai: { store: false } } });
+  assert.equal(inline.steps.length, 2);
+  assert.equal(g.steps[1].usage.inputTokens, inline.steps[1].usage.inputTokens);
+  assert.ok(g.steps[1].usage.inputTokens > g.steps[0].usage.inputTokens, 'the call and its result are in the prompt');
+
+  // streamText: the same loop over the streaming endpoint.
+  bodies.length = 0;
+  const s = streamText({ model: withOneCannedCall(seen(MODEL)), ...common });
+  for await (const _ of s.textStream) { /* drain */ }
+  const steps = await s.steps;
+  assert.equal(steps.length, 2);
+  assert.equal(bodies[1].input[1].type, 'item_reference');
+  assert.equal(steps[1].usage.inputTokens, g.steps[1].usage.inputTokens);
+  assert.equal(ran, 3);
 });
