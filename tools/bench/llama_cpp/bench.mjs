@@ -4,19 +4,25 @@
 // decode steps; best of --repeats after one warm-up that pages in the weights.
 //
 //   node tools/bench/llama_cpp/bench.mjs --model M.gguf --threads 2 \
-//       [--prompt-len 512] [--gen-len 64] [--repeats 1] [--vocab-hi 1000]
+//       [--prompt-len 512] [--gen-len 64] [--repeats 1] [--vocab-hi 1000] \
+//       [--native DIR]
 //
 // Prints one JSON object. What is timed is model evaluation through
 // LlamaContextSequence.evaluate (llama_decode + greedy sampling of one token
 // per step): prefill = prompt submitted -> first token sampled; decode = each
-// later token. Uses the npm prebuilt llama.cpp (node-llama-cpp 3.22.1), CPU only.
-import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+// later token. CPU only. Without --native: the npm prebuilt llama.cpp of
+// node-llama-cpp 3.22.1 installed next to this file. With --native DIR: the
+// llama.cpp that `node-llama-cpp source download` compiled (-march=native)
+// inside DIR/node_modules/node-llama-cpp (tools/bench/llama_cpp/native.sh).
+// Which one loaded is checked, not assumed: node-llama-cpp prefers a local
+// build over the prebuilt when both exist, so the two live in separate installs.
+import { loadNodeLlamaCpp } from "./load.mjs";
 
 function parseArgs(argv) {
   const a = { promptLen: 512, genLen: 64, repeats: 1, threads: 1, vocabHi: 1000 };
   const names = {
     "--model": "model", "--threads": "threads", "--prompt-len": "promptLen",
-    "--gen-len": "genLen", "--repeats": "repeats", "--vocab-hi": "vocabHi",
+    "--gen-len": "genLen", "--repeats": "repeats", "--vocab-hi": "vocabHi", "--native": "native",
   };
   for (let i = 0; i < argv.length; i += 2) {
     const key = names[argv[i]];
@@ -24,7 +30,7 @@ function parseArgs(argv) {
       console.error(`bench.mjs: unknown or valueless flag '${argv[i]}' (known: ${Object.keys(names).join(" ")})`);
       process.exit(2);
     }
-    a[key] = key === "model" ? argv[i + 1] : Number(argv[i + 1]);
+    a[key] = key === "model" || key === "native" ? argv[i + 1] : Number(argv[i + 1]);
   }
   if (!a.model) {
     console.error("bench.mjs: --model PATH.gguf is required");
@@ -59,9 +65,7 @@ async function runOnce(seq, prompt, genLen) {
 }
 
 const args = parseArgs(process.argv.slice(2));
-const llama = await getLlama({
-  gpu: false, build: "never", maxThreads: args.threads, logLevel: LlamaLogLevel.error,
-});
+const { llama, binding } = await loadNodeLlamaCpp({ native: args.native, maxThreads: args.threads });
 const model = await llama.loadModel({ modelPath: args.model, gpuLayers: 0 });
 const context = await model.createContext({
   contextSize: args.promptLen + args.genLen + 16,
@@ -80,8 +84,8 @@ for (let r = 0; r < args.repeats; r++) {
   bestDecode = Math.max(bestDecode, res.decodeSteps / res.decodeS);
 }
 console.log(JSON.stringify({
-  engine: "llama.cpp",
-  binding: "node-llama-cpp@3.22.1 (npm prebuilt)",
+  engine: args.native ? "llama.cpp native" : "llama.cpp prebuilt",
+  binding,
   gpu: llama.gpu,
   cpu_variant: llama.buildType ?? null,
   model: args.model,
