@@ -145,8 +145,9 @@ run_strata() {  # shape threads round precision
   out=$(/usr/bin/time -o "$TIMES" -f "%U %S %e" "$STRATA" bench engine --model-path "$MODELS/$1" --threads "$2" --prompt-len "$PROMPT" \
         --gen-len "$GEN" --repeats "$REPEATS" --matmul-precision "$4" --json 2>>"$LOG")
   echo "$out" >>"$LOG"
-  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"strata %s matmul","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s,"cpu_share":%s}\n' \
+  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"strata %s matmul","prefill_tok_s":%s,"decode_tok_s":%s,"prefill_tok_per_cpu_s":%s,"decode_tok_per_cpu_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s,"cpu_share":%s}\n' \
     "$1" "$2" "$3" "$4" "$(json_field prefill_tok_s <<<"$out")" "$(json_field decode_tok_s <<<"$out")" \
+    "$(json_field prefill_tok_per_cpu_s <<<"$out")" "$(json_field decode_tok_per_cpu_s <<<"$out")" \
     "$(json_field read_bandwidth_gb_s <<<"$out")" "$WB" "$la" "$(cpu_share "$2")" >>"$RESULTS"
 }
 
@@ -159,8 +160,9 @@ run_llama() {  # shape threads round peer; bandwidth right before and after, bes
         --prompt-len "$PROMPT" --gen-len "$GEN" --repeats "$REPEATS" --vocab-hi "$VOCAB_HI" "${native[@]}" 2>>"$LOG")
   bw2=$("$STRATA" bench bandwidth --threads "$2" --json | json_field read_bandwidth_gb_s)
   echo "$out" >>"$LOG"
-  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"llama.cpp %s","prefill_tok_s":%s,"decode_tok_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s,"cpu_share":%s}\n' \
+  printf '{"shape":"%s","threads":%s,"round":%s,"engine":"llama.cpp %s","prefill_tok_s":%s,"decode_tok_s":%s,"prefill_tok_per_cpu_s":%s,"decode_tok_per_cpu_s":%s,"bw_gb_s":%s,"weight_bytes":%s,"loadavg":%s,"cpu_share":%s}\n' \
     "$1" "$2" "$3" "$4" "$(json_field prefill_tok_s <<<"$out")" "$(json_field decode_tok_s <<<"$out")" \
+    "$(json_field prefill_tok_per_cpu_s <<<"$out")" "$(json_field decode_tok_per_cpu_s <<<"$out")" \
     "$(/usr/bin/python3 -c "print(max($bw1, $bw2))")" "$WB" "$la" "$(cpu_share "$2")" >>"$RESULTS"
 }
 

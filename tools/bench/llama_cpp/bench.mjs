@@ -53,15 +53,25 @@ function promptTokens(n, hi, seed) {
 // One prompt + greedy generation; returns seconds for prefill and per-step decode.
 async function runOnce(seq, prompt, genLen) {
   await seq.clearHistory();
+  const cpuS = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };  // all threads
   const t0 = process.hrtime.bigint();
+  const c0 = cpuS();
   let tFirst = 0n;
+  let cFirst = 0;
   let steps = 0;
   for await (const _tok of seq.evaluate(prompt, { temperature: 0 })) {
-    if (steps === 0) tFirst = process.hrtime.bigint();
+    if (steps === 0) {
+      tFirst = process.hrtime.bigint();
+      cFirst = cpuS();
+    }
     if (++steps > genLen) break;  // token 1 came from prefill; genLen decode steps after it
   }
   const tEnd = process.hrtime.bigint();
-  return { prefillS: Number(tFirst - t0) / 1e9, decodeS: Number(tEnd - tFirst) / 1e9, decodeSteps: steps - 1 };
+  const cEnd = cpuS();
+  return {
+    prefillS: Number(tFirst - t0) / 1e9, decodeS: Number(tEnd - tFirst) / 1e9, decodeSteps: steps - 1,
+    prefillCpuS: cFirst - c0, decodeCpuS: cEnd - cFirst,
+  };
 }
 
 const args = parseArgs(process.argv.slice(2));
@@ -78,10 +88,15 @@ const seq = context.getSequence();
 await runOnce(seq, promptTokens(32, args.vocabHi, 7), 4);  // warm-up: page in weights
 let bestPrefill = 0;
 let bestDecode = 0;
+// Tokens per CPU-second per thread, as `strata bench engine` reports them.
+let bestPrefillCpu = 0;
+let bestDecodeCpu = 0;
 for (let r = 0; r < args.repeats; r++) {
   const res = await runOnce(seq, promptTokens(args.promptLen, args.vocabHi, 1234 + r), args.genLen);
   bestPrefill = Math.max(bestPrefill, args.promptLen / res.prefillS);
   bestDecode = Math.max(bestDecode, res.decodeSteps / res.decodeS);
+  bestPrefillCpu = Math.max(bestPrefillCpu, args.promptLen / (res.prefillCpuS / args.threads));
+  bestDecodeCpu = Math.max(bestDecodeCpu, res.decodeSteps / (res.decodeCpuS / args.threads));
 }
 console.log(JSON.stringify({
   engine: args.native ? "llama.cpp native" : "llama.cpp prebuilt",
@@ -95,6 +110,8 @@ console.log(JSON.stringify({
   gen_len: args.genLen,
   prefill_tok_s: bestPrefill,
   decode_tok_s: bestDecode,
+  prefill_tok_per_cpu_s: bestPrefillCpu,
+  decode_tok_per_cpu_s: bestDecodeCpu,
 }));
 await context.dispose();
 await model.dispose();
