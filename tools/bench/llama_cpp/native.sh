@@ -33,8 +33,7 @@ if [[ ! -f "$DIR/built" ]]; then
     { echo "native.sh: npm ci in $DIR failed; see $LOG" >&2; exit 1; }
   (cd "$DIR" && nice -n 19 npx --no node-llama-cpp source download --gpu false --noUsageExample) >>"$LOG" 2>&1 ||
     { echo "native.sh: node-llama-cpp source download failed in $DIR; see $LOG" >&2; exit 1; }
-  grep -q -- '-march=native' "$DIR/node_modules/node-llama-cpp/llama/localBuilds/linux-x64/CMakeCache.txt" ||
-    grep -rqs 'GGML_NATIVE:BOOL=ON' "$DIR/node_modules/node-llama-cpp/llama/localBuilds/" ||
+  grep -qs 'GGML_NATIVE:BOOL=ON' "$DIR"/node_modules/node-llama-cpp/llama/localBuilds/*/CMakeCache.txt ||
     { echo "native.sh: the build in $DIR is not GGML_NATIVE; see $LOG" >&2; exit 1; }
   date -u +%FT%TZ >"$DIR/built"
 fi
