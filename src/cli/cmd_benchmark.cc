@@ -241,7 +241,7 @@ int BenchCommand(const Args& args) {
     if (!res.ok()) return Fail(cmd, res.status());
   }
   double best_prefill = 0, best_decode = 0, best_bw = 0;
-  // Tokens per CPU-second per thread: what the engine does with the cores it
+  // Tokens x threads / CPU-seconds: what the engine does with the cores it
   // got, for a shared machine where wall-clock rates mostly measure the others.
   double best_prefill_cpu = 0, best_decode_cpu = 0;
   for (int64_t r = 0; r < reps; ++r) {

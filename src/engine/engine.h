@@ -102,7 +102,7 @@ struct EngineStats {
   double decode_seconds = 0;     // steps that carried only decode tokens
   double mixed_seconds = 0;
   // Process CPU time (all threads, spinning included) of the prefill-only and
-  // decode-only steps: on a shared machine, tokens per CPU-second per thread
+  // decode-only steps: on a shared machine, tokens x threads / CPU-seconds
   // says what the engine does with the cores it got (strata bench engine).
   double prefill_cpu_seconds = 0;
   double decode_cpu_seconds = 0;

@@ -4,8 +4,8 @@
 Each input line is one engine run:
   {"shape", "threads", "round", "engine", "prefill_tok_s", "decode_tok_s",
    "bw_gb_s", "weight_bytes", "loadavg", "cpu_share" (optional),
-   "prefill_tok_per_cpu_s", "decode_tok_per_cpu_s" (optional: tokens per
-   CPU-second per thread, what the engine did with the cores it got)}
+   "prefill_tok_per_cpu_s", "decode_tok_per_cpu_s" (optional: tokens x
+   threads / CPU-seconds, what the engine did with the cores it got)}
 A run's roofline is its own adjacent bandwidth / weight bytes (batch-1 decode
 reads every weight once per token), and its decode read GB/s is weight bytes x
 decode tok/s: what the engine streamed, to hold against the probe (a value

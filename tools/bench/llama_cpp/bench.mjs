@@ -88,7 +88,7 @@ const seq = context.getSequence();
 await runOnce(seq, promptTokens(32, args.vocabHi, 7), 4);  // warm-up: page in weights
 let bestPrefill = 0;
 let bestDecode = 0;
-// Tokens per CPU-second per thread, as `strata bench engine` reports them.
+// Tokens x threads / CPU-seconds, as `strata bench engine` reports them.
 let bestPrefillCpu = 0;
 let bestDecodeCpu = 0;
 for (let r = 0; r < args.repeats; r++) {
