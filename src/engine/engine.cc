@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -66,6 +68,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
 }
 
 namespace {
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
 
 // Identity of the model's weights for the storage tier: files written by a
 // different model (or dtype, page size, layout) must never be read back.
@@ -304,6 +312,7 @@ Status Engine::Step() {
       prompt_toks += batch.items[i].num_tokens;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ProcessCpuSeconds();
   Status st = runner_->Run(batch.items, &logits_);
   if (!st.ok()) {
     AbortAll(FinishReason::kError, st);
@@ -311,13 +320,16 @@ Status Engine::Step() {
   }
   Postprocess(batch, logits_);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double dcpu = ProcessCpuSeconds() - cpu0;
   stats_.prefill_tokens += prompt_toks;
   stats_.decode_tokens += decode_toks;
-  if (decode_toks == 0)
+  if (decode_toks == 0) {
     stats_.prefill_seconds += dt;
-  else if (prompt_toks == 0)
+    stats_.prefill_cpu_seconds += dcpu;
+  } else if (prompt_toks == 0) {
     stats_.decode_seconds += dt;
-  else
+    stats_.decode_cpu_seconds += dcpu;
+  } else
     stats_.mixed_seconds += dt;
   stats_.steps++;
   const SchedulerStats& ss = scheduler_->stats();

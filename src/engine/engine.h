@@ -101,12 +101,17 @@ struct GenerationResult {
 };
 
 struct EngineStats {
-  int64_t prefill_tokens = 0;   // prompt tokens computed (cache hits excluded)
+  int64_t prefill_tokens = 0;  // prompt tokens computed (cache hits excluded)
   int64_t decode_tokens = 0;
   int64_t generated_tokens = 0;  // every sampled token (first tokens included)
-  double prefill_seconds = 0;   // steps that carried only prompt tokens
-  double decode_seconds = 0;    // steps that carried only decode tokens
+  double prefill_seconds = 0;    // steps that carried only prompt tokens
+  double decode_seconds = 0;     // steps that carried only decode tokens
   double mixed_seconds = 0;
+  // Process CPU time (all threads, spinning included) of the prefill-only and
+  // decode-only steps: on a shared machine, tokens x threads / CPU-seconds
+  // says what the engine does with the cores it got (strata bench engine).
+  double prefill_cpu_seconds = 0;
+  double decode_cpu_seconds = 0;
   int64_t steps = 0;
   int64_t preemptions = 0;
   int64_t finished_requests = 0;
@@ -116,12 +121,12 @@ struct EngineStats {
 
 // Instantaneous state, for admission control and gauges.
 struct EngineLoad {
-  int64_t running = 0;          // admitted, computing
-  int64_t waiting = 0;          // queued, prefill not started (incl. preempted)
-  int64_t waiting_tokens = 0;   // prompt tokens of waiting requests
+  int64_t running = 0;         // admitted, computing
+  int64_t waiting = 0;         // queued, prefill not started (incl. preempted)
+  int64_t waiting_tokens = 0;  // prompt tokens of waiting requests
   int64_t pages_total = 0;
-  int64_t pages_active = 0;     // held by at least one request
-  int64_t pages_cached = 0;     // held only by the prefix cache
+  int64_t pages_active = 0;  // held by at least one request
+  int64_t pages_cached = 0;  // held only by the prefix cache
 };
 
 class Engine {
@@ -175,7 +180,7 @@ class Engine {
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<HostKvPool> host_pool_;  // before radix_: the tree holds host page refs
   std::unique_ptr<RadixTree> radix_;
-  std::unique_ptr<HiCache> hicache_;       // after radix_: it still applies completions to the tree
+  std::unique_ptr<HiCache> hicache_;  // after radix_: it still applies completions to the tree
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;  // declared last: gives its pages back first
   EngineStats stats_;

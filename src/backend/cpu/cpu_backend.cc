@@ -297,9 +297,13 @@ class CpuBackend final : public Backend {
         }
       });
     }
-    // Compute bound: one contiguous column range per thread; each range
-    // streams all of x once per k-block, so fewer, larger ranges are better.
-    const int64_t chunk = RoundUp(CeilDiv(m, threads), kernels_->gemm_cols_align);
+    // Compute bound: a few column ranges per thread, handed out dynamically,
+    // so a thread the machine preempts holds up at most one small range
+    // (with one range per thread the others waited for all of it). Each range
+    // packs only its own weight panels, so splitting costs no repacking; at
+    // least 128 columns keeps a range a whole group of packed panels.
+    const int64_t tasks = threads > 1 ? 4 * threads : 1;
+    const int64_t chunk = RoundUp(std::max<int64_t>(128, CeilDiv(m, tasks)), kernels_->gemm_cols_align);
     pool_.ParallelFor(CeilDiv(m, chunk), [&](int64_t t, int thread) {
       gemm(a, t * chunk, std::min(m, (t + 1) * chunk), scratch_[thread].get());
     });

@@ -154,6 +154,10 @@ TEST_P(CpuBackendTest, LinearCrossesGemmBlocks) {
   // multiple of the panel width, strided everything.
   CheckLinear(backend_.get(), DType::kBF16, {800, 520, 40}, true, true, rng_);
   CheckLinear(backend_.get(), DType::kF32, {30, 257, 100}, false, true, rng_);
+  // Columns past one group of packed panels (8 x 16 at AVX2, 8 x 32 at
+  // AVX-512) per thread, ending in a partial panel: the next group's prefetch
+  // and the group tail.
+  CheckLinear(backend_.get(), DType::kF16, {20, 300, 2 * 8 * 32 * 2 + 18}, true, false, rng_);
 }
 
 TEST(CpuBackendBf16Matmul, MatchesBf16RoundedReference) {

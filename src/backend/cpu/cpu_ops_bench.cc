@@ -6,7 +6,8 @@
 //                Weights are replicated to >= 512 MiB and cycled, so they come
 //                from DRAM as in a real decode step, not from L3.
 //   FmaPeak      register-only FMA (and vdpbf16ps) throughput: the compute
-//                roofline for prefill.
+//                roofline for prefill. fp32 is AVX-512, fp32-avx2 the 8-lane
+//                FMA that the avx2 kernel set's GEMM runs on.
 //   Gemm         Linear with 512 rows (prefill) in fp32 and bf16 precision;
 //                GFLOP/s.
 // Run: build-cpu/src/cpu_ops_bench [--benchmark_filter=Gemv]
@@ -84,7 +85,8 @@ void BM_MemRead(benchmark::State& state) {
     });
     benchmark::DoNotOptimize(sums.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(kBytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(kBytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_Gemv(benchmark::State& state, Shape shape) {
@@ -95,8 +97,10 @@ void BM_Gemv(benchmark::State& state, Shape shape) {
   std::vector<std::unique_ptr<Aligned>> w;
   for (size_t c = 0; c < copies; ++c) {
     w.push_back(std::make_unique<Aligned>(bytes));
-    if (c == 0) FillBf16(static_cast<uint16_t*>(w.back()->p), elems);
-    else std::memcpy(w.back()->p, w[0]->p, bytes);
+    if (c == 0)
+      FillBf16(static_cast<uint16_t*>(w.back()->p), elems);
+    else
+      std::memcpy(w.back()->p, w[0]->p, bytes);
   }
   std::vector<float> x(shape.k, 0.01f), out(shape.m);
   size_t i = 0;
@@ -106,7 +110,8 @@ void BM_Gemv(benchmark::State& state, Shape shape) {
                     Tensor{out.data(), DType::kF32, 1, shape.m, 0});
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(backend->Name());
 }
 
@@ -131,8 +136,8 @@ void BM_Gemm(benchmark::State& state, Shape shape, std::string precision) {
     backend->Linear(xt, wt, nullptr, Tensor{out.data(), DType::kF32, n, shape.m, 0});
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * n * shape.m * shape.k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * shape.m * shape.k / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
   if (precision != "fp32") {
     // Accuracy against the fp32 path: RMS and max error relative to the RMS output.
     std::vector<float> ref(n * shape.m);
@@ -177,6 +182,50 @@ __attribute__((target("avx512f,avx512bf16"))) float DpBf16Loop(int64_t iters) {
   return _mm512_reduce_add_ps(s);
 }
 
+// 12 chains: a Zen 3 core has 2 FMA pipes of 4 cycles' latency (8 in flight).
+// Named variables, not an array: GCC kept an array of them in memory.
+__attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
+  __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  __asm__ volatile("" : "+x"(a), "+x"(b));
+#define STRATA_ACC(i) __m256 c##i = _mm256_set1_ps(static_cast<float>(i));
+  STRATA_ACC(0)
+  STRATA_ACC(1) STRATA_ACC(2) STRATA_ACC(3) STRATA_ACC(4) STRATA_ACC(5) STRATA_ACC(6) STRATA_ACC(7)
+      STRATA_ACC(8) STRATA_ACC(9) STRATA_ACC(10) STRATA_ACC(11)
+#undef STRATA_ACC
+          for (int64_t it = 0; it < iters; ++it) {
+#define STRATA_FMA(i) c##i = _mm256_fmadd_ps(c##i, a, b);
+    STRATA_FMA(0)
+    STRATA_FMA(1) STRATA_FMA(2) STRATA_FMA(3) STRATA_FMA(4) STRATA_FMA(5) STRATA_FMA(6)
+        STRATA_FMA(7) STRATA_FMA(8) STRATA_FMA(9) STRATA_FMA(10) STRATA_FMA(11)
+#undef STRATA_FMA
+  }
+  const __m256 s =
+      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+                                  _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7))),
+                    _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)));
+  alignas(32) float v[8];
+  _mm256_store_ps(v, s);
+  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+
+void BM_FmaPeakAvx2(benchmark::State& state) {
+  if (!cpu::DetectCpuFeatures().avx2) {
+    state.SkipWithError("CPU lacks AVX2");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  cpu::ThreadPool pool(threads);
+  constexpr int64_t kIters = 1 << 21;
+  std::vector<float> sink(threads);
+  for (auto _ : state) {
+    pool.ParallelFor(threads, [&](int64_t t, int) { sink[t] = FmaLoopAvx2(kIters); });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  const double flops = double(threads) * kIters * 12 * 8 * 2;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_FmaPeak(benchmark::State& state, bool bf16) {
   const auto& f = cpu::DetectCpuFeatures();
   if (!f.avx512 || (bf16 && !f.avx512_bf16)) {
@@ -188,12 +237,14 @@ void BM_FmaPeak(benchmark::State& state, bool bf16) {
   constexpr int64_t kIters = 1 << 20;
   std::vector<float> sink(threads);
   for (auto _ : state) {
-    pool.ParallelFor(threads, [&](int64_t t, int) { sink[t] = bf16 ? DpBf16Loop(kIters) : FmaLoop(kIters); });
+    pool.ParallelFor(
+        threads, [&](int64_t t, int) { sink[t] = bf16 ? DpBf16Loop(kIters) : FmaLoop(kIters); });
     benchmark::DoNotOptimize(sink.data());
   }
   // Per FMA lane: 2 flops; vdpbf16ps does 2 multiply-adds per f32 lane.
   const double flops = double(threads) * kIters * 24 * 16 * 2 * (bf16 ? 2 : 1);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void RegisterAll() {
@@ -201,20 +252,25 @@ void RegisterAll() {
   // "max" for rates: this machine is shared and noise only ever slows it.
   auto threads = [](benchmark::internal::Benchmark* b) {
     b->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
-    b->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
-    b->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+    b->ComputeStatistics(
+        "min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+    b->ComputeStatistics(
+        "max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
   };
   threads(benchmark::RegisterBenchmark("MemRead", BM_MemRead));
   for (const Shape& s : kShapes) {
-    threads(benchmark::RegisterBenchmark((std::string("Gemv/") + s.model + "/" + s.name).c_str(), BM_Gemv, s));
+    threads(benchmark::RegisterBenchmark((std::string("Gemv/") + s.model + "/" + s.name).c_str(),
+                                         BM_Gemv, s));
   }
   threads(benchmark::RegisterBenchmark("FmaPeak/fp32", BM_FmaPeak, false));
   threads(benchmark::RegisterBenchmark("FmaPeak/bf16", BM_FmaPeak, true));
+  threads(benchmark::RegisterBenchmark("FmaPeak/fp32-avx2", BM_FmaPeakAvx2));
   for (const Shape& s : kShapes) {
     if (std::string(s.name) == "lm_head") continue;  // prefill computes logits for one row
     for (const char* p : {"fp32", "bf16"}) {
-      threads(benchmark::RegisterBenchmark((std::string("Gemm512/") + p + "/" + s.model + "/" + s.name).c_str(),
-                                           BM_Gemm, s, std::string(p)));
+      threads(benchmark::RegisterBenchmark(
+          (std::string("Gemm512/") + p + "/" + s.model + "/" + s.name).c_str(), BM_Gemm, s,
+          std::string(p)));
     }
   }
 }

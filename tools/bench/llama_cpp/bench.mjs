@@ -4,19 +4,25 @@
 // decode steps; best of --repeats after one warm-up that pages in the weights.
 //
 //   node tools/bench/llama_cpp/bench.mjs --model M.gguf --threads 2 \
-//       [--prompt-len 512] [--gen-len 64] [--repeats 1] [--vocab-hi 1000]
+//       [--prompt-len 512] [--gen-len 64] [--repeats 1] [--vocab-hi 1000] \
+//       [--native DIR]
 //
 // Prints one JSON object. What is timed is model evaluation through
 // LlamaContextSequence.evaluate (llama_decode + greedy sampling of one token
 // per step): prefill = prompt submitted -> first token sampled; decode = each
-// later token. Uses the npm prebuilt llama.cpp (node-llama-cpp 3.22.1), CPU only.
-import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+// later token. CPU only. Without --native: the npm prebuilt llama.cpp of
+// node-llama-cpp 3.22.1 installed next to this file. With --native DIR: the
+// llama.cpp that `node-llama-cpp source download` compiled (-march=native)
+// inside DIR/node_modules/node-llama-cpp (tools/bench/llama_cpp/native.sh).
+// Which one loaded is checked, not assumed: node-llama-cpp prefers a local
+// build over the prebuilt when both exist, so the two live in separate installs.
+import { loadNodeLlamaCpp } from "./load.mjs";
 
 function parseArgs(argv) {
   const a = { promptLen: 512, genLen: 64, repeats: 1, threads: 1, vocabHi: 1000 };
   const names = {
     "--model": "model", "--threads": "threads", "--prompt-len": "promptLen",
-    "--gen-len": "genLen", "--repeats": "repeats", "--vocab-hi": "vocabHi",
+    "--gen-len": "genLen", "--repeats": "repeats", "--vocab-hi": "vocabHi", "--native": "native",
   };
   for (let i = 0; i < argv.length; i += 2) {
     const key = names[argv[i]];
@@ -24,7 +30,7 @@ function parseArgs(argv) {
       console.error(`bench.mjs: unknown or valueless flag '${argv[i]}' (known: ${Object.keys(names).join(" ")})`);
       process.exit(2);
     }
-    a[key] = key === "model" ? argv[i + 1] : Number(argv[i + 1]);
+    a[key] = key === "model" || key === "native" ? argv[i + 1] : Number(argv[i + 1]);
   }
   if (!a.model) {
     console.error("bench.mjs: --model PATH.gguf is required");
@@ -47,21 +53,29 @@ function promptTokens(n, hi, seed) {
 // One prompt + greedy generation; returns seconds for prefill and per-step decode.
 async function runOnce(seq, prompt, genLen) {
   await seq.clearHistory();
+  const cpuS = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };  // all threads
   const t0 = process.hrtime.bigint();
+  const c0 = cpuS();
   let tFirst = 0n;
+  let cFirst = 0;
   let steps = 0;
   for await (const _tok of seq.evaluate(prompt, { temperature: 0 })) {
-    if (steps === 0) tFirst = process.hrtime.bigint();
+    if (steps === 0) {
+      tFirst = process.hrtime.bigint();
+      cFirst = cpuS();
+    }
     if (++steps > genLen) break;  // token 1 came from prefill; genLen decode steps after it
   }
   const tEnd = process.hrtime.bigint();
-  return { prefillS: Number(tFirst - t0) / 1e9, decodeS: Number(tEnd - tFirst) / 1e9, decodeSteps: steps - 1 };
+  const cEnd = cpuS();
+  return {
+    prefillS: Number(tFirst - t0) / 1e9, decodeS: Number(tEnd - tFirst) / 1e9, decodeSteps: steps - 1,
+    prefillCpuS: cFirst - c0, decodeCpuS: cEnd - cFirst,
+  };
 }
 
 const args = parseArgs(process.argv.slice(2));
-const llama = await getLlama({
-  gpu: false, build: "never", maxThreads: args.threads, logLevel: LlamaLogLevel.error,
-});
+const { llama, binding } = await loadNodeLlamaCpp({ native: args.native, maxThreads: args.threads });
 const model = await llama.loadModel({ modelPath: args.model, gpuLayers: 0 });
 const context = await model.createContext({
   contextSize: args.promptLen + args.genLen + 16,
@@ -74,14 +88,19 @@ const seq = context.getSequence();
 await runOnce(seq, promptTokens(32, args.vocabHi, 7), 4);  // warm-up: page in weights
 let bestPrefill = 0;
 let bestDecode = 0;
+// Tokens x threads / CPU-seconds, as `strata bench engine` reports them.
+let bestPrefillCpu = 0;
+let bestDecodeCpu = 0;
 for (let r = 0; r < args.repeats; r++) {
   const res = await runOnce(seq, promptTokens(args.promptLen, args.vocabHi, 1234 + r), args.genLen);
   bestPrefill = Math.max(bestPrefill, args.promptLen / res.prefillS);
   bestDecode = Math.max(bestDecode, res.decodeSteps / res.decodeS);
+  bestPrefillCpu = Math.max(bestPrefillCpu, args.promptLen / (res.prefillCpuS / args.threads));
+  bestDecodeCpu = Math.max(bestDecodeCpu, res.decodeSteps / (res.decodeCpuS / args.threads));
 }
 console.log(JSON.stringify({
-  engine: "llama.cpp",
-  binding: "node-llama-cpp@3.22.1 (npm prebuilt)",
+  engine: args.native ? "llama.cpp native" : "llama.cpp prebuilt",
+  binding,
   gpu: llama.gpu,
   cpu_variant: llama.buildType ?? null,
   model: args.model,
@@ -91,6 +110,8 @@ console.log(JSON.stringify({
   gen_len: args.genLen,
   prefill_tok_s: bestPrefill,
   decode_tok_s: bestDecode,
+  prefill_tok_per_cpu_s: bestPrefillCpu,
+  decode_tok_per_cpu_s: bestDecodeCpu,
 }));
 await context.dispose();
 await model.dispose();
