@@ -4,7 +4,8 @@
 // retrieve, delete), the Vercel AI SDK's default OpenAI provider (AI SDK 6
 // speaks the Responses API, store true by default) with generateText,
 // streamText, a tool, multi-turn item_reference and its multi-step tool
-// loop, and LangChain's ChatOpenAI with useResponsesApi.
+// loop, LangChain's ChatOpenAI with useResponsesApi, and structured outputs
+// (responses.parse with zod, generateObject on the default provider).
 // The tiny random model writes gibberish and never a tool call, so what is
 // checked is that each client's requests are accepted and its parser takes
 // every answer, and that greedy answers agree across clients and endpoints.
@@ -388,4 +389,40 @@ test('AI SDK multi-step tool loop with default settings (store: true, item_refer
   assert.equal(bodies[1].input[1].type, 'item_reference');
   assert.equal(steps[1].usage.inputTokens, g.steps[1].usage.inputTokens);
   assert.equal(ran, 3);
+});
+
+// Structured outputs through the Responses API: text.format json_schema is
+// enforced by constrained decoding, so even the random model's answer parses
+// and validates (OpenAI SDK responses.parse with a zod schema, and the AI
+// SDK's default provider with generateObject-style output via zod).
+test('responses.parse with a zod text.format: the answer validates', async () => {
+  const { zodTextFormat } = await import('openai/helpers/zod');
+  const Person = z.object({ name: z.string(), age: z.number().int(), tags: z.array(z.string()).max(3) });
+  for (const temperature of [0, 1]) {
+    const r = await client.responses.parse({
+      model: MODEL, input: 'A person, please.', max_output_tokens: 120, temperature,
+      text: { format: zodTextFormat(Person, 'person') },
+    });
+    assert.equal(r.status, 'completed', JSON.stringify(r));
+    assert.ok(r.output_parsed, 'parsed output');
+    Person.parse(r.output_parsed);
+  }
+  // Streamed: the deltas add up to JSON that validates too.
+  const stream = await client.responses.create({
+    model: MODEL, input: 'A person, please.', max_output_tokens: 120, stream: true,
+    text: { format: zodTextFormat(Person, 'person') },
+  });
+  let text = '';
+  for await (const ev of stream) if (ev.type === 'response.output_text.delta') text += ev.delta;
+  Person.parse(JSON.parse(text));
+});
+
+test('AI SDK default provider: generateObject validates (Responses text.format)', async () => {
+  const { generateObject } = await import('ai');
+  const provider = createOpenAI({ baseURL, apiKey: 'unused' });
+  const Item = z.object({ title: z.string(), done: z.boolean(), priority: z.enum(['low', 'high']) });
+  const { object } = await generateObject({
+    model: provider(MODEL), schema: Item, prompt: 'One to-do item.', maxOutputTokens: 100, maxRetries: 0,
+  });
+  Item.parse(object);
 });
