@@ -12,40 +12,18 @@
 // Run by ctest (responses_sdk_e2e) with STRATA_BINARY and STRATA_SOURCE_DIR set.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { startServer as startStrata, stopServer } from './strata_server.mjs';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText, tool, stepCountIs, wrapLanguageModel } from 'ai';
 import { ChatOpenAI } from '@langchain/openai';
 import { z } from 'zod';
 
-const BIN = process.env.STRATA_BINARY;
 const SRC = process.env.STRATA_SOURCE_DIR;
 const FIXTURE = `${SRC}/tests/fixtures/models/qwen3`;
 const MODEL = 'qwen3-tiny';
 
-function startServer(extraArgs) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(BIN, ['serve', '--model-path', FIXTURE, '--port', '0', '--threads', '1', ...extraArgs],
-                       { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 30000);
-    proc.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/serving '[^']*' on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) { clearTimeout(timer); resolve({ proc, port: Number(m[1]), log: () => log }); }
-    });
-    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${log}`)); });
-  });
-}
-
-function stopServer(s) {
-  return new Promise((resolve) => {
-    s.proc.removeAllListeners('exit');
-    s.proc.on('exit', (code) => resolve(code));
-    s.proc.kill('SIGTERM');
-  });
-}
+const startServer = (extraArgs) => startStrata(['--model-path', FIXTURE, ...extraArgs]);
 
 let server, client, baseURL;
 before(async () => {

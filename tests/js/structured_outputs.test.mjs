@@ -7,7 +7,7 @@
 // (structured_outputs_sdk_e2e) with STRATA_BINARY set.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { startServer as startStrata, stopServer } from './strata_server.mjs';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
@@ -16,30 +16,8 @@ import { tool } from '@langchain/core/tools';
 import { generateObject } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 
-const BIN = process.env.STRATA_BINARY;
 
-function startServer(extraArgs) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(BIN, ['serve', '--port', '0', '--threads', '1', ...extraArgs],
-                       { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 60000);
-    proc.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/serving '[^']*' on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) { clearTimeout(timer); resolve({ proc, port: Number(m[1]), log: () => log }); }
-    });
-    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${log}`)); });
-  });
-}
-
-function stopServer(s) {
-  return new Promise((resolve) => {
-    s.proc.removeAllListeners('exit');
-    s.proc.on('exit', (code) => resolve(code));
-    s.proc.kill('SIGTERM');
-  });
-}
+const startServer = (extraArgs) => startStrata(extraArgs, { timeoutMs: 60000 });
 
 const MODEL = 'demo';
 // What every client asks for: nested objects, enums, bounded arrays and
