@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/model_parts.h"
 #include "model/rope.h"
 #include "util/logging.h"
 
@@ -109,17 +110,8 @@ Status DecoderModel::Init(WeightStore& w) {
   }
   // Rotary buffers (inv_freq) are sometimes saved by old exporters; they are
   // derived from the config, so ignore them rather than call them extra.
-  std::vector<std::string> extra;
-  for (const std::string& name : w.Unused())
-    if (name.find("rotary_emb.inv_freq") == std::string::npos) extra.push_back(name);
-  if (!extra.empty()) {
-    std::string list;
-    for (size_t i = 0; i < extra.size() && i < 5; ++i) list += (i ? ", " : "") + extra[i];
-    if (extra.size() > 5) list += ", ... (" + std::to_string(extra.size()) + " in all)";
-    return InvalidArgument("checkpoint has tensors that " + config_.architecture +
-                           " does not use: " + list +
-                           " (is config.json for a different model or variant?)");
-  }
+  RETURN_IF_ERROR(RejectExtraTensors(UnusedTensors(w), config_.architecture,
+                                     "is config.json for a different model or variant?"));
 
   const int rotary_dim = static_cast<int>(hd * config_.rope.partial_rotary_factor);
   ASSIGN_OR_RETURN(inv_freq_, ComputeInvFreq(config_.rope, rotary_dim));
@@ -186,12 +178,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
     backend_.Linear(gate, L.down, bias(L.down_bias), out);
     backend_.Add(x, out, x);
   }
-  if (batch.num_logit_rows > 0) {
-    Tensor last = Scratch(kLast, batch.num_logit_rows, H);
-    backend_.GatherRows(x, batch.logit_rows, last);
-    backend_.RmsNorm(last, final_norm_, eps, last);
-    backend_.Linear(last, lm_head_, nullptr, logits);
-  }
+  LogitsOfRows(backend_, x, batch, final_norm_, lm_head_, eps,
+               Scratch(kLast, batch.num_logit_rows, H), logits);
   return OkStatus();
 }
 

@@ -31,6 +31,7 @@
 #include <numeric>
 
 #include "model/model.h"
+#include "model/model_parts.h"
 #include "model/rope.h"
 #include "model/weights.h"
 #include "util/logging.h"
@@ -344,7 +345,7 @@ Status DeepseekV3Model::CheckUnused(const WeightStore& w) const {
   const int64_t end_mtp = first_mtp + config_.num_nextn_predict_layers;
   std::vector<std::string> extra;
   int64_t skipped = 0;
-  for (const std::string& name : w.Unused()) {
+  for (const std::string& name : UnusedTensors(w)) {
     int64_t layer = -1;
     if (name.rfind("model.layers.", 0) == 0) {
       const size_t dot = name.find('.', 13);
@@ -354,7 +355,6 @@ Status DeepseekV3Model::CheckUnused(const WeightStore& w) const {
       ++skipped;
       continue;
     }
-    if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     extra.push_back(name);
   }
   if (skipped > 0) {
@@ -364,14 +364,9 @@ Status DeepseekV3Model::CheckUnused(const WeightStore& w) const {
                      << (end_mtp - first_mtp > 1 ? "-" + std::to_string(end_mtp - 1) : "")
                      << "): speculative decoding with them is not implemented";
   }
-  if (extra.empty()) return OkStatus();
-  std::string list;
-  for (size_t i = 0; i < extra.size() && i < 5; ++i) list += (i ? ", " : "") + extra[i];
-  if (extra.size() > 5) list += ", ... (" + std::to_string(extra.size()) + " in all)";
-  return InvalidArgument("checkpoint has tensors that " + config_.architecture +
-                         " does not use: " + list +
-                         " (is config.json for a different model or variant? layers past "
-                         "num_hidden_layers are accepted only as num_nextn_predict_layers)");
+  return RejectExtraTensors(extra, config_.architecture,
+                            "is config.json for a different model or variant? layers past "
+                            "num_hidden_layers are accepted only as num_nextn_predict_layers");
 }
 
 void DeepseekV3Model::Attention(const Layer& L, const ForwardBatch& batch, const KvLayerView& kv,
@@ -541,12 +536,8 @@ Status DeepseekV3Model::Forward(const ForwardBatch& batch, std::span<const KvLay
     }
     backend_.Add(x, out, x);
   }
-  if (batch.num_logit_rows > 0) {
-    Tensor last = Scratch(kLast, batch.num_logit_rows, H);
-    backend_.GatherRows(x, batch.logit_rows, last);
-    backend_.RmsNorm(last, final_norm_, eps, last);
-    backend_.Linear(last, lm_head_, nullptr, logits);
-  }
+  LogitsOfRows(backend_, x, batch, final_norm_, lm_head_, eps,
+               Scratch(kLast, batch.num_logit_rows, H), logits);
   return OkStatus();
 }
 
