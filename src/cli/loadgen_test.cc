@@ -266,7 +266,8 @@ std::string TestDir() {
   static int n = 0;
   const std::string dir =
       ::testing::TempDir() + "/loadgen_" + std::to_string(getpid()) + "_" + std::to_string(n++);
-  EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  // A reused pid must not find an earlier run's logs (and their ports) here.
+  EXPECT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
   return dir;
 }
 

@@ -35,6 +35,11 @@ class StrataProcess {
       : request_timeout_(request_timeout) {
     log_ = ::testing::TempDir() + "/" + command + "_" + std::to_string(getpid()) + "_" +
            std::to_string(counter_++) + ".log";
+    // Emptied here, before the child exists: a test process that reuses the
+    // pid of an earlier one (ctest runs ~1,000 of them) would otherwise read
+    // that one's stale log, with its port, before the child truncates it, and
+    // talk to a dead server (a rare "Send failed, status 0" at once).
+    { std::ofstream(log_, std::ios::trunc); }
     pid_ = fork();
     if (pid_ == 0) {
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
