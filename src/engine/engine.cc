@@ -282,9 +282,12 @@ Status Engine::Step() {
   ScheduledBatch batch;
   scheduler_->Schedule(&batch);
   if (batch.empty()) {
-    if (hicache_ && (!scheduler_->HasWork() || scheduler_->WaitingOnHiCache())) {
+    if (hicache_ &&
+        (!scheduler_->HasWork() || scheduler_->WaitingOnHiCache() || hicache_->busy())) {
       // Only copies or storage I/O are in flight: wait a little for them
-      // instead of spinning (the loop comes straight back).
+      // instead of spinning (the loop comes straight back). A request may be
+      // waiting for pages a backup in flight pins (write_through): they turn
+      // evictable when it completes, so that is waiting, not "no progress".
       hicache_->WaitAny(std::chrono::milliseconds(2));
       return OkStatus();
     }
