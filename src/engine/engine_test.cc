@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "engine/engine_test_util.h"
 
@@ -441,6 +444,110 @@ TEST(PromptLogprobsTest, OutOfRangeIsInvalid) {
   EXPECT_EQ(s.engine->Validate(r).code(), StatusCode::kInvalidArgument);
   r.prompt_logprobs = 0;
   EXPECT_TRUE(s.engine->Validate(r).ok());
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Every op goes to `inner`; CopyBlocks (the HiCache controller's copies)
+// first waits until the gate opens, so a backup stays in flight.
+class GatedCopyBackend final : public Backend {
+ public:
+  explicit GatedCopyBackend(Backend& inner) : b_(inner) {}
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  std::string Name() const override { return b_.Name(); }
+  StatusOr<Buffer> Allocate(size_t n) override { return b_.Allocate(n); }
+  void CopyToDevice(void* d, const void* s, size_t n) override { b_.CopyToDevice(d, s, n); }
+  void CopyToHost(void* d, const void* s, size_t n) override { b_.CopyToHost(d, s, n); }
+  void Synchronize() override { b_.Synchronize(); }
+  Status CopyBlocks(std::span<const CopyBlock> blocks, CopyKind kind) override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return open_; });
+    l.unlock();
+    return b_.CopyBlocks(blocks, kind);
+  }
+  Status PinHostMemory(void* p, size_t n) override { return b_.PinHostMemory(p, n); }
+  void UnpinHostMemory(void* p) override { b_.UnpinHostMemory(p); }
+  StatusOr<Tensor> UploadWeight(const Tensor& h) override { return b_.UploadWeight(h); }
+  void Embedding(const Tensor& t, const int32_t* ids, Tensor o) override {
+    b_.Embedding(t, ids, o);
+  }
+  void RmsNorm(const Tensor& x, const Tensor& w, float e, Tensor o) override {
+    b_.RmsNorm(x, w, e, o);
+  }
+  void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor o) override {
+    b_.Linear(x, w, bias, o);
+  }
+  void SiluMul(const Tensor& g, const Tensor& u, Tensor o) override { b_.SiluMul(g, u, o); }
+  void Add(const Tensor& a, const Tensor& c, Tensor o) override { b_.Add(a, c, o); }
+  void Rope(Tensor q, Tensor k, const int32_t* p, const RopeParams& r) override {
+    b_.Rope(q, k, p, r);
+  }
+  void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& l, const int64_t* s) override {
+    b_.StoreKv(k, v, l, s);
+  }
+  void PagedAttention(const Tensor& q, const KvLayerView& l, const AttentionSeq* s, int32_t n,
+                      const AttentionParams& p, Tensor o) override {
+    b_.PagedAttention(q, l, s, n, p, o);
+  }
+  void GatherRows(const Tensor& x, const int32_t* r, Tensor o) override { b_.GatherRows(x, r, o); }
+  void ScaleAddRows(const Tensor& x, const int32_t* r, const float* s, Tensor o) override {
+    b_.ScaleAddRows(x, r, s, o);
+  }
+
+ private:
+  Backend& b_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// A request that needs pages a write_through backup in flight pins waits for
+// the backup (then evicts them) instead of failing every request with
+// "scheduler made no progress" (seen in the monitoring e2e under CI load).
+TEST(EngineHiCacheTest, WaitsForPagesPinnedByABackupInFlight) {
+  CpuBackendOptions bo;
+  bo.num_threads = 1;
+  auto cpu = std::move(*CreateCpuBackend(bo));
+  LoadOptions lo;
+  lo.model.max_batch_tokens = 260;
+  auto m = LoadModelDir(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default",
+                        *cpu, lo);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  GatedCopyBackend gated(*cpu);
+  EngineOptions eo;
+  eo.page_size = 16;
+  eo.max_total_tokens = 160;  // 10 pages: one 7-page request at a time
+  eo.chunked_prefill_size = 256;
+  eo.max_running_requests = 4;
+  eo.hicache.enabled = true;
+  eo.hicache_host_pages = 40;
+  auto e = Engine::Create(**m, gated, eo);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  std::vector<GenerationRequest> reqs(2);
+  for (int i = 0; i < 2; ++i) {
+    for (int t = 0; t < 100; ++t) reqs[i].prompt.push_back(4 + (t * (i + 3) + i) % 400);
+    reqs[i].params.temperature = 0;
+    reqs[i].params.ignore_eos = true;
+    reqs[i].params.max_tokens = 2;
+  }
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    gated.Open();
+  });
+  auto res = (*e)->Generate(std::move(reqs));
+  opener.join();
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ASSERT_EQ(res->size(), 2u);
+  for (const GenerationResult& r : *res) EXPECT_EQ(r.output.size(), 2u);
+  EXPECT_TRUE((*e)->CheckIntegrity().ok()) << (*e)->CheckIntegrity().ToString();
 }
 
 }  // namespace
