@@ -28,5 +28,6 @@ mkdir -p "$dest/lib/ucx"
 cp -L /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$dest/lib/ucx/"
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
-chmod +x "$dest/device_run.sh"
+cp "$here/profile_decode.sh" "$dest/"
+chmod +x "$dest/device_run.sh" "$dest/profile_decode.sh"
 du -sh "$dest"
