@@ -116,6 +116,8 @@ void BM_ConstraintStep(benchmark::State& state) {
   if (warm)
     for (int i = 0; i < 20; ++i) Answer(a, rng, 300);
   int64_t tokens = 0;
+  const Automaton::MaskStats before = a->mask_stats();
+  Automaton::MaskStats sum;
   for (auto _ : state) {
     if (!warm) {
       state.PauseTiming();
@@ -123,7 +125,30 @@ void BM_ConstraintStep(benchmark::State& state) {
       state.ResumeTiming();
     }
     tokens += Answer(a, rng, 300);
+    if (!warm) {
+      const Automaton::MaskStats m = a->mask_stats();
+      sum.cached += m.cached, sum.computed += m.computed, sum.limited += m.limited;
+      sum.layered += m.layered;
+      sum.computed_seconds += m.computed_seconds, sum.limited_seconds += m.limited_seconds;
+    }
   }
+  if (warm) {
+    const Automaton::MaskStats m = a->mask_stats();
+    sum.cached = m.cached - before.cached, sum.computed = m.computed - before.computed;
+    sum.limited = m.limited - before.limited, sum.layered = m.layered - before.layered;
+    sum.computed_seconds = m.computed_seconds - before.computed_seconds;
+    sum.limited_seconds = m.limited_seconds - before.limited_seconds;
+  }
+  // Where the time goes: masks from the state cache, new states' trie
+  // walks, budget-limited masks from a state's distance layers (no walk)
+  // and budget-limited walks (near max_tokens), per token.
+  const double n = static_cast<double>(std::max<int64_t>(tokens, 1));
+  state.counters["cached_masks"] = benchmark::Counter(static_cast<double>(sum.cached));
+  state.counters["new_state_masks"] = benchmark::Counter(static_cast<double>(sum.computed));
+  state.counters["layered_masks"] = benchmark::Counter(static_cast<double>(sum.layered));
+  state.counters["limited_masks"] = benchmark::Counter(static_cast<double>(sum.limited));
+  state.counters["new_state_us_per_token"] = benchmark::Counter(sum.computed_seconds * 1e6 / n);
+  state.counters["limited_us_per_token"] = benchmark::Counter(sum.limited_seconds * 1e6 / n);
   state.counters["tokens"] = benchmark::Counter(static_cast<double>(tokens));
   state.counters["per_token_us"] = benchmark::Counter(
       static_cast<double>(tokens) / 1e6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
