@@ -1,6 +1,7 @@
 #include "constrain/automaton.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace strata::constrain {
@@ -259,32 +260,55 @@ std::shared_ptr<const TokenBitmask> Automaton::Mask(Position& p, int64_t tokens_
   const State s = Resolve(p);
   std::shared_ptr<const TokenBitmask> plain = states_[s].mask;
   int32_t max_next = states_[s].max_next_distance;
-  if (!plain) {
-    plain = ComputeMask(s, kNoLimit, &max_next);
-    if ((cached_masks_ + 1) * plain->size() * sizeof(uint32_t) <= kMaxMaskBytes) {
-      states_[s].mask = plain;
-      states_[s].max_next_distance = max_next;
-      ++cached_masks_;
+  std::vector<int32_t> by_distance = states_[s].by_distance;
+  std::vector<std::shared_ptr<const TokenBitmask>> by = states_[s].by;
+  using Clock = std::chrono::steady_clock;
+  const bool fresh = !plain;
+  if (fresh) {
+    const auto t0 = Clock::now();
+    plain = ComputeLayers(s, &by_distance, &by, &max_next);
+    ++mask_stats_.computed;
+    mask_stats_.computed_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    // by.back() is plain itself when there are layers.
+    const size_t masks = std::max<size_t>(by.size(), 1);
+    if ((cached_masks_ + masks) * plain->size() * sizeof(uint32_t) <= kMaxMaskBytes) {
+      StateData& sd = states_[s];
+      sd.mask = plain;
+      sd.max_next_distance = max_next;
+      sd.by_distance = by_distance;
+      sd.by = by;
+      cached_masks_ += masks;
     }
   }
   // After this token, tokens_left - 1 remain; distance + 1 of them must.
   const int64_t limit = tokens_left == kUnlimited ? kNoLimit : tokens_left - 2;
-  if (max_next <= limit) return plain;
+  if (max_next <= limit) {
+    if (!fresh) ++mask_stats_.cached;
+    return plain;
+  }
+  if (!by.empty()) {
+    // The layer of the largest distance within the limit; none fits: EOS
+    // alone where accepting, else the plain mask (as a walk would give).
+    ++mask_stats_.layered;
+    const auto it = std::upper_bound(by_distance.begin(), by_distance.end(), limit);
+    if (it != by_distance.begin()) return by[static_cast<size_t>(it - by_distance.begin()) - 1];
+    if (!states_[s].accepting) return plain;
+    auto eos = std::make_shared<TokenBitmask>(vocab_->words(), 0u);
+    for (int32_t id : vocab_->eos()) (*eos)[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+    return eos;
+  }
   int32_t unused = 0;
+  const auto t0 = Clock::now();
   auto limited = ComputeMask(s, limit, &unused);
+  ++mask_stats_.limited;
+  mask_stats_.limited_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   return limited ? limited : plain;
 }
 
-// Walks the vocabulary trie from state s; tokens whose end state is live
-// and (limit) no farther than limit from the end are set. nullptr when a
-// limited walk found no token.
-std::shared_ptr<const TokenBitmask> Automaton::ComputeMask(State s, int64_t limit,
-                                                           int32_t* max_next) {
-  auto mask = std::make_shared<TokenBitmask>(vocab_->words(), 0u);
-  auto set = [&](int32_t id) { (*mask)[static_cast<size_t>(id) >> 5] |= 1u << (id & 31); };
-  bool any = false;
-  *max_next = 0;
+template <typename Emit>
+void Automaton::Walk(State s, int64_t limit, Emit emit) {
   const std::vector<Vocabulary::Node>& trie = vocab_->trie();
+  const std::vector<int32_t>& subtree = vocab_->subtree_tokens();
   std::vector<std::pair<int32_t, State>> todo = {{0, s}};
   while (!todo.empty()) {
     const auto [node, st] = todo.back();
@@ -301,27 +325,77 @@ std::shared_ptr<const TokenBitmask> Automaton::ComputeMask(State s, int64_t limi
         bool inside = true;
         for (int i = 0; i < 4; ++i) inside = inside && (c.below.bits[i] & ~loop.bits[i]) == 0;
         if (inside) {
-          if (d <= limit) {
-            const std::vector<int32_t>& ids = vocab_->subtree_tokens();
-            for (int32_t k = c.first; k < c.first + c.count; ++k) set(ids[k]);
-            any = true;
-            *max_next = std::max(*max_next, d);
-          }
+          if (d <= limit) emit(d, subtree.data() + c.first, static_cast<size_t>(c.count));
           continue;
         }
       }
-      if (d <= limit && !c.tokens.empty()) {
-        for (int32_t id : c.tokens) set(id);
-        any = true;
-        *max_next = std::max(*max_next, d);
-      }
+      if (d <= limit && !c.tokens.empty()) emit(d, c.tokens.data(), c.tokens.size());
       if (!c.kids.empty()) todo.emplace_back(child, ns);
     }
   }
+}
+
+// Tokens whose end state is live and (limit) no farther than limit from
+// the end are set. nullptr when a limited walk found no token.
+std::shared_ptr<const TokenBitmask> Automaton::ComputeMask(State s, int64_t limit,
+                                                           int32_t* max_next) {
+  auto mask = std::make_shared<TokenBitmask>(vocab_->words(), 0u);
+  bool any = false;
+  *max_next = 0;
+  Walk(s, limit, [&](int32_t d, const int32_t* ids, size_t n) {
+    for (size_t k = 0; k < n; ++k) (*mask)[static_cast<size_t>(ids[k]) >> 5] |= 1u << (ids[k] & 31);
+    any = true;
+    *max_next = std::max(*max_next, d);
+  });
   if (limit != kNoLimit && !any && !states_[s].accepting) return nullptr;
   if (states_[s].accepting)
-    for (int32_t id : vocab_->eos()) set(id);
+    for (int32_t id : vocab_->eos()) (*mask)[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
   return mask;
+}
+
+std::shared_ptr<const TokenBitmask> Automaton::ComputeLayers(
+    State s, std::vector<int32_t>* distances,
+    std::vector<std::shared_ptr<const TokenBitmask>>* masks, int32_t* max_next) {
+  const size_t words = vocab_->words();
+  std::vector<std::pair<int32_t, TokenBitmask>> layers;  // by first appearance
+  TokenBitmask rest;  // past kMaxDistanceLayers distances: everything else
+  *max_next = 0;
+  Walk(s, kNoLimit, [&](int32_t d, const int32_t* ids, size_t n) {
+    *max_next = std::max(*max_next, d);
+    TokenBitmask* m = nullptr;
+    for (auto& [ld, lm] : layers)
+      if (ld == d) m = &lm;
+    if (!m && layers.size() < kMaxDistanceLayers) m = &layers.emplace_back(d, words).second;
+    if (!m) {
+      if (rest.empty()) rest.assign(words, 0u);
+      m = &rest;
+    }
+    for (size_t k = 0; k < n; ++k) (*m)[static_cast<size_t>(ids[k]) >> 5] |= 1u << (ids[k] & 31);
+  });
+  std::sort(layers.begin(), layers.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  TokenBitmask acc(words, 0u);
+  if (states_[s].accepting)
+    for (int32_t id : vocab_->eos()) acc[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  distances->clear();
+  masks->clear();
+  for (const auto& [d, m] : layers) {
+    for (size_t w = 0; w < words; ++w) acc[w] |= m[w];
+    if (rest.empty()) {
+      distances->push_back(d);
+      masks->push_back(std::make_shared<const TokenBitmask>(acc));
+    }
+  }
+  if (rest.empty() && !masks->empty()) return masks->back();
+  distances->clear();
+  masks->clear();
+  for (size_t w = 0; w < rest.size(); ++w) acc[w] |= rest[w];
+  return std::make_shared<const TokenBitmask>(std::move(acc));
+}
+
+Automaton::MaskStats Automaton::mask_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mask_stats_;
 }
 
 size_t Automaton::num_states() const {

@@ -88,6 +88,9 @@ class Automaton {
   static constexpr State kDead = -1;
   static constexpr int kMaxStackDepth = 256;
   static constexpr size_t kMaxStates = 1 << 16;
+  // A state whose tokens lead to more distinct distances than this keeps
+  // only its plain mask; a limited mask there is walked per use.
+  static constexpr size_t kMaxDistanceLayers = 8;
 
   Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab);
 
@@ -122,6 +125,15 @@ class Automaton {
   // For tests and benchmarks.
   size_t num_states() const;
   size_t num_cached_masks() const;
+  // What Mask() calls cost, by kind: a plain mask from the state cache, a
+  // plain mask walked now (a new state), a budget-limited mask.
+  struct MaskStats {
+    // layered: limited masks served from the state's distance layers
+    // (no walk); limited: walked because the state has none.
+    int64_t cached = 0, computed = 0, layered = 0, limited = 0;
+    double computed_seconds = 0, limited_seconds = 0;
+  };
+  MaskStats mask_stats() const;
 
  private:
   struct StateData {
@@ -136,6 +148,12 @@ class Automaton {
     bool has_loop = false;
     ByteSet loop;
     int32_t max_next_distance = 0;  // over the plain mask's tokens
+    // Budget-limited masks without a walk: by[k] allows the tokens after
+    // which the distance is at most by_distance[k] (ascending; EOS as in
+    // the plain mask), cumulative, so by.back() is the plain mask. Empty
+    // when the tokens reach more than kMaxDistanceLayers distances.
+    std::vector<int32_t> by_distance;
+    std::vector<std::shared_ptr<const TokenBitmask>> by;
   };
   static constexpr State kUnknown = -2;
 
@@ -149,6 +167,16 @@ class Automaton {
   // limit: the largest distance allowed after a token (plain: kNoLimit).
   static constexpr int64_t kNoLimit = INT64_MAX;
   std::shared_ptr<const TokenBitmask> ComputeMask(State s, int64_t limit, int32_t* max_next);
+  // The plain mask's walk, split by the distance after each token into
+  // StateData::by_distance / by (empty past kMaxDistanceLayers).
+  // Returns the plain mask.
+  std::shared_ptr<const TokenBitmask> ComputeLayers(
+      State s, std::vector<int32_t>* distances,
+      std::vector<std::shared_ptr<const TokenBitmask>>* masks, int32_t* max_next);
+  // The trie walk from s: emit(distance, ids, n) for each run of tokens
+  // whose end state is live and at most limit from the end.
+  template <typename Emit>
+  void Walk(State s, int64_t limit, Emit emit);
   void Reset();
 
   std::shared_ptr<const Grammar> grammar_;
@@ -158,6 +186,7 @@ class Automaton {
   std::unordered_map<std::string, State> index_;  // flattened stacks -> state
   uint64_t generation_ = 0;
   size_t cached_masks_ = 0;
+  MaskStats mask_stats_;
   std::vector<int32_t> start_;  // the start state's flattened stacks
 };
 

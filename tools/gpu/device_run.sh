@@ -2,7 +2,8 @@
 # Runs on the GPU machine from the repository root (staged by tools/gpu/stage.sh):
 # op parity, model parity on CUDA, generate on cpu vs cuda, then (unless
 # SKIP_BENCH is set) batch-1 decode and prefill of the Llama-3.2-1B shape next
-# to the device-to-device copy bandwidth. Logs and JSON go to $OUT.
+# to the device-to-device copy bandwidth, and structured outputs' mask cost
+# per token next to that decode step. Logs and JSON go to $OUT.
 cd "$(dirname "$0")"
 R=$(cd .. && pwd)
 OUT=${OUT:-/tmp/strata-gpu-out}
@@ -42,6 +43,18 @@ for p in fp32 bf16; do
   ./strata bench engine --device cuda --matmul-precision $p --model-path /tmp/l1b --prompt-len 512 \
     --gen-len 128 --repeats 3 --json 2>&1 | tail -1 | tee "$OUT/bench_$p.json"
 done
+echo "== structured outputs: host-side mask cost next to the CUDA decode step"
+# Guarded: staged only from a build with STRATA_BUILD_BENCH=ON; a failure
+# here is reported and the rest of this script runs on.
+if [ -x ./constrain_bench ]; then
+  STRATA_BENCH_QWEN3_DIR=$PWD/qwen3-tokenizer timeout 300 ./constrain_bench \
+    --benchmark_filter='BM_ConstraintStep/1/|BM_SampleMasked' --benchmark_min_time=0.5 \
+    --benchmark_format=json > "$OUT/constrain_bench.json" 2> "$OUT/constrain_bench.err" &&
+    python3 "$R/tools/bench/mask_vs_step.py" "$OUT/constrain_bench.json" "$OUT"/bench_*.json |
+    tee "$OUT/mask_vs_step.txt" || echo "constrain_bench failed: $OUT/constrain_bench.err"
+else
+  echo "no constrain_bench staged (build with -DSTRATA_BUILD_BENCH=ON)"
+fi
 echo "== HF transformers, same model and GPU"
 for attn in eager sdpa; do
   python3 "$R/tools/bench/hf_engine.py" --model-path /tmp/l1b --prompt-len 512 --gen-len 128 --repeats 3 \

