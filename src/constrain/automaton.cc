@@ -260,26 +260,33 @@ std::shared_ptr<const TokenBitmask> Automaton::Mask(Position& p, int64_t tokens_
   const State s = Resolve(p);
   std::shared_ptr<const TokenBitmask> plain = states_[s].mask;
   int32_t max_next = states_[s].max_next_distance;
-  std::vector<int32_t> by_distance = states_[s].by_distance;
-  std::vector<std::shared_ptr<const TokenBitmask>> by = states_[s].by;
   using Clock = std::chrono::steady_clock;
   const bool fresh = !plain;
+  // The layers: the state's own when cached (no copy on the warm path),
+  // else this call's (a state over the cache limit).
+  std::vector<int32_t> uncached_distance;
+  std::vector<std::shared_ptr<const TokenBitmask>> uncached_by;
+  bool cached = !fresh;
   if (fresh) {
     const auto t0 = Clock::now();
-    plain = ComputeLayers(s, &by_distance, &by, &max_next);
+    plain = ComputeLayers(s, &uncached_distance, &uncached_by, &max_next);
     ++mask_stats_.computed;
     mask_stats_.computed_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     // by.back() is plain itself when there are layers.
-    const size_t masks = std::max<size_t>(by.size(), 1);
+    const size_t masks = std::max<size_t>(uncached_by.size(), 1);
     if ((cached_masks_ + masks) * plain->size() * sizeof(uint32_t) <= kMaxMaskBytes) {
       StateData& sd = states_[s];
       sd.mask = plain;
       sd.max_next_distance = max_next;
-      sd.by_distance = by_distance;
-      sd.by = by;
+      sd.by_distance = std::move(uncached_distance);
+      sd.by = std::move(uncached_by);
       cached_masks_ += masks;
+      cached = true;
     }
   }
+  // No state is added before the last use of these (ComputeMask below may).
+  const std::vector<int32_t>& by_distance = cached ? states_[s].by_distance : uncached_distance;
+  const std::vector<std::shared_ptr<const TokenBitmask>>& by = cached ? states_[s].by : uncached_by;
   // After this token, tokens_left - 1 remain; distance + 1 of them must.
   const int64_t limit = tokens_left == kUnlimited ? kNoLimit : tokens_left - 2;
   if (max_next <= limit) {
