@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/file_storage.h"
+#include "cache/storage_format.h"
 #include "cache/fuzz/cache_fuzz.h"
 
 namespace strata::fuzz {

@@ -10,7 +10,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND TARGET strata_util)
   set(_cache ${PROJECT_SOURCE_DIR}/src/cache)
   add_executable(file_storage_fuzz
     ${_cache}/fuzz/file_storage_fuzz.cc
-    ${_cache}/file_storage.cc
+    ${_cache}/storage_format.cc
     ${_cache}/kv_layout.cc
     ${_cache}/radix_tree.cc
     ${_cache}/page_allocator.cc
