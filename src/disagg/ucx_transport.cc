@@ -824,10 +824,10 @@ class UcxTransport::Impl {
   // copies them with memcpy and returns true: the bytes are then in the
   // peer's memory (one host, coherent caches; the fence orders them before
   // whatever the caller sends next, e.g. RoomDone). Otherwise copies
-  // nothing. Why not ucp_put_nbx into the same mapping: UCX 1.13 puts it in
-  // fragments through its protocol layer, ~2 us a put at 4 KiB on the
-  // 2-core machine against ~0.7 us for the memcpy itself (docs/perf.md
-  // "KV transfer (PD)"). A dead peer's segment stays mapped until
+  // nothing. Why not ucp_put_nbx into the same mapping: measured 1.8x
+  // slower than this at 256 KiB puts into cold pages and 3.2x with them in
+  // L3, and it needs the flush (docs/perf.md "KV transfer (PD)"). A dead
+  // peer's segment stays mapped until
   // ClosePeer, so a copy never faults; the dead peer is noticed as before
   // (bootstrap EOF, UCX keepalive).
   bool CopyDirect(Batch& b) {

@@ -9,7 +9,14 @@
 # run just before it: steadier on a drifting machine).
 #
 #   tools/bench/kv_transfer.sh [--tls "tcp tcp,cma shm"] [--pages 1024] [--rounds 3]
-#       [--receiver-memory ucx|heap] [--bench-args "..."] [--build-dir build] [--skip-build]
+#       [--receiver-memory ucx|heap] [--cases "4k 256k"] [--repeat 1] [--bench-args "..."]
+#       [--build-dir build] [--skip-build]
+#
+# --repeat N: each of our repetitions writes the transfer N times (and
+# perftest moves N times the bytes too): with few --pages the pages stay in
+# the caches as perftest's one buffer does (--pages 1 --repeat 1024 --cases
+# 4k: 192 KiB per transfer; --pages 64 --repeat 16: 12 MiB, the 256k
+# case's smallest).
 #
 # --receiver-memory: where the bench's receiver pool lives: ucx (memory
 # UCX allocated, what `strata serve --disaggregation-mode decode` uses) or
@@ -31,6 +38,8 @@ ROUNDS=3
 SKIP_BUILD=0
 RECEIVER_MEMORY=ucx
 BENCH_ARGS=""
+CASES="4k 256k"
+REPEAT=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tls) TLS_LIST="$2"; shift 2 ;;
@@ -40,6 +49,8 @@ while [[ $# -gt 0 ]]; do
     --skip-build) SKIP_BUILD=1; shift ;;
     --receiver-memory) RECEIVER_MEMORY="$2"; shift 2 ;;
     --bench-args) BENCH_ARGS="$2"; shift 2 ;;
+    --cases) CASES="$2"; shift 2 ;;
+    --repeat) REPEAT="$2"; shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 1 ;;
   esac
 done
@@ -79,9 +90,9 @@ perftest() {
 declare -A PT OURS PAIRED NOTE MEMCPY
 echo "# $(date -u +%FT%TZ) $(uname -n): $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for tls in $TLS_LIST; do
-  for case in 4k 256k; do
+  for case in $CASES; do
     if [[ $case == 4k ]]; then size=4096; else size=262144; fi
-    iters=$((PAGES * 48 * 4096 / size))  # the same bytes as one of our transfers
+    iters=$((PAGES * REPEAT * 48 * 4096 / size))  # the same bytes as one of our repetitions
     pts=() ours=() pairs=() mcs=()
     for ((r = 0; r < ROUNDS; r++)); do
       p=$(perftest "$tls" "$size" "$iters")
@@ -89,7 +100,7 @@ for tls in $TLS_LIST; do
       o="" m=""
       # shellcheck disable=SC2086
       if line=$(UCX_TLS="$tls" "$BENCH" --case="$case" --pages="$PAGES" --reps=3 \
-                  --receiver-memory="$RECEIVER_MEMORY" $BENCH_ARGS 2>&1); then
+                  --receiver-memory="$RECEIVER_MEMORY" --repeat="$REPEAT" $BENCH_ARGS 2>&1); then
         o=$(echo "$line" | sed -n 's/.* mbps_median=\([0-9.]*\).*/\1/p')
         ours+=("$o")
         m=$(echo "$line" | sed -n 's/.*memcpy_mbps_median=\([0-9.]*\).*/\1/p')
@@ -108,11 +119,11 @@ for tls in $TLS_LIST; do
 done
 
 echo
-echo "receiver memory: $RECEIVER_MEMORY${BENCH_ARGS:+; bench args: $BENCH_ARGS}"
+echo "receiver memory: $RECEIVER_MEMORY, pages $PAGES, repeat $REPEAT${BENCH_ARGS:+; bench args: $BENCH_ARGS}"
 echo "| UCX_TLS | case | message | ucx_perftest ucp_put_bw MB/s | Strata KV transfer MB/s | ratio of medians | paired ratio | memcpy, same pattern MB/s | ours / memcpy |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for tls in $TLS_LIST; do
-  for case in 4k 256k; do
+  for case in $CASES; do
     if [[ $case == 4k ]]; then msg="4 KiB"; else msg="256 KiB"; fi
     p=${PT[$tls/$case]} o=${OURS[$tls/$case]}
     ratio=$(awk -v o="$o" -v p="$p" 'BEGIN {if (o == "nan" || p == "nan" || p == 0) print "-"; else printf "%.2f", o / p}')
