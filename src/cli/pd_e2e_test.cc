@@ -521,6 +521,37 @@ TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   EXPECT_EQ(r2p.status, 200) << r2p.body;
 }
 
+// The decode dies after registering its pages and before the prefill
+// writes any: over shm a write the prefill starts before it reads the EOF
+// copies into the dead decode's still-mapped pool (UCX-allocated shared
+// memory), which must not fault; its request must end with peer_lost (the
+// bootstrap connection's EOF) and its pages be freed. Deterministic on both transports, unlike
+// the case above, where over shm the prefill may finish first.
+TEST_P(PdChaosTest, DecodeKilledBeforeTheWritesEndsThePrefillsRequestAndFreesItsPages) {
+  Pair pd;
+  PdResult warm = SendPd(pd, "/v1/completions", {{"prompt", "warm"}, {"max_tokens", 2}});
+  ASSERT_EQ(warm.decode.status, 200) << warm.decode.body;
+  ExpectTransport(*pd.prefill, GetParam());
+  ExpectDecodePool(*pd.decode, GetParam());
+  pd.prefill->Signal(SIGSTOP);
+  const json b =
+      WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
+  Response rp, rd;
+  std::thread tp([&] { rp = pd.prefill->PostJson("/v1/completions", b.dump(), "", 60s); });
+  std::thread td([&] { rd = pd.decode->PostJson("/v1/completions", b.dump(), "", 60s); });
+  EXPECT_TRUE(Eventually([&] { return ActivePages(*pd.decode) > 0; }, 10s))
+      << "decode never reserved";
+  std::this_thread::sleep_for(300ms);  // the RoomReady reaches the prefill's socket
+  pd.decode->Signal(SIGKILL);
+  td.join();
+  pd.prefill->Signal(SIGCONT);
+  tp.join();
+  EXPECT_EQ(rp.status, 502) << rp.body;
+  EXPECT_NE(rp.body.find("peer_lost"), std::string::npos) << rp.body;
+  EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""), 1);
+  ExpectClean(*pd.prefill, "prefill");
+}
+
 TEST_P(PdChaosTest, StalledPrefillIsLostAfterThePeerTimeoutAndRecovers) {
   Pair pd;
   // Connect the pair first (a request through both).
