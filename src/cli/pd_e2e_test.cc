@@ -522,12 +522,14 @@ TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
 }
 
 // The decode dies after registering its pages and before the prefill
-// writes any: over shm a write the prefill starts before it reads the EOF
-// copies into the dead decode's still-mapped pool (UCX-allocated shared
-// memory), which must not fault; its request must end with peer_lost (the
-// bootstrap connection's EOF) and its pages be freed. Deterministic on both transports, unlike
-// the case above, where over shm the prefill may finish first.
-TEST_P(PdChaosTest, DecodeKilledBeforeTheWritesEndsThePrefillsRequestAndFreesItsPages) {
+// writes any. Over tcp the prefill's writes need the decode's worker, so
+// its request ends with peer_lost (the bootstrap connection's EOF). Over
+// shm the prefill copies into the dead decode's still-mapped pool
+// (UCX-allocated shared memory) without it: it may finish its whole part
+// (a small prompt takes milliseconds) before its I/O thread reads the EOF,
+// and answer 200 (seen here); what must hold is that the copies into the
+// dead pool do not fault, its pages are freed, and it serves a new decode.
+TEST_P(PdChaosTest, DecodeKilledBeforeTheWritesFreesThePrefillsPagesAndItServesANewDecode) {
   Pair pd;
   PdResult warm = SendPd(pd, "/v1/completions", {{"prompt", "warm"}, {"max_tokens", 2}});
   ASSERT_EQ(warm.decode.status, 200) << warm.decode.body;
@@ -546,9 +548,26 @@ TEST_P(PdChaosTest, DecodeKilledBeforeTheWritesEndsThePrefillsRequestAndFreesIts
   td.join();
   pd.prefill->Signal(SIGCONT);
   tp.join();
-  EXPECT_EQ(rp.status, 502) << rp.body;
-  EXPECT_NE(rp.body.find("peer_lost"), std::string::npos) << rp.body;
-  EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""), 1);
+  if (rp.status == 200 && GetParam() == "shm") {
+    std::printf("[ info     ] UCX_TLS=shm: the prefill copied into the dead decode's pool and "
+                "finished before it read the EOF\n");
+  } else {
+    EXPECT_EQ(rp.status, 502) << rp.body;
+    EXPECT_NE(rp.body.find("peer_lost"), std::string::npos) << rp.body;
+    EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""),
+              1);
+  }
+  ExpectClean(*pd.prefill, "prefill");
+  // The prefill is alive and serves a new decode.
+  Server decode2(With(Common(16), {"--disaggregation-mode", "decode"}));
+  ASSERT_GT(decode2.port(), 0);
+  const json c = WithRoom({{"prompt", "again"}, {"max_tokens", 3}}, pd.bootstrap_port, next_room++);
+  Response r2p;
+  std::thread t2([&] { r2p = pd.prefill->PostJson("/v1/completions", c.dump(), "", 30s); });
+  Response r2d = decode2.PostJson("/v1/completions", c.dump(), "", 30s);
+  t2.join();
+  EXPECT_EQ(r2d.status, 200) << r2d.body;
+  EXPECT_EQ(r2p.status, 200) << r2p.body;
   ExpectClean(*pd.prefill, "prefill");
 }
 

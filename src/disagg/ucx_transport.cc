@@ -538,6 +538,7 @@ class UcxTransport::Impl {
   }
 
   Status Write(PeerId id, std::span<const WriteOp> ops, std::function<void(Status)> done) {
+    bool wake = false;
     auto batch = std::make_unique<Batch>();
     batch->done = std::move(done);
     batch->puts.reserve(ops.size());
@@ -587,8 +588,12 @@ class UcxTransport::Impl {
       }
       batch->peer = it->second;
       EnqueueLocked([this, b = batch.release()] { PostBatch(b); });
+      // An awake progress thread sees the command before it sleeps (it
+      // checks the queue under mu_ first): the signal, a system call, is
+      // needed only when it is in poll(). Writes are the hot path.
+      wake = sleeping_;
     }
-    Signal();
+    if (wake) Signal();
     return OkStatus();
   }
 
@@ -642,12 +647,16 @@ class UcxTransport::Impl {
       const ucs_status_t st = ucp_worker_arm(worker_);
       if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
       {
-        // A command enqueued after this check signals the armed worker.
+        // A command enqueued after this check signals the armed worker
+        // (Write signals only while sleeping_ is set).
         std::lock_guard<std::mutex> lock(mu_);
         if (stop_ || !queue_.empty()) continue;
+        sleeping_ = true;
       }
       pollfd pfd{efd_, POLLIN, 0};
       poll(&pfd, 1, inflight_ > 0 ? kBusyPollMs : kIdlePollMs);
+      std::lock_guard<std::mutex> lock(mu_);
+      sleeping_ = false;
     }
   }
 
@@ -951,6 +960,7 @@ class UcxTransport::Impl {
   mutable std::mutex mu_;
   std::deque<std::function<void()>> queue_;        // guarded by mu_
   bool stop_ = false;                              // guarded by mu_
+  bool sleeping_ = false;  // guarded by mu_: the progress thread is in (or entering) poll()
   std::deque<LocalRegion> regions_;                // guarded by mu_; entries never move
   std::map<PeerId, std::shared_ptr<Peer>> peers_;  // guarded by mu_
   PeerId next_peer_id_ = 1;                        // guarded by mu_
