@@ -47,9 +47,12 @@
 // transport's own thread" and Disconnect must know when the last callback
 // of a peer ran: with one owner thread both are true by construction, and
 // UCX's multi-thread mode would only add a lock around every call. The
-// receiver's progress thread matters too: for this memory UCX 1.13 has no
-// native RMA over tcp, posix or sysv and emulates puts with active messages
-// that the receiving worker must progress (a stopped receiver stalls them).
+// receiver's progress thread matters too: for registered (not UCX-
+// allocated) memory UCX 1.13 has no native RMA over tcp, posix or sysv and
+// emulates puts with active messages that the receiving worker must
+// progress (a stopped receiver stalls them); over tcp that holds for every
+// memory. Only direct copies into UCX-allocated shared memory need nothing
+// of the receiver.
 //
 // Failure model: endpoints always use UCP_ERR_HANDLING_MODE_PEER (never
 // NONE, where UCX makes no promise about a failed peer's operations). The
