@@ -1,5 +1,6 @@
 #include "cache/kv_pool.h"
 
+#include <cstdint>
 #include <string>
 
 #include "util/logging.h"
@@ -8,24 +9,42 @@ namespace strata {
 
 KvPool::KvPool(const KvLayout& layout, int64_t num_pages) : layout_(layout), allocator_(num_pages) {}
 
-StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout, int64_t num_pages, Backend& backend) {
+StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvLayout& layout, int64_t num_pages, Backend& backend,
+                                                  KvPoolAllocator* allocator) {
   RETURN_IF_ERROR(layout.Validate());
   if (num_pages < 1 || num_pages > kMaxKvPages) {
     return InvalidArgument("KV pool page count " + std::to_string(num_pages) + " must be in [1, " +
                            std::to_string(kMaxKvPages) + "]; size it with NumKvPagesForBytes/ForTokens");
   }
   std::unique_ptr<KvPool> pool(new KvPool(layout, num_pages));
+  auto source = [&] { return allocator != nullptr ? allocator->Describe() : backend.Name(); };
   for (int g = 0; g < pool->num_groups(); ++g) {
     const size_t bytes = layout.BytesPerPage(g) * static_cast<size_t>(num_pages);
-    StatusOr<Buffer> buf = backend.Allocate(bytes);
-    if (!buf.ok()) {
-      // Buffers of earlier groups free themselves with `pool`.
-      return buf.status().Annotate("allocating KV pool group \"" + layout.groups[g].name + "\" (" +
-                                   std::to_string(num_pages) + " pages, " + std::to_string(bytes) + " bytes on " +
-                                   backend.Name() + ")");
+    StatusOr<KvPoolBlock> block = Internal("unset");
+    if (allocator != nullptr) {
+      block = allocator->Allocate(g, bytes);
+      if (block.ok() && (block->data == nullptr || block->bytes < bytes ||
+                         reinterpret_cast<uintptr_t>(block->data) % 64 != 0))
+        block = Internal("the allocator returned " + std::to_string(block->bytes) +
+                         " bytes, null or not 64-byte aligned");
+    } else {
+      StatusOr<Buffer> buf = backend.Allocate(bytes);
+      if (buf.ok()) {
+        auto held = std::make_shared<Buffer>(std::move(buf).value());
+        block = KvPoolBlock{held->data(), held->bytes(), held};
+      } else {
+        block = buf.status();
+      }
     }
-    pool->buffers_.push_back(std::move(buf).value());
+    if (!block.ok()) {
+      // Blocks of earlier groups free themselves with `pool`.
+      return block.status().Annotate("allocating KV pool group \"" + layout.groups[g].name + "\" (" +
+                                     std::to_string(num_pages) + " pages, " + std::to_string(bytes) + " bytes on " +
+                                     source() + ")");
+    }
+    pool->blocks_.push_back(std::move(block).value());
   }
+  pool->memory_source_ = source();  // after the blocks: an allocator may say what it got
   return pool;
 }
 
@@ -35,7 +54,7 @@ KvLayerView KvPool::Layer(int group, int layer) const {
   STRATA_CHECK(layer >= 0 && layer < s.num_layers) << "layer " << layer << " of group " << s.name;
   const size_t tensor_bytes = layout_.BytesPerPagePerTensor(group) * static_cast<size_t>(num_pages());
   const int tensors = s.has_v ? 2 : 1;
-  char* base = static_cast<char*>(buffers_[group].data()) + static_cast<size_t>(layer) * tensors * tensor_bytes;
+  char* base = static_cast<char*>(blocks_[group].data) + static_cast<size_t>(layer) * tensors * tensor_bytes;
   KvLayerView view;
   view.k = base;
   view.v = s.has_v ? base + tensor_bytes : nullptr;
@@ -51,13 +70,13 @@ KvPoolMemory KvPool::memory() const {
   KvPoolMemory m;
   m.layout = &layout_;
   m.num_pages = num_pages();
-  for (const Buffer& b : buffers_) m.group_base.push_back(static_cast<char*>(b.data()));
+  for (const KvPoolBlock& b : blocks_) m.group_base.push_back(static_cast<char*>(b.data));
   return m;
 }
 
 size_t KvPool::total_bytes() const {
   size_t total = 0;
-  for (const Buffer& b : buffers_) total += b.bytes();
+  for (const KvPoolBlock& b : blocks_) total += b.bytes;
   return total;
 }
 

@@ -13,11 +13,17 @@
 // ids stay valid for the pool's lifetime. The memory is not zeroed: a slot
 // is read only after StoreKv wrote it.
 //
+// Where the bytes come from: the backend's Allocate, or a KvPoolAllocator
+// the creator passes (PD: memory the KV transport allocated, so a peer on
+// the same host writes the pages directly; the pool knows nothing of the
+// transport, only this seam).
+//
 // Not thread-safe: owned and used by the engine thread.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -27,14 +33,39 @@
 
 namespace strata {
 
+// One pool group's memory from a KvPoolAllocator. `owner` keeps the memory
+// alive: the pool drops it when it is destroyed, and whatever it holds
+// (e.g. the allocating object) frees the bytes then.
+struct KvPoolBlock {
+  void* data = nullptr;  // 64-byte aligned, `bytes` long
+  size_t bytes = 0;
+  std::shared_ptr<void> owner;
+};
+
+// A source of KV pool memory other than the backend. REQUIRES: the memory
+// is host memory the backend's ops can use (the CPU backend; a GPU backend
+// needs its own device memory). Called only while a pool is created, on the
+// creating thread.
+class KvPoolAllocator {
+ public:
+  virtual ~KvPoolAllocator() = default;
+  // At least `bytes` for pool group `group` (0, 1, ... in order), or the
+  // allocator's error (the pool annotates it with the group and size).
+  virtual StatusOr<KvPoolBlock> Allocate(int group, size_t bytes) = 0;
+  // For messages: what the memory is ("ucx transport (sysv shared memory)").
+  virtual std::string Describe() const = 0;
+};
+
 class KvPool {
  public:
   // Validates the layout and allocates num_pages pages of every group via
-  // backend.Allocate. Fails with InvalidArgument for a bad layout or page
-  // count, or with the backend's error (annotated with the group and size)
-  // when memory runs out; nothing stays allocated on failure.
+  // `allocator` when given, else backend.Allocate. Fails with
+  // InvalidArgument for a bad layout or page count, or with the allocator's
+  // or backend's error (annotated with the group and size) when memory runs
+  // out; nothing stays allocated on failure.
   // REQUIRES: backend outlives the pool (its buffers are freed by it).
-  static StatusOr<std::unique_ptr<KvPool>> Create(const KvLayout& layout, int64_t num_pages, Backend& backend);
+  static StatusOr<std::unique_ptr<KvPool>> Create(const KvLayout& layout, int64_t num_pages, Backend& backend,
+                                                  KvPoolAllocator* allocator = nullptr);
 
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -57,12 +88,17 @@ class KvPool {
   // Bytes of device memory the pool holds, all groups.
   size_t total_bytes() const;
 
+  // Describe() of the allocator the memory came from, or the backend's
+  // Name() ("cpu").
+  const std::string& memory_source() const { return memory_source_; }
+
  private:
   KvPool(const KvLayout& layout, int64_t num_pages);
 
   KvLayout layout_;
   PageAllocator allocator_;
-  std::vector<Buffer> buffers_;  // one per group
+  std::vector<KvPoolBlock> blocks_;  // one per group
+  std::string memory_source_;
 };
 
 }  // namespace strata

@@ -77,6 +77,7 @@ TEST(KvPoolTest, AllocatesOneBufferPerGroupOfTheRightSize) {
   EXPECT_EQ((*pool)->page_size(), 16);
   EXPECT_EQ((*pool)->allocator().num_free(), 10);
   EXPECT_EQ((*pool)->total_bytes(), layout.BytesPerPage() * 10);
+  EXPECT_EQ((*pool)->memory_source(), "malloc-test");
   pool->reset();
   EXPECT_EQ(backend.live, 0);
 }
@@ -168,6 +169,75 @@ TEST(KvPoolTest, FailedAllocationFreesEarlierGroups) {
   EXPECT_NE(pool.status().message().find("group \"latent\""), std::string::npos) << pool.status().message();
   EXPECT_NE(pool.status().message().find("malloc-test"), std::string::npos);
   EXPECT_EQ(backend.live, 0);
+}
+
+// A KvPoolAllocator with state (what the seam is for: a Buffer's free
+// function has none): counts its live blocks, can fail the n-th
+// allocation or hand out a misaligned block.
+class CountingAllocator : public KvPoolAllocator {
+ public:
+  int live = 0;
+  int calls = 0;
+  int fail_at = -1;
+  int misalign_at = -1;
+  std::vector<int> groups;
+
+  StatusOr<KvPoolBlock> Allocate(int group, size_t bytes) override {
+    groups.push_back(group);
+    const int call = calls++;
+    if (call == fail_at) return Unavailable("test allocator: no memory for group " + std::to_string(group));
+    char* p = static_cast<char*>(std::aligned_alloc(64, (bytes + 64 + 63) / 64 * 64));
+    if (!p) return ResourceExhausted("aligned_alloc failed");
+    ++live;
+    std::shared_ptr<void> owner(p, [this](void* q) {
+      std::free(q);
+      --live;
+    });
+    return KvPoolBlock{call == misalign_at ? p + 1 : p, bytes, std::move(owner)};
+  }
+  std::string Describe() const override { return "counting test allocator"; }
+};
+
+TEST(KvPoolTest, AllocatorGivesTheMemoryAndFreesItWithThePool) {
+  MallocBackend backend;
+  CountingAllocator alloc;
+  const KvLayout layout = TwoGroups(16);
+  auto pool = KvPool::Create(layout, 10, backend, &alloc);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(backend.allocations, 0) << "the backend allocated although an allocator was given";
+  EXPECT_EQ(alloc.live, 2);
+  EXPECT_EQ(alloc.groups, (std::vector<int>{0, 1}));
+  EXPECT_EQ((*pool)->memory_source(), "counting test allocator");
+  EXPECT_EQ((*pool)->total_bytes(), layout.BytesPerPage() * 10);
+  // The views point into the allocator's blocks, which are writable.
+  const KvPoolMemory m = (*pool)->memory();
+  ASSERT_EQ(m.group_base.size(), 2u);
+  EXPECT_EQ(static_cast<void*>(m.group_base[0]), (*pool)->Layer(0, 0).k);
+  for (int g = 0; g < 2; ++g) std::memset(m.group_base[g], 0x5A, layout.BytesPerPage(g) * 10);
+  pool->reset();
+  EXPECT_EQ(alloc.live, 0);
+}
+
+TEST(KvPoolTest, AllocatorFailureFreesEarlierGroupsAndNamesTheSource) {
+  MallocBackend backend;
+  CountingAllocator alloc;
+  alloc.fail_at = 1;
+  auto pool = KvPool::Create(TwoGroups(16), 10, backend, &alloc);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(pool.status().message().find("latent"), std::string::npos) << pool.status().message();
+  EXPECT_NE(pool.status().message().find("counting test allocator"), std::string::npos)
+      << pool.status().message();
+  EXPECT_EQ(alloc.live, 0);
+
+  CountingAllocator bad;
+  bad.misalign_at = 0;
+  auto misaligned = KvPool::Create(TwoGroups(16), 10, backend, &bad);
+  ASSERT_FALSE(misaligned.ok());
+  EXPECT_NE(misaligned.status().message().find("64-byte aligned"), std::string::npos)
+      << misaligned.status().message();
+  EXPECT_EQ(bad.live, 0);
+  EXPECT_EQ(backend.allocations, 0);
 }
 
 TEST(KvPoolTest, RejectsBadLayoutAndPageCount) {

@@ -174,24 +174,13 @@ int ServeCommand(const Args& args) {
   if (!stack.ok()) return Fail(cmd, stack.status());
   EngineOptions eo = plan.engine;
   if (plan.host_tier) eo.hicache_host_pages = plan.host_tier->host_pages;  // validated above
-  auto engine = Engine::Create(*stack->model, *stack->backend, eo);
-  if (!engine.ok()) return Fail(cmd, engine.status());
-  if (plan.layout &&
-      (*engine)->pool().num_pages() != plan.device_pages)  // the host tier was sized from it
-    return Fail(
-        cmd, Internal("the engine allocated " + std::to_string((*engine)->pool().num_pages()) +
-                      " KV pages; startup validation planned " + std::to_string(plan.device_pages) +
-                      " (KvLayoutForConfig and Model::kv_layout disagree)"));
   const bool pd_mode = c.disaggregation_mode != "null";
-  auto registry = metrics::Registry::Create(
-      {{"model", served_name}, {"role", pd_mode ? c.disaggregation_mode : "colocated"}});
-  if (!registry.ok()) return Fail(cmd, registry.status());
-  (void)metrics::AddBuildInfo(**registry);
-  // PD: the bootstrap endpoint and the KV transport over the engine's pool
-  // (which lives as long as the engine). Destroyed after the engine stops.
-  std::unique_ptr<disagg::PdRole> pd;
+  disagg::PdOptions po;
+  // PD: the KV transport comes first, so a decode's KV pool can live in
+  // memory it allocated (peers on this host then write it directly). It
+  // lives while the role or the pool's memory holds it.
+  std::shared_ptr<disagg::KvTransport> transport;
   if (pd_mode) {
-    disagg::PdOptions po;
     po.mode = c.disaggregation_mode;
     po.bootstrap_host =
         c.disaggregation_bootstrap_host.empty() ? c.host : c.disaggregation_bootstrap_host;
@@ -202,7 +191,29 @@ int ServeCommand(const Args& args) {
     po.transfer_timeout = std::chrono::milliseconds(c.disaggregation_transfer_timeout_ms);
     po.heartbeat_interval = std::chrono::milliseconds(c.disaggregation_heartbeat_interval_ms);
     po.peer_timeout = std::chrono::milliseconds(c.disaggregation_peer_timeout_ms);
-    auto role = disagg::PdRole::Create(po, (*engine)->pool(), **registry);
+    auto t = disagg::CreateRoleTransport(po);
+    if (!t.ok()) return Fail(cmd, t.status());
+    transport = std::move(*t);
+    if (disagg::RoleWantsTransportPool(po.mode))
+      eo.kv_pool_allocator = disagg::MakeKvPoolAllocator(transport);
+  }
+  auto engine = Engine::Create(*stack->model, *stack->backend, eo);
+  if (!engine.ok()) return Fail(cmd, engine.status());
+  if (plan.layout &&
+      (*engine)->pool().num_pages() != plan.device_pages)  // the host tier was sized from it
+    return Fail(
+        cmd, Internal("the engine allocated " + std::to_string((*engine)->pool().num_pages()) +
+                      " KV pages; startup validation planned " + std::to_string(plan.device_pages) +
+                      " (KvLayoutForConfig and Model::kv_layout disagree)"));
+  auto registry = metrics::Registry::Create(
+      {{"model", served_name}, {"role", pd_mode ? c.disaggregation_mode : "colocated"}});
+  if (!registry.ok()) return Fail(cmd, registry.status());
+  (void)metrics::AddBuildInfo(**registry);
+  // PD: the bootstrap endpoint and the KV transport over the engine's pool
+  // (which lives as long as the engine). Destroyed after the engine stops.
+  std::unique_ptr<disagg::PdRole> pd;
+  if (pd_mode) {
+    auto role = disagg::PdRole::Create(po, (*engine)->pool(), std::move(transport), **registry);
     if (!role.ok()) {
       if (role.status().code() == StatusCode::kUnavailable && po.mode == "prefill")
         return ConfigError("--disaggregation-bootstrap-port: " + role.status().message());

@@ -14,8 +14,17 @@
 //                64 x 4 KiB = 256 KiB (a prefix of fresh pages).
 // At the end the receiver hashes its pool and the sender checks the hash
 // against the image it expects: the bench moves real bytes, exactly.
+// Building that image is timed too: the same copies as a plain memcpy in
+// one process ("memcpy_mbps_median"), the memory system's ceiling for the
+// pattern, which ucx_perftest (one cache-hot buffer) does not show.
 //
 // Usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5]
+//          [--receiver-memory=ucx|heap] [--sender-memory=heap|ucx] [--direct-copy=1|0]
+//          [--repeat=1]
+// Memory: "ucx" pools come from KvTransport::AllocateRegion (what `strata
+// serve` gives PD roles), "heap" ones are std::vectors given to
+// RegisterRegion. --direct-copy=0 turns UcxTransportOptions::direct_copy
+// off on the sender (UCX's puts even where the peer's memory is mapped).
 // Prints one line per repetition and a final "result ..." line (MB/s as
 // ucx_perftest prints them: 2^20 bytes per second).
 #include <signal.h>
@@ -42,9 +51,19 @@ namespace {
 
 struct Options {
   std::string bench_case = "4k";
+  // Where each side's pool lives: "ucx" (KvTransport::AllocateRegion, what
+  // `strata serve` does for PD roles) or "heap" (a std::vector registered
+  // with RegisterRegion, as before).
+  std::string receiver_memory = "ucx";
+  std::string sender_memory = "heap";  // a prefill's pool is the backend's
+  bool direct_copy = true;  // UcxTransportOptions::direct_copy of the sender
   int64_t pages = 1024;
   int64_t chunk_pages = 64;
   int reps = 5;
+  // Each repetition writes the transfer this many times (the batches posted
+  // `repeat` times over, all in flight): with few --pages the pages stay in
+  // the caches, as ucx_perftest's one buffer does.
+  int repeat = 1;
 };
 
 KvLayout Qwen25_05B() {
@@ -81,11 +100,29 @@ bool ReadFull(int fd, void* p, size_t n) {
 
 // The receiver: registers its pool, sends the descriptor, then hashes the
 // pool on request ('h') until the pipe closes.
-[[noreturn]] void Receiver(size_t pool_bytes, int in, int out) {
+// A pool of `bytes` in `memory` ("ucx" or "heap") registered as region 0.
+char* MakePool(UcxTransport& t, const std::string& memory, size_t bytes, std::vector<char>& heap,
+               const char* who) {
+  char* base = nullptr;
+  if (memory == "ucx") {
+    auto r = t.AllocateRegion(bytes);
+    if (!r.ok()) Die(std::string(who) + ": AllocateRegion: " + r.status().ToString());
+    base = static_cast<char*>(r->base);
+  } else {
+    heap.resize(bytes);
+    base = heap.data();
+    if (!t.RegisterRegion(base, bytes).ok()) Die(std::string(who) + ": RegisterRegion failed");
+  }
+  std::fprintf(stderr, "kv_transfer_bench: %s pool in %s\n", who, t.RegionMemory(0).c_str());
+  return base;
+}
+
+[[noreturn]] void Receiver(const std::string& memory, size_t pool_bytes, int in, int out) {
   auto t = UcxTransport::Create();
   if (!t.ok()) Die("receiver: " + t.status().ToString());
-  std::vector<char> pool(pool_bytes, static_cast<char>(0xEE));
-  if (!(*t)->RegisterRegion(pool.data(), pool.size()).ok()) Die("receiver: RegisterRegion failed");
+  std::vector<char> heap;
+  char* pool = MakePool(**t, memory, pool_bytes, heap, "receiver");
+  std::memset(pool, 0xEE, pool_bytes);
   const std::string desc = *(*t)->LocalDescriptor();
   const uint32_t len = static_cast<uint32_t>(desc.size());
   if (write(out, &len, 4) != 4 || write(out, desc.data(), len) != static_cast<ssize_t>(len)) {
@@ -93,7 +130,7 @@ bool ReadFull(int fd, void* p, size_t n) {
   }
   char cmd;
   while (read(in, &cmd, 1) == 1) {
-    const uint64_t h = Fnv(pool.data(), pool.size());
+    const uint64_t h = Fnv(pool, pool_bytes);
     if (write(out, &h, 8) != 8) Die("receiver: pipe write failed");
   }
   std::exit(0);
@@ -146,7 +183,7 @@ int Run(const Options& o) {
   if (pid == 0) {
     close(to_child[1]);
     close(from_child[0]);
-    Receiver(pool_bytes, to_child[0], from_child[1]);
+    Receiver(o.receiver_memory, pool_bytes, to_child[0], from_child[1]);
   }
   close(to_child[0]);
   close(from_child[1]);
@@ -155,15 +192,17 @@ int Run(const Options& o) {
   std::string desc(len, '\0');
   if (!ReadFull(from_child[0], desc.data(), len)) Die("short descriptor");
 
-  auto created = UcxTransport::Create();
+  UcxTransportOptions sender_options;
+  sender_options.direct_copy = o.direct_copy;
+  auto created = UcxTransport::Create(sender_options);
   if (!created.ok()) Die("sender: " + created.status().ToString());
   UcxTransport& t = **created;
-  std::vector<char> src(pool_bytes);
-  for (size_t i = 0; i < src.size(); i += 8) {
+  std::vector<char> heap;
+  char* src = MakePool(t, o.sender_memory, pool_bytes, heap, "sender");
+  for (size_t i = 0; i < pool_bytes; i += 8) {
     const uint64_t x = rng();
-    std::memcpy(src.data() + i, &x, std::min<size_t>(8, src.size() - i));
+    std::memcpy(src + i, &x, std::min<size_t>(8, pool_bytes - i));
   }
-  if (!t.RegisterRegion(src.data(), src.size()).ok()) Die("sender: RegisterRegion failed");
   auto peer = t.Connect(desc);
   if (!peer.ok()) Die("sender: " + peer.status().ToString());
 
@@ -192,16 +231,18 @@ int Run(const Options& o) {
   for (int rep = 0; rep < o.reps; ++rep) {
     std::mutex mu;
     std::condition_variable cv;
-    size_t left = batches.size();
+    size_t left = batches.size() * static_cast<size_t>(o.repeat);
     Status first_error;
     const auto t0 = std::chrono::steady_clock::now();
-    for (const auto& b : batches) {
-      const Status st = t.Write(*peer, b, [&](Status s) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!s.ok() && first_error.ok()) first_error = s;
-        if (--left == 0) cv.notify_all();
-      });
-      if (!st.ok()) Die(st.ToString());
+    for (int k = 0; k < o.repeat; ++k) {
+      for (const auto& b : batches) {
+        const Status st = t.Write(*peer, b, [&](Status s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!s.ok() && first_error.ok()) first_error = s;
+          if (--left == 0) cv.notify_all();
+        });
+        if (!st.ok()) Die(st.ToString());
+      }
     }
     {
       std::unique_lock<std::mutex> lock(mu);
@@ -209,26 +250,41 @@ int Run(const Options& o) {
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!first_error.ok()) Die("write failed: " + first_error.ToString());
-    mbps.push_back(bytes / 1048576.0 / s);
+    mbps.push_back(static_cast<double>(bytes) * o.repeat / 1048576.0 / s);
     std::printf("rep %d: %.3f s, %.1f MB/s\n", rep, s, mbps.back());
     std::fflush(stdout);
   }
 
-  // The receiver's pool must be exactly the expected image.
+  // The receiver's pool must be exactly the expected image. Building it is
+  // also the memory system's ceiling for this pattern: the same copies by
+  // one thread of this process into a private pool of the same size (paged
+  // in first), timed per repetition like ours.
   std::vector<char> want(pool_bytes, static_cast<char>(0xEE));
-  for (const auto& b : batches) {
-    for (const WriteOp& op : b) std::memcpy(want.data() + op.dst_offset, src.data() + op.src_offset, op.length);
+  std::vector<double> memcpy_mbps;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < o.repeat; ++k) {
+      for (const auto& b : batches) {
+        for (const WriteOp& op : b) std::memcpy(want.data() + op.dst_offset, src + op.src_offset, op.length);
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    memcpy_mbps.push_back(static_cast<double>(bytes) * o.repeat / 1048576.0 / s);
   }
   const char c = 'h';
   uint64_t got = 0;
   if (write(to_child[1], &c, 1) != 1 || !ReadFull(from_child[0], &got, 8)) Die("receiver gone");
   const bool exact = got == Fnv(want.data(), want.size());
+  const TransportStats stats = t.stats();
   t.Disconnect(*peer);
   close(to_child[1]);
   waitpid(pid, nullptr, 0);
-  std::printf("result case=%s msg_bytes=%llu mbps_median=%.1f mbps_best=%.1f bytes_per_rep=%llu verified=%s\n",
-              o.bench_case.c_str(), static_cast<unsigned long long>(msg), Median(mbps),
-              *std::max_element(mbps.begin(), mbps.end()), static_cast<unsigned long long>(bytes),
+  std::printf("result case=%s receiver_memory=%s sender_memory=%s msg_bytes=%llu mbps_median=%.1f mbps_best=%.1f memcpy_mbps_median=%.1f repeat=%d bytes_per_rep=%llu direct_fraction=%.2f verified=%s\n",
+              o.bench_case.c_str(), o.receiver_memory.c_str(), o.sender_memory.c_str(),
+              static_cast<unsigned long long>(msg), Median(mbps),
+              *std::max_element(mbps.begin(), mbps.end()), Median(memcpy_mbps), o.repeat,
+              static_cast<unsigned long long>(bytes) * static_cast<unsigned long long>(o.repeat),
+              stats.bytes_written ? static_cast<double>(stats.bytes_copied_directly) / stats.bytes_written : 0.0,
               exact ? "yes" : "NO");
   return exact ? 0 : 2;
 }
@@ -246,6 +302,14 @@ int main(int argc, char** argv) {
     };
     if (const char* v = value("--case=")) {
       o.bench_case = v;
+    } else if (const char* v = value("--receiver-memory=")) {
+      o.receiver_memory = v;
+    } else if (const char* v = value("--sender-memory=")) {
+      o.sender_memory = v;
+    } else if (const char* v = value("--repeat=")) {
+      o.repeat = std::atoi(v);
+    } else if (const char* v = value("--direct-copy=")) {
+      o.direct_copy = std::atoi(v) != 0;
     } else if (const char* v = value("--pages=")) {
       o.pages = std::atoll(v);
     } else if (const char* v = value("--chunk-pages=")) {
@@ -253,12 +317,20 @@ int main(int argc, char** argv) {
     } else if (const char* v = value("--reps=")) {
       o.reps = std::atoi(v);
     } else {
-      std::fprintf(stderr, "usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5]\n");
+      std::fprintf(stderr, "usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5] "
+                   "[--receiver-memory=ucx|heap] [--sender-memory=ucx|heap] [--direct-copy=1|0] [--repeat=1]\n");
       return 1;
     }
   }
-  if (o.pages < 1 || o.chunk_pages < 1 || o.reps < 1) {
-    std::fprintf(stderr, "kv_transfer_bench: --pages, --chunk-pages and --reps must be >= 1\n");
+  for (const std::string* m : {&o.receiver_memory, &o.sender_memory}) {
+    if (*m != "ucx" && *m != "heap") {
+      std::fprintf(stderr, "kv_transfer_bench: --receiver-memory/--sender-memory: ucx or heap, got %s\n",
+                   m->c_str());
+      return 1;
+    }
+  }
+  if (o.pages < 1 || o.chunk_pages < 1 || o.reps < 1 || o.repeat < 1) {
+    std::fprintf(stderr, "kv_transfer_bench: --pages, --chunk-pages, --reps and --repeat must be >= 1\n");
     return 1;
   }
   return strata::disagg::Run(o);

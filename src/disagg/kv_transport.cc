@@ -18,6 +18,37 @@ StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(const TransportOptions&
                          "\" is not a KV transfer backend; known: ucx");
 }
 
+namespace {
+
+class TransportPoolAllocator final : public KvPoolAllocator {
+ public:
+  explicit TransportPoolAllocator(std::shared_ptr<KvTransport> transport)
+      : transport_(std::move(transport)) {}
+
+  StatusOr<KvPoolBlock> Allocate(int /*group*/, size_t bytes) override {
+    ASSIGN_OR_RETURN(const KvTransport::AllocatedRegion r, transport_->AllocateRegion(bytes));
+    if (memory_.empty()) memory_ = transport_->RegionMemory(r.id);
+    // The owner frees the region, and holds the transport until then.
+    std::shared_ptr<KvTransport> t = transport_;
+    std::shared_ptr<void> owner(r.base, [t, id = r.id](void*) { t->FreeRegion(id); });
+    return KvPoolBlock{r.base, r.length, std::move(owner)};
+  }
+
+  std::string Describe() const override {
+    return transport_->name() + " transport" + (memory_.empty() ? "" : " (" + memory_ + ")");
+  }
+
+ private:
+  std::shared_ptr<KvTransport> transport_;
+  std::string memory_;
+};
+
+}  // namespace
+
+std::shared_ptr<KvPoolAllocator> MakeKvPoolAllocator(std::shared_ptr<KvTransport> transport) {
+  return std::make_shared<TransportPoolAllocator>(std::move(transport));
+}
+
 Status SelfTestKvTransport(const TransportOptions& options, std::chrono::milliseconds timeout) {
   // The buffers outlive both transports (declared first, destroyed last).
   std::array<char, 64> src{}, dst{};

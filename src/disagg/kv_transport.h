@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 
+#include "cache/kv_pool.h"
 #include "util/status.h"
 
 namespace strata::disagg {
@@ -59,6 +60,7 @@ struct WriteOp {
 
 struct TransportStats {
   uint64_t bytes_written = 0;    // completed OK
+  uint64_t bytes_copied_directly = 0;  // of those: by this process into mapped peer memory
   uint64_t writes_ok = 0;        // Write() batches completed OK
   uint64_t writes_failed = 0;    // completed with an error
   int64_t peers = 0;             // connected now
@@ -74,9 +76,38 @@ class KvTransport {
 
   // Registers [base, base + length) for use in writes: as a source (sender)
   // or as a destination peers may write into (receiver). Called at startup,
-  // once per pool group, before LocalDescriptor/Connect. REQUIRES: the
-  // memory outlives the transport.
+  // once per pool group, before LocalDescriptor/Connect. Exactly a region
+  // AllocateRegion returned gives that region's id back (registered once).
+  // REQUIRES: the memory outlives the transport (or, for an allocated
+  // region, its FreeRegion).
   virtual StatusOr<RegionId> RegisterRegion(void* base, size_t length) = 0;
+
+  // Allocates `length` bytes that the transport owns and registers them as
+  // the next region, in the memory peers can write fastest. For UCX this is
+  // ucp_mem_map with UCP_MEM_MAP_ALLOCATE: on one host, shared memory
+  // (sysv or posix) that a sender maps and copies into itself, where heap
+  // memory given to RegisterRegion is written through the receiver's worker
+  // (active messages) over UCX 1.13's shared-memory transports. The bytes
+  // are 64-byte aligned, not zeroed, and valid until FreeRegion(id) or the
+  // transport's destruction, whichever comes first. Called at startup like
+  // RegisterRegion. Errors: InvalidArgument for length 0, Unavailable with
+  // the library's message when it cannot allocate.
+  struct AllocatedRegion {
+    RegionId id = 0;
+    void* base = nullptr;
+    size_t length = 0;
+  };
+  virtual StatusOr<AllocatedRegion> AllocateRegion(size_t length) = 0;
+
+  // Unmaps and frees a region AllocateRegion made. REQUIRES: nothing uses
+  // it any more (no Write names it; no LocalDescriptor is exported after:
+  // that fails with FailedPrecondition). Unknown ids and regions given to
+  // RegisterRegion are ignored.
+  virtual void FreeRegion(RegionId id) = 0;
+
+  // What memory a region is, for logs and tests: "sysv shared memory
+  // (allocated by ucx)", "heap (registered)", ... Empty for an unknown id.
+  virtual std::string RegionMemory(RegionId id) const = 0;
 
   // Opaque bytes a peer passes to Connect to write into this process's
   // registered regions (for UCX: the worker address and each region's
@@ -93,6 +124,12 @@ class KvTransport {
   // unknown ids are ignored. Blocks until no completion of the peer runs.
   virtual void Disconnect(PeerId peer) = 0;
 
+  // Disconnect of every connected peer: when it returns, no completion
+  // runs any more until the next Connect. For an owner that stops using a
+  // transport that others keep alive (the pool's memory can outlive the
+  // PD role that wrote through it).
+  virtual void DisconnectAll() = 0;
+
   // Posts `ops` as one batch (the transport may merge or split them);
   // `done` runs once, on the progress thread, when every op has landed in
   // the peer's memory (remote completion: after OK the receiver may read
@@ -105,6 +142,14 @@ class KvTransport {
 
   virtual TransportStats stats() const = 0;
 };
+
+// A KvPoolAllocator (cache/kv_pool.h) whose blocks are AllocateRegion
+// regions of `transport`: a pool made with it is region 0, 1, ... of the
+// transport when nothing else was registered first, and RegisterRegion of
+// a group's buffer then returns that region. Each block holds `transport`,
+// which therefore lives until the pool is gone; freeing a block frees its
+// region. Describe(): "<name> transport (<RegionMemory of the first block>)".
+std::shared_ptr<KvPoolAllocator> MakeKvPoolAllocator(std::shared_ptr<KvTransport> transport);
 
 struct TransportOptions {
   std::string backend = "ucx";  // --disaggregation-transfer-backend

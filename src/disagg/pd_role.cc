@@ -51,8 +51,13 @@ bool SameLayout(const KvLayout& a, const KvLayout& b) {
 // memory, metrics, the lock, and the reaper thread.
 class RoleBase : public PdRole, public Handler {
  public:
-  RoleBase(const PdOptions& options, const KvPool& pool, metrics::Registry& registry)
-      : options_(options), pool_(pool), registry_(registry), instance_(NewInstanceId()) {}
+  RoleBase(const PdOptions& options, const KvPool& pool, std::shared_ptr<KvTransport> transport,
+           metrics::Registry& registry)
+      : options_(options),
+        pool_(pool),
+        registry_(registry),
+        instance_(NewInstanceId()),
+        transport_(std::move(transport)) {}
 
   ~RoleBase() override { Shutdown(); }
 
@@ -71,6 +76,9 @@ class RoleBase : public PdRole, public Handler {
       shutting_down_ = true;
     }
     endpoint_.reset();
+    // The pool's memory may keep the transport alive after the role: no
+    // completion of ours may run once we are gone.
+    if (transport_) transport_->DisconnectAll();
     transport_.reset();
   }
 
@@ -78,9 +86,7 @@ class RoleBase : public PdRole, public Handler {
   const std::string& instance_id() const override { return instance_; }
 
   Status Init() {
-    TransportOptions to;
-    to.backend = options_.transfer_backend;
-    ASSIGN_OR_RETURN(transport_, CreateKvTransport(to));
+    if (!transport_) return InvalidArgument("PD role: no KV transport given");
     const KvPoolMemory mem = pool_.memory();
     const KvLayout& layout = pool_.layout();
     for (size_t g = 0; g < layout.groups.size(); ++g) {
@@ -93,6 +99,8 @@ class RoleBase : public PdRole, public Handler {
         return id.status().Annotate("registering KV pool group " + spec.name + " for PD transfer");
       if (*id != static_cast<RegionId>(g))
         return Internal("transport region ids are not in registration order");
+      STRATA_LOG(INFO) << "PD: KV pool group " << spec.name << " (" << bytes
+                       << " bytes) in " << transport_->RegionMemory(*id);
     }
     ASSIGN_OR_RETURN(
         auto* bytes,
@@ -170,7 +178,7 @@ class RoleBase : public PdRole, public Handler {
   const KvPool& pool_;
   metrics::Registry& registry_;
   const std::string instance_;
-  std::unique_ptr<KvTransport> transport_;
+  std::shared_ptr<KvTransport> transport_;
   std::unique_ptr<Endpoint> endpoint_;
   metrics::Counter* bytes_ = nullptr;
   metrics::Counter* pages_ = nullptr;
@@ -952,17 +960,27 @@ class DecodeRole final : public RoleBase {
 
 }  // namespace
 
+StatusOr<std::shared_ptr<KvTransport>> CreateRoleTransport(const PdOptions& options) {
+  TransportOptions to;
+  to.backend = options.transfer_backend;
+  ASSIGN_OR_RETURN(std::unique_ptr<KvTransport> t, CreateKvTransport(to));
+  return std::shared_ptr<KvTransport>(std::move(t));
+}
+
+bool RoleWantsTransportPool(const std::string& mode) { return mode == "decode"; }
+
 StatusOr<std::unique_ptr<PdRole>> PdRole::Create(const PdOptions& options, const KvPool& pool,
+                                                 std::shared_ptr<KvTransport> transport,
                                                  metrics::Registry& registry) {
   if (options.mode == "prefill") {
-    auto role = std::make_unique<PrefillRole>(options, pool, registry);
+    auto role = std::make_unique<PrefillRole>(options, pool, std::move(transport), registry);
     role->StartConnector();
     RETURN_IF_ERROR(role->Init());
     RETURN_IF_ERROR(role->Listen());
     return std::unique_ptr<PdRole>(std::move(role));
   }
   if (options.mode == "decode") {
-    auto role = std::make_unique<DecodeRole>(options, pool, registry);
+    auto role = std::make_unique<DecodeRole>(options, pool, std::move(transport), registry);
     RETURN_IF_ERROR(role->Init());
     return std::unique_ptr<PdRole>(std::move(role));
   }

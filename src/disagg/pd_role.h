@@ -43,6 +43,7 @@
 #include <string>
 
 #include "cache/kv_pool.h"
+#include "disagg/kv_transport.h"
 #include "engine/kv_handoff.h"
 #include "metrics/metrics.h"
 #include "util/status.h"
@@ -68,12 +69,30 @@ struct RoomAddress {
   uint64_t room = 0;
 };
 
+// The KV transport of a role (--disaggregation-transfer-backend), made
+// before the engine so that a decode's KV pool can live in memory the
+// transport allocated (MakeKvPoolAllocator, kv_transport.h: on one host a
+// prefill then writes the pages with its own memcpy) and passed to Create.
+StatusOr<std::shared_ptr<KvTransport>> CreateRoleTransport(const PdOptions& options);
+
+// Whether a role of `mode` should have its KV pool allocated by its
+// transport: the decode (the pool peers write into). A prefill's pool is
+// only read by its own writes; measured no faster in transport memory
+// (docs/perf.md "KV transfer (PD)").
+bool RoleWantsTransportPool(const std::string& mode);
+
 class PdRole {
  public:
-  // Registers the pool's memory with the transport, starts the bootstrap
+  // Registers the pool's memory with `transport` (a pool allocated by it is
+  // already registered: its regions are reused), starts the bootstrap
   // endpoint (the prefill listens: Unavailable naming the port when it
-  // cannot bind) and the metrics. `pool` and `registry` outlive the role.
+  // cannot bind) and the metrics, and logs where the pool's memory is.
+  // `pool` and `registry` outlive the role. The role shares `transport`;
+  // when the role is destroyed it disconnects every peer (no completion of
+  // it runs after) and drops its reference (the pool's memory may hold the
+  // transport longer).
   static StatusOr<std::unique_ptr<PdRole>> Create(const PdOptions& options, const KvPool& pool,
+                                                  std::shared_ptr<KvTransport> transport,
                                                   metrics::Registry& registry);
   virtual ~PdRole() = default;
 

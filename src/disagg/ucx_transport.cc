@@ -4,6 +4,7 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -94,6 +95,39 @@ std::string LanesOf(const std::string& ep_info) {
   return out;
 }
 
+// What backs the mapping that holds `p`, from /proc/self/maps: "sysv
+// shared memory" (UCX's sysv allocator: "/SYSV<key> (deleted)"), "posix
+// shared memory" (/dev/shm or a memfd), "heap", "private memory"
+// (anonymous), else the mapped file's path.
+std::string MemoryKindAt(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return "unknown memory";
+  char line[4096];
+  std::string kind = "unknown memory";
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    int path_at = 0;
+    if (std::sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path_at) < 2) continue;
+    if (addr < lo || addr >= hi) continue;
+    std::string path = line + path_at;
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    if (path.rfind("/SYSV", 0) == 0)
+      kind = "sysv shared memory";
+    else if (path.rfind("/dev/shm/", 0) == 0 || path.rfind("/memfd:", 0) == 0)
+      kind = "posix shared memory";
+    else if (path == "[heap]")
+      kind = "heap";
+    else if (path.empty())
+      kind = "private memory";
+    else
+      kind = path;
+    break;
+  }
+  std::fclose(f);
+  return kind;
+}
+
 }  // namespace
 
 class UcxTransport::Impl {
@@ -103,8 +137,10 @@ class UcxTransport::Impl {
   struct LocalRegion {
     char* base = nullptr;
     size_t length = 0;
-    ucp_mem_h memh = nullptr;
+    ucp_mem_h memh = nullptr;  // null once FreeRegion unmapped it
     std::string rkey;
+    bool allocated = false;  // by AllocateRegion (UCX owns the bytes)
+    std::string memory;      // RegionMemory
   };
 
   struct Peer {
@@ -119,6 +155,10 @@ class UcxTransport::Impl {
     ucp_ep_h ep = nullptr;
     ucp_rkey_h probe_rkey = nullptr;
     std::vector<ucp_rkey_h> rkeys;
+    // Per region: where it is mapped in this process (ucp_rkey_ptr: the
+    // peer's memory is shared memory UCX allocated), else null. Cleared
+    // with the rkeys (destroying them unmaps it).
+    std::vector<char*> direct;
     std::unordered_set<Batch*> batches;  // flushing: UCX will call back
     bool closed = false;
   };
@@ -288,7 +328,8 @@ class UcxTransport::Impl {
     // Commands that completions queued while closing: writes fail now.
     while (RunQueued()) {
     }
-    for (LocalRegion& r : regions_) ucp_mem_unmap(context_, r.memh);
+    for (LocalRegion& r : regions_)
+      if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
     if (probe_.memh != nullptr) ucp_mem_unmap(context_, probe_.memh);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
     if (context_ != nullptr) ucp_cleanup(context_);
@@ -333,6 +374,14 @@ class UcxTransport::Impl {
     }
     if (OnProgressThread())
       return FailedPrecondition("KV transport: RegisterRegion called from a completion");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < regions_.size(); ++i) {
+        const LocalRegion& r = regions_[i];
+        if (r.allocated && r.memh != nullptr && r.base == base && r.length == length)
+          return static_cast<RegionId>(i);
+      }
+    }
     StatusOr<LocalRegion> region = Internal("unset");
     RunSync([&] { region = MapRegion(base, length); });
     if (!region.ok()) return region.status();
@@ -341,14 +390,66 @@ class UcxTransport::Impl {
     return static_cast<RegionId>(regions_.size() - 1);
   }
 
-  std::string LocalDescriptor() {
+  StatusOr<AllocatedRegion> AllocateRegion(size_t length) {
+    if (length == 0)
+      return InvalidArgument("KV transport: AllocateRegion needs a non-zero length");
+    if (OnProgressThread())
+      return FailedPrecondition("KV transport: AllocateRegion called from a completion");
+    StatusOr<LocalRegion> region = Internal("unset");
+    RunSync([&] { region = MapRegion(nullptr, length); });
+    if (!region.ok()) return region.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    regions_.push_back(*region);
+    return AllocatedRegion{static_cast<RegionId>(regions_.size() - 1), region->base,
+                           region->length};
+  }
+
+  void FreeRegion(RegionId id) {
+    ucp_mem_h memh = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (id < 0 || static_cast<size_t>(id) >= regions_.size()) return;
+      LocalRegion& r = regions_[static_cast<size_t>(id)];
+      if (!r.allocated || r.memh == nullptr) return;
+      memh = r.memh;
+      r.memh = nullptr;
+    }
+    if (OnProgressThread()) {
+      ucp_mem_unmap(context_, memh);
+    } else {
+      RunSync([&] { ucp_mem_unmap(context_, memh); });
+    }
+  }
+
+  std::string RegionMemory(RegionId id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id < 0 || static_cast<size_t>(id) >= regions_.size()) return "";
+    const LocalRegion& r = regions_[static_cast<size_t>(id)];
+    if (r.memh == nullptr) return "freed";
+    return r.memory;
+  }
+
+  void DisconnectAll() {
+    std::vector<PeerId> ids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, peer] : peers_) ids.push_back(id);
+    }
+    for (PeerId id : ids) Disconnect(id);
+  }
+
+  StatusOr<std::string> LocalDescriptor() {
     UcxDescriptor d;
     d.nonce = nonce_;
     d.label = label_;
     d.worker_address = worker_address_;
     d.probe = {reinterpret_cast<uint64_t>(&probe_word_), sizeof(probe_word_), probe_.rkey};
     std::lock_guard<std::mutex> lock(mu_);
-    for (const LocalRegion& r : regions_) {
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      const LocalRegion& r = regions_[i];
+      if (r.memh == nullptr)
+        return FailedPrecondition("KV transport: region " + std::to_string(i) +
+                                  " was freed; a descriptor would name memory that is gone");
       d.regions.push_back({reinterpret_cast<uint64_t>(r.base), r.length, r.rkey});
     }
     return EncodeUcxDescriptor(d);
@@ -405,7 +506,10 @@ class UcxTransport::Impl {
     }
     STRATA_LOG(INFO) << "KV transport ucx: connected to " << peer->desc.label << " (peer "
                      << peer->id << ", " << peer->desc.regions.size() << " regions) over "
-                     << LanesOf(info);
+                     << LanesOf(info) << "; writes copied directly into "
+                     << std::count_if(peer->direct.begin(), peer->direct.end(),
+                                      [](const char* p) { return p != nullptr; })
+                     << " of " << peer->desc.regions.size() << " regions";
     STRATA_LOG(DEBUG) << "KV transport ucx: endpoint of peer " << peer->id << ":\n" << info;
     return peer->id;
   }
@@ -434,6 +538,7 @@ class UcxTransport::Impl {
   }
 
   Status Write(PeerId id, std::span<const WriteOp> ops, std::function<void(Status)> done) {
+    bool wake = false;
     auto batch = std::make_unique<Batch>();
     batch->done = std::move(done);
     batch->puts.reserve(ops.size());
@@ -460,6 +565,9 @@ class UcxTransport::Impl {
                                  std::to_string(peer.desc.regions.size()) + " exported)");
         }
         const LocalRegion& src = regions_[static_cast<size_t>(op.src_region)];
+        if (src.memh == nullptr)
+          return InvalidArgument(name() + "local region " + std::to_string(op.src_region) +
+                                 " was freed");
         const UcxRemoteRegion& dst = peer.desc.regions[static_cast<size_t>(op.dst_region)];
         if (op.src_offset > src.length || op.length > src.length - op.src_offset) {
           return InvalidArgument(name() + "[" + std::to_string(op.src_offset) + ", +" +
@@ -480,14 +588,19 @@ class UcxTransport::Impl {
       }
       batch->peer = it->second;
       EnqueueLocked([this, b = batch.release()] { PostBatch(b); });
+      // An awake progress thread sees the command before it sleeps (it
+      // checks the queue under mu_ first): the signal, a system call, is
+      // needed only when it is in poll(). Writes are the hot path.
+      wake = sleeping_;
     }
-    Signal();
+    if (wake) Signal();
     return OkStatus();
   }
 
   TransportStats stats() const {
     TransportStats s;
     s.bytes_written = bytes_written_.load();
+    s.bytes_copied_directly = direct_bytes_.load();
     s.writes_ok = writes_ok_.load();
     s.writes_failed = writes_failed_.load();
     s.writes_in_flight = inflight_.load();
@@ -534,12 +647,16 @@ class UcxTransport::Impl {
       const ucs_status_t st = ucp_worker_arm(worker_);
       if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
       {
-        // A command enqueued after this check signals the armed worker.
+        // A command enqueued after this check signals the armed worker
+        // (Write signals only while sleeping_ is set).
         std::lock_guard<std::mutex> lock(mu_);
         if (stop_ || !queue_.empty()) continue;
+        sleeping_ = true;
       }
       pollfd pfd{efd_, POLLIN, 0};
       poll(&pfd, 1, inflight_ > 0 ? kBusyPollMs : kIdlePollMs);
+      std::lock_guard<std::mutex> lock(mu_);
+      sleeping_ = false;
     }
   }
 
@@ -554,19 +671,44 @@ class UcxTransport::Impl {
     return !cmds.empty();
   }
 
+  // Registers [base, base + length), or with base null has UCX allocate
+  // `length` bytes (UCP_MEM_MAP_ALLOCATE).
   StatusOr<LocalRegion> MapRegion(void* base, size_t length) {
     LocalRegion r;
     r.base = static_cast<char*>(base);
     r.length = length;
+    r.allocated = base == nullptr;
     ucp_mem_map_params_t p{};
     p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     p.address = base;
     p.length = length;
+    if (r.allocated) {
+      p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+      p.flags = UCP_MEM_MAP_ALLOCATE;
+    }
     ucs_status_t st = ucp_mem_map(context_, &p, &r.memh);
     if (st != UCS_OK) {
-      return Unavailable("KV transport: registering " + std::to_string(length) +
-                         " bytes with UCX failed: " + ucs_status_string(st));
+      return Unavailable("KV transport: " +
+                         std::string(r.allocated ? "allocating " : "registering ") +
+                         std::to_string(length) + " bytes with UCX failed: " +
+                         ucs_status_string(st));
     }
+    if (r.allocated) {
+      ucp_mem_attr_t attr{};
+      attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+      st = ucp_mem_query(r.memh, &attr);
+      const auto addr = reinterpret_cast<uintptr_t>(attr.address);
+      if (st != UCS_OK || attr.length < length || addr % 64 != 0) {
+        ucp_mem_unmap(context_, r.memh);
+        return Unavailable("KV transport: UCX allocated " + std::to_string(length) +
+                           " bytes but " +
+                           (st != UCS_OK ? std::string("ucp_mem_query failed: ") +
+                                               ucs_status_string(st)
+                                         : "not 64-byte aligned or shorter than asked"));
+      }
+      r.base = static_cast<char*>(attr.address);
+    }
+    r.memory = MemoryKindAt(r.base) + (r.allocated ? " (allocated by ucx)" : " (registered)");
     void* rkey = nullptr;
     size_t rkey_len = 0;
     st = ucp_rkey_pack(context_, r.memh, &rkey, &rkey_len);
@@ -628,6 +770,9 @@ class UcxTransport::Impl {
       st = ucp_ep_rkey_unpack(peer->ep, r.rkey.data(), &rkey);
       if (st != UCS_OK) return probe->Set(st);
       peer->rkeys.push_back(rkey);
+      void* local = nullptr;
+      const bool mapped = options_.direct_copy && ucp_rkey_ptr(rkey, r.base, &local) == UCS_OK;
+      peer->direct.push_back(mapped ? static_cast<char*>(local) : nullptr);
     }
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -658,6 +803,7 @@ class UcxTransport::Impl {
       if (peer.lost) lost = peer.lost_reason;
     }
     if (!lost.empty()) return FinishAndFree(b, Unavailable(lost));
+    if (CopyDirect(*b)) return FinishAndFree(b, OkStatus());
     ucp_request_param_t none{};
     for (const Put& put : b->puts) {
       ucs_status_ptr_t req = ucp_put_nbx(peer.ep, put.src, put.length, put.remote_addr,
@@ -681,6 +827,31 @@ class UcxTransport::Impl {
     }
     peer.batches.insert(b);
     ++inflight_;
+  }
+
+  // When every put of `b` goes to a region mapped here (Peer::direct),
+  // copies them with memcpy and returns true: the bytes are then in the
+  // peer's memory (one host, coherent caches; the fence orders them before
+  // whatever the caller sends next, e.g. RoomDone). Otherwise copies
+  // nothing. Why not ucp_put_nbx into the same mapping: measured 1.8x
+  // slower than this at 256 KiB puts into cold pages and 3.2x with them in
+  // L3, and it needs the flush (docs/perf.md "KV transfer (PD)"). A dead
+  // peer's segment stays mapped until
+  // ClosePeer, so a copy never faults; the dead peer is noticed as before
+  // (bootstrap EOF, UCX keepalive).
+  bool CopyDirect(Batch& b) {
+    const Peer& peer = *b.peer;
+    for (const Put& put : b.puts)
+      if (peer.direct.empty() || peer.direct[static_cast<size_t>(put.dst_region)] == nullptr)
+        return false;
+    for (const Put& put : b.puts) {
+      const size_t region = static_cast<size_t>(put.dst_region);
+      char* dst = peer.direct[region] + (put.remote_addr - peer.desc.regions[region].base);
+      std::memcpy(dst, put.src, put.length);
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    direct_bytes_ += b.bytes;
+    return true;
   }
 
   static void OnFlushDone(void* request, ucs_status_t status, void* user_data) {
@@ -761,6 +932,7 @@ class UcxTransport::Impl {
     }
     for (ucp_rkey_h k : peer->rkeys) ucp_rkey_destroy(k);
     peer->rkeys.clear();
+    peer->direct.clear();
     if (peer->probe_rkey != nullptr) ucp_rkey_destroy(peer->probe_rkey);
     peer->probe_rkey = nullptr;
   }
@@ -788,6 +960,7 @@ class UcxTransport::Impl {
   mutable std::mutex mu_;
   std::deque<std::function<void()>> queue_;        // guarded by mu_
   bool stop_ = false;                              // guarded by mu_
+  bool sleeping_ = false;  // guarded by mu_: the progress thread is in (or entering) poll()
   std::deque<LocalRegion> regions_;                // guarded by mu_; entries never move
   std::map<PeerId, std::shared_ptr<Peer>> peers_;  // guarded by mu_
   PeerId next_peer_id_ = 1;                        // guarded by mu_
@@ -798,6 +971,7 @@ class UcxTransport::Impl {
   std::atomic<int64_t> inflight_{0};
 
   std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> direct_bytes_{0};
   std::atomic<uint64_t> writes_ok_{0};
   std::atomic<uint64_t> writes_failed_{0};
 };
@@ -814,6 +988,12 @@ UcxTransport::~UcxTransport() = default;
 StatusOr<RegionId> UcxTransport::RegisterRegion(void* base, size_t length) {
   return impl_->RegisterRegion(base, length);
 }
+StatusOr<KvTransport::AllocatedRegion> UcxTransport::AllocateRegion(size_t length) {
+  return impl_->AllocateRegion(length);
+}
+void UcxTransport::FreeRegion(RegionId id) { impl_->FreeRegion(id); }
+std::string UcxTransport::RegionMemory(RegionId id) const { return impl_->RegionMemory(id); }
+void UcxTransport::DisconnectAll() { impl_->DisconnectAll(); }
 StatusOr<std::string> UcxTransport::LocalDescriptor() { return impl_->LocalDescriptor(); }
 StatusOr<PeerId> UcxTransport::Connect(const std::string& descriptor) {
   return impl_->Connect(descriptor);

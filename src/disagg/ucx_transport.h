@@ -12,6 +12,10 @@
 // work (docs/architecture/disagg.md "Data plane").
 //
 //   RegisterRegion  ucp_mem_map; the packed rkey goes into the descriptor.
+//   AllocateRegion  ucp_mem_map with UCP_MEM_MAP_ALLOCATE: memory UCX
+//                   allocated, which over shared memory a sender maps and
+//                   writes with its own memcpy (UCX 1.13's mm transports
+//                   put only into memory they allocated).
 //   LocalDescriptor worker address + per region (base, length, rkey), plus a
 //                   probe word (see Connect), framed and checksummed
 //                   (ucx_descriptor.h).
@@ -25,7 +29,12 @@
 //                   into.
 //   Write           one ucp_put_nbx per op, then ucp_ep_flush_nbx: `done`
 //                   runs from the flush's completion, i.e. after the bytes
-//                   are in the peer's memory (remote completion).
+//                   are in the peer's memory (remote completion). When the
+//                   peer's regions are mapped here (its memory came from
+//                   AllocateRegion and UCX reaches it over shared memory:
+//                   ucp_rkey_ptr), a memcpy per op on the progress thread
+//                   instead, and `done` right after it
+//                   (UcxTransportOptions::direct_copy).
 //   Disconnect      ucp_ep_close_nbx(UCP_EP_CLOSE_FLAG_FORCE): UCX cancels
 //                   the peer's outstanding operations; their batches end
 //                   with kAborted "disconnected".
@@ -38,9 +47,12 @@
 // transport's own thread" and Disconnect must know when the last callback
 // of a peer ran: with one owner thread both are true by construction, and
 // UCX's multi-thread mode would only add a lock around every call. The
-// receiver's progress thread matters too: for this memory UCX 1.13 has no
-// native RMA over tcp, posix or sysv and emulates puts with active messages
-// that the receiving worker must progress (a stopped receiver stalls them).
+// receiver's progress thread matters too: for registered (not UCX-
+// allocated) memory UCX 1.13 has no native RMA over tcp, posix or sysv and
+// emulates puts with active messages that the receiving worker must
+// progress (a stopped receiver stalls them); over tcp that holds for every
+// memory. Only direct copies into UCX-allocated shared memory need nothing
+// of the receiver.
 //
 // Failure model: endpoints always use UCP_ERR_HANDLING_MODE_PEER (never
 // NONE, where UCX makes no promise about a failed peer's operations). The
@@ -91,6 +103,12 @@ struct UcxTransportOptions {
   // every FIFO entry a receive buffer, so a worker holds ~38 MB of shared
   // memory with 4096 (~13 MB with 1024, ~4 MB with UCX's 64; measured).
   int shm_fifo_size = 4096;
+  // A batch whose every destination region is mapped into this process
+  // (ucp_rkey_ptr works: the peer's region is shared memory UCX allocated,
+  // KvTransport::AllocateRegion) is copied with memcpy on the progress
+  // thread instead of ucp_put_nbx + flush. Off: always UCX's puts (for
+  // comparison; docs/perf.md "KV transfer (PD)").
+  bool direct_copy = true;
 };
 
 class UcxTransport final : public KvTransport {
@@ -102,6 +120,15 @@ class UcxTransport final : public KvTransport {
 
   std::string name() const override { return "ucx"; }
   StatusOr<RegionId> RegisterRegion(void* base, size_t length) override;
+  // ucp_mem_map(UCP_MEM_MAP_ALLOCATE): UCX picks the memory by its
+  // UCX_ALLOC_PRIO (default: sysv, posix shared memory, then huge pages,
+  // mmap, heap) among the memory domains of this context's UCX_TLS; over
+  // tcp alone that is private memory, written as before.
+  StatusOr<AllocatedRegion> AllocateRegion(size_t length) override;
+  void FreeRegion(RegionId id) override;
+  // From /proc/self/maps: "sysv shared memory", "posix shared memory",
+  // "private memory", then " (allocated by ucx)" or " (registered)".
+  std::string RegionMemory(RegionId id) const override;
   // The descriptor covers the regions registered so far.
   StatusOr<std::string> LocalDescriptor() override;
   // Also fails with FailedPrecondition when called from a completion.
@@ -110,6 +137,7 @@ class UcxTransport final : public KvTransport {
   // peer is closed right after that completion returns, and its remaining
   // batches end with kAborted then.
   void Disconnect(PeerId peer) override;
+  void DisconnectAll() override;
   // Returns an error and never calls `done` for: an unknown or disconnected
   // peer (NotFound), a peer already lost (Unavailable "peer lost: ..."), an
   // op outside its region (InvalidArgument naming the op). Returns OK and

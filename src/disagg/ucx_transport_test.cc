@@ -433,6 +433,87 @@ TEST(CreateKvTransportTest, KnowsUcxAndNamesTheKnownBackends) {
   EXPECT_NE(bad.status().message().find("known: ucx"), std::string::npos);
 }
 
+// ---- memory the transport allocates (AllocateRegion) ---------------------
+
+// UCX_TLS values whose memory UCX allocates in shared memory (UCX_ALLOC_PRIO
+// starts with sysv, then posix), so a sender on this host maps it.
+bool AllocatesSharedMemory(const std::string& tls) { return tls != "tcp" && tls != "tcp,cma"; }
+
+class AllocatedRegionTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(AllocatedRegionTest, WritesLandInItCopiedDirectlyOverSharedMemoryAndItFrees) {
+  constexpr size_t kBytes = 8 << 20;
+  UcxTransportOptions opt;
+  opt.tls = GetParam();
+  auto r = UcxTransport::Create(opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  UcxTransport& receiver = **r;
+  auto a = receiver.AllocateRegion(kBytes);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->id, 0);
+  EXPECT_GE(a->length, kBytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->base) % 64, 0u);
+  // Registering exactly it gives its id back (PdRole registers every pool
+  // group, wherever its memory came from).
+  EXPECT_EQ(*receiver.RegisterRegion(a->base, a->length), a->id);
+  const std::string memory = receiver.RegionMemory(a->id);
+  std::printf("[ info     ] UCX_TLS=%s: region in %s\n", GetParam().c_str(), memory.c_str());
+  EXPECT_NE(memory.find("(allocated by ucx)"), std::string::npos) << memory;
+  if (AllocatesSharedMemory(GetParam())) {
+    EXPECT_NE(memory.find("shared memory"), std::string::npos) << memory;
+  }
+  char* dst = static_cast<char*>(a->base);
+  std::memset(dst, 0xEE, kBytes);
+  auto desc = receiver.LocalDescriptor();
+  ASSERT_TRUE(desc.ok()) << desc.status().ToString();
+
+  std::vector<char> src(kBytes);
+  FillRandom(&src, 11);
+  std::vector<char> want(kBytes, static_cast<char>(0xEE));
+  // Once with direct copies allowed, once with UCX's puts only: both land.
+  for (bool direct : {true, false}) {
+    UcxTransportOptions so = opt;
+    so.direct_copy = direct;
+    auto s = UcxTransport::Create(so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_EQ(*(*s)->RegisterRegion(src.data(), src.size()), 0);
+    EXPECT_NE((*s)->RegionMemory(0).find("(registered)"), std::string::npos)
+        << (*s)->RegionMemory(0);
+    auto peer = (*s)->Connect(*desc);
+    ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+    const uint64_t shift = direct ? 0 : 3;  // different bytes the second time
+    const std::vector<WriteOp> ops = {
+        {0, 0 + shift, 0, 0, 1},
+        {0, 4096 + shift, 0, 12345, 4096},
+        {0, 1000003 + shift, 0, 2000001, 77777},
+        {0, kBytes - 3333 - shift, 0, kBytes - 3333, 3333},
+        {0, 17, 0, 5000000, 0},
+    };
+    Apply(ops, src, &want);
+    ASSERT_TRUE(WriteAndWait(**s, *peer, ops).ok());
+    EXPECT_EQ(FirstDiff(std::vector<char>(dst, dst + kBytes), want), -1) << "direct=" << direct;
+    const TransportStats st = (*s)->stats();
+    EXPECT_EQ(st.bytes_written, 1u + 4096 + 77777 + 3333);
+    EXPECT_EQ(st.bytes_copied_directly,
+              direct && AllocatesSharedMemory(GetParam()) ? st.bytes_written : 0u)
+        << "direct=" << direct;
+    (*s)->Disconnect(*peer);
+  }
+
+  receiver.FreeRegion(a->id);
+  EXPECT_EQ(receiver.RegionMemory(a->id), "freed");
+  receiver.FreeRegion(a->id);  // once is enough; again is ignored
+  auto after = receiver.LocalDescriptor();
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), StatusCode::kFailedPrecondition) << after.status().ToString();
+  EXPECT_EQ(receiver.AllocateRegion(0).status().code(), StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, AllocatedRegionTest,
+                         testing::ValuesIn(std::vector<std::string>(std::begin(kTlsValues),
+                                                                    std::end(kTlsValues))),
+                         TestName);
+
 // ---- peer death: a receiver in a child process ----------------------------
 
 // The child's side: runs only when a PeerDeath test spawned this binary with
@@ -448,17 +529,28 @@ TEST(UcxChildReceiver, Serve) {
   UcxTransportOptions opt;
   opt.tls = std::getenv("STRATA_UCX_CHILD_TLS");
   const size_t bytes = std::stoull(std::getenv("STRATA_UCX_CHILD_BYTES"));
+  const bool allocate = std::string(std::getenv("STRATA_UCX_CHILD_MEMORY")) == "ucx";
   auto t = UcxTransport::Create(opt);
   if (!t.ok()) _exit(3);
-  std::vector<char> region(bytes, static_cast<char>(0xEE));
-  if (!(*t)->RegisterRegion(region.data(), region.size()).ok()) _exit(4);
+  std::vector<char> heap;
+  char* region = nullptr;
+  if (allocate) {
+    auto a = (*t)->AllocateRegion(bytes);
+    if (!a.ok()) _exit(4);
+    region = static_cast<char*>(a->base);
+  } else {
+    heap.resize(bytes);
+    region = heap.data();
+    if (!(*t)->RegisterRegion(region, bytes).ok()) _exit(4);
+  }
+  std::memset(region, 0xEE, bytes);
   const std::string desc = *(*t)->LocalDescriptor();
   const uint32_t len = static_cast<uint32_t>(desc.size());
   if (write(out, &len, 4) != 4 || write(out, desc.data(), len) != static_cast<ssize_t>(len))
     _exit(5);
   char cmd;
   while (read(in, &cmd, 1) == 1) {
-    const uint64_t h = Fnv(region.data(), region.size());
+    const uint64_t h = Fnv(region, bytes);
     if (write(out, &h, 8) != 8) _exit(6);
   }
   _exit(0);
@@ -468,8 +560,9 @@ class ChildReceiver {
  public:
   ~ChildReceiver() { Kill(); }
 
-  // Spawns this test binary running UcxChildReceiver.Serve.
-  void Start(const std::string& tls, size_t bytes) {
+  // Spawns this test binary running UcxChildReceiver.Serve; its region is
+  // heap memory it registers, or with memory "ucx" AllocateRegion's.
+  void Start(const std::string& tls, size_t bytes, const std::string& memory = "heap") {
     int to_child[2], from_child[2];
     ASSERT_EQ(pipe(to_child), 0);
     ASSERT_EQ(pipe(from_child), 0);
@@ -481,6 +574,7 @@ class ChildReceiver {
                   std::to_string(from_child[1]));
     env.push_back("STRATA_UCX_CHILD_TLS=" + tls);
     env.push_back("STRATA_UCX_CHILD_BYTES=" + std::to_string(bytes));
+    env.push_back("STRATA_UCX_CHILD_MEMORY=" + memory);
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -688,6 +782,58 @@ TEST_P(PeerDeathTest, StoppedReceiverDisconnectsPromptlyAndConnectTimesOut) {
       GetParam().c_str(), aborted, kInFlight, waited, stalled.status().ToString().c_str());
   EXPECT_EQ(sender.stats().peers, 0);
   child.Signal(SIGCONT);
+}
+
+// The decode's pool in memory UCX allocated (what `strata serve` does):
+// over shared memory the sender copies into the child's mapped segment
+// itself, so nothing is in flight when it dies; the death must still be
+// noticed (UCX's keepalive), Disconnect must unmap it promptly, and the
+// dead descriptor must be refused.
+TEST_P(PeerDeathTest, KilledReceiverWithAllocatedMemoryIsNoticedAndDisconnects) {
+  constexpr size_t kBytes = 16 << 20;
+  UcxTransportOptions opt;
+  opt.tls = GetParam();
+  auto created = UcxTransport::Create(opt);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  UcxTransport& sender = **created;
+  std::vector<char> src(kBytes);
+  FillRandom(&src, 7);
+  ASSERT_EQ(*sender.RegisterRegion(src.data(), src.size()), 0);
+  std::vector<char> image(kBytes, static_cast<char>(0xEE));
+  std::memcpy(image.data(), src.data(), 1 << 20);
+  const WriteOp first{0, 0, 0, 0, 1 << 20};
+
+  ChildReceiver child;
+  ASSERT_NO_FATAL_FAILURE(child.Start(GetParam(), kBytes, "ucx"));
+  auto peer = sender.Connect(child.descriptor());
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  ASSERT_TRUE(WriteAndWait(sender, *peer, std::span<const WriteOp>(&first, 1)).ok());
+  EXPECT_EQ(child.Hash(), Fnv(image.data(), image.size()));
+  EXPECT_EQ(sender.stats().bytes_copied_directly,
+            AllocatesSharedMemory(GetParam()) ? uint64_t{1} << 20 : 0u);
+
+  const auto killed_at = Clock::now();
+  child.Kill();
+  Status next;
+  while (Clock::now() - killed_at < seconds(20)) {
+    next = WriteAndWait(sender, *peer, std::span<const WriteOp>(&first, 1));
+    if (!next.ok()) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  std::printf("[ info     ] UCX_TLS=%s, allocated memory: a dead peer was noticed after %.2f s: %s\n",
+              GetParam().c_str(),
+              std::chrono::duration<double>(Clock::now() - killed_at).count(),
+              next.ToString().c_str());
+  ASSERT_EQ(next.code(), StatusCode::kUnavailable) << "a killed peer was not noticed within 20 s";
+  EXPECT_EQ(next.message().rfind("peer lost: ", 0), 0u) << next.message();
+  const auto t0 = Clock::now();
+  sender.Disconnect(*peer);
+  EXPECT_LT(Clock::now() - t0, seconds(10));
+  EXPECT_EQ(sender.stats().peers, 0);
+  EXPECT_EQ(sender.stats().writes_in_flight, 0);
+  auto stale = sender.Connect(child.descriptor());
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kUnavailable) << stale.status().ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, PeerDeathTest,

@@ -42,7 +42,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   RETURN_IF_ERROR(layout.Validate());
   e->context_length_ = EffectiveContextLength(options, model.config.max_position_embeddings);
   ASSIGN_OR_RETURN(const int64_t pages, PlanKvPoolPages(layout, options, e->context_length_));
-  ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend));
+  ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend, options.kv_pool_allocator.get()));
   if (options.hicache.enabled) {
     if (options.disable_radix_cache)
       return InvalidArgument(

@@ -62,6 +62,11 @@ struct EngineOptions {
   // positions (128 MB; 220 rows at a 152k vocabulary, at least 16 rows):
   // a longer prompt asking for them is cut into more chunks.
   int64_t prompt_logit_floats = int64_t{32} << 20;
+  // Where the device KV pool's memory comes from (null: the backend's
+  // Allocate). `strata serve` in a PD role passes its KV transport's
+  // allocator so peers write the pool directly. Host memory, so only with a
+  // backend that computes on host memory (cache/kv_pool.h).
+  std::shared_ptr<KvPoolAllocator> kv_pool_allocator;
 };
 
 // The context length an engine with these options serves: the option, else
