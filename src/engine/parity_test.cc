@@ -9,6 +9,7 @@
 // (Cuda/..., fp32 matmul; skipped with "no CUDA device" without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,7 +25,10 @@ using nlohmann::json;
 
 const std::vector<std::string> kModels = {"llama_default", "llama_linear",    "llama3_rope",
                                           "mistral",       "qwen2",           "qwen3",
-                                          "deepseek_v3",   "deepseek_v3_lite"};
+                                          "deepseek_v3",   "deepseek_v3_lite", "deepseek_v4"};
+// Architectures that run on the CPU backend only in this version (their
+// model refuses CUDA at load): not instantiated under Cuda/.
+const std::vector<std::string> kCpuOnly = {"deepseek_v4"};
 constexpr double kTol = 1e-3;
 
 std::string FixtureDir(const std::string& name) {
@@ -247,7 +251,9 @@ INSTANTIATE_TEST_SUITE_P(Models, ParityTest, ::testing::ValuesIn(kModels),
 
 std::vector<std::string> CudaParams() {
   std::vector<std::string> p;
-  for (const std::string& m : kModels) p.push_back(kCudaPrefix + m);
+  for (const std::string& m : kModels)
+    if (std::find(kCpuOnly.begin(), kCpuOnly.end(), m) == kCpuOnly.end())
+      p.push_back(kCudaPrefix + m);
   return p;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, ParityTest, ::testing::ValuesIn(CudaParams()), [](const auto& info) {
