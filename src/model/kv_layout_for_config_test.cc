@@ -110,7 +110,8 @@ TEST_F(KvLayoutForConfigTest, UnknownArchitecturesAndBadConfigsAreErrors) {
   ASSERT_FALSE(u.ok());
   EXPECT_EQ(u.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(u.status().message(),
-              HasSubstr("'GPT2LMHeadModel' is not supported (supported: DeepseekV3ForCausalLM, LlamaForCausalLM"));
+              HasSubstr("'GPT2LMHeadModel' is not supported (supported: DeepseekV3ForCausalLM, "
+                        "DeepseekV4ForCausalLM, LlamaForCausalLM"));
   auto p = KvLayoutForConfig(*config, 0, DType::kBF16);
   EXPECT_FALSE(p.ok());  // page size 0: the layout's own validation
 }
