@@ -341,6 +341,19 @@ TEST(DeepseekV4ParityTest, EveryStepAsAFullRecomputeMatchesTransformers) {
   EXPECT_EQ(compared, 8 * 24 + 4 * 16) << "every reference step compared";
 }
 
+// This version runs DeepSeek V4 on the CPU backend only: on CUDA the load
+// fails, saying so, instead of running host loops on device memory.
+TEST(DeepseekV4ParityTest, CudaRefusesTheModelByName) {
+  auto b = CreateCudaBackend(CudaBackendOptions{});
+  if (!b.ok() && b.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << b.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto m = LoadModelDir(FixtureDir("deepseek_v4"), **b, LoadOptions{});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("CPU backend only"), std::string::npos)
+      << m.status().message();
+}
+
 // Every instruction-set level this CPU has gives the reference answers.
 TEST(ParityIsaTest, EveryIsaMatchesOnQwen3) {
   json golden = LoadGolden("qwen3");

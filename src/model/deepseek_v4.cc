@@ -315,10 +315,6 @@ class DeepseekV4Model : public Model {
   int num_csa_ = 0, num_hca_ = 0;
 };
 
-KvLayout DeepseekV4KvLayoutOf(const ModelConfig& c, int page_size, DType dtype) {
-  return DeepseekV4Layout(c, page_size, dtype);
-}
-
 DeepseekV4Model::LayerKv DeepseekV4Model::ViewsOf(size_t l, std::span<const KvLayerView> kv) const {
   // Group order and sizes as DeepseekV4Layout declares them.
   const int64_t n = config_.num_hidden_layers;
@@ -896,7 +892,7 @@ StatusOr<std::unique_ptr<Model>> CreateDeepseekV4(const ModelConfig& c, WeightSt
 }
 
 KvLayout DeepseekV4KvLayout(const ModelConfig& c, int page_size, DType dtype) {
-  return DeepseekV4KvLayoutOf(c, page_size, dtype);
+  return DeepseekV4Layout(c, page_size, dtype);
 }
 
 }  // namespace strata
