@@ -111,6 +111,12 @@ struct KvLayerView {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int64_t num_pages = 0;
+  // > 1: a group of one entry per window of tokens_per_entry tokens
+  // (cache/kv_layout.h PoolGroupSpec): a page then holds
+  // ceil(page_size / tokens_per_entry) entries, and slot s = page_id *
+  // that + offset. Only the model that declared such a group reads it; the
+  // attention ops take token groups (1).
+  int32_t tokens_per_entry = 1;
 };
 
 // One sequence's slice of an attention batch. Its q_len new tokens occupy

@@ -44,6 +44,9 @@ Status KvLayout::Validate() const {
     if (s.sliding_window < 0) {
       problems.push_back(where + ": sliding_window is " + std::to_string(s.sliding_window) + ", must be >= 0");
     }
+    if (s.tokens_per_entry < 1) {
+      problems.push_back(where + ": tokens_per_entry is " + std::to_string(s.tokens_per_entry) + ", must be >= 1");
+    }
     if (!IsKvDType(s.dtype)) {
       problems.push_back(where + ": dtype " + DTypeName(s.dtype) + " cannot hold KV; use F32, F16 or BF16");
     }
@@ -57,12 +60,14 @@ Status KvLayout::Validate() const {
 size_t KvLayout::BytesPerPagePerTensor(int g) const {
   STRATA_CHECK(g >= 0 && g < static_cast<int>(groups.size())) << "group " << g;
   const PoolGroupSpec& s = groups[g];
-  return static_cast<size_t>(page_size) * static_cast<size_t>(s.ElementsPerTokenPerTensor()) * DTypeSize(s.dtype);
+  return static_cast<size_t>(s.EntriesPerPage(page_size)) * static_cast<size_t>(s.ElementsPerTokenPerTensor()) *
+         DTypeSize(s.dtype);
 }
 
 size_t KvLayout::BytesPerPage(int g) const {
   STRATA_CHECK(g >= 0 && g < static_cast<int>(groups.size())) << "group " << g;
-  return static_cast<size_t>(page_size) * groups[g].BytesPerTokenPerLayer() * static_cast<size_t>(groups[g].num_layers);
+  return static_cast<size_t>(groups[g].EntriesPerPage(page_size)) * groups[g].BytesPerTokenPerLayer() *
+         static_cast<size_t>(groups[g].num_layers);
 }
 
 size_t KvLayout::BytesPerPage() const {
@@ -71,11 +76,7 @@ size_t KvLayout::BytesPerPage() const {
   return total;
 }
 
-size_t KvLayout::BytesPerToken() const {
-  size_t total = 0;
-  for (const PoolGroupSpec& s : groups) total += s.BytesPerTokenPerLayer() * static_cast<size_t>(s.num_layers);
-  return total;
-}
+size_t KvLayout::BytesPerToken() const { return BytesPerPage() / static_cast<size_t>(page_size); }
 
 std::string KvLayout::Describe() const {
   std::ostringstream os;
@@ -84,6 +85,7 @@ std::string KvLayout::Describe() const {
     const PoolGroupSpec& s = groups[g];
     os << (g ? "; " : "") << s.name << ": " << s.num_layers << " layers x " << (s.has_v ? "K+V" : "K") << " x "
        << s.num_kv_heads << " kv heads x " << s.head_dim << " x " << DTypeName(s.dtype);
+    if (s.tokens_per_entry > 1) os << " per " << s.tokens_per_entry << " tokens";
   }
   return os.str();
 }

@@ -42,10 +42,23 @@ struct PoolGroupSpec {
   // > 0: the group's layers attend to at most the last sliding_window tokens
   // (their older pages are dead weight; see the page-index note above).
   int sliding_window = 0;
+  // Tokens one entry of the group stands for (>= 1). 1: one entry per token
+  // (every group of a plain model). r > 1: one entry per window of r tokens
+  // (a compressed-attention summary of tokens [e * r, (e + 1) * r)); entry e
+  // lives in the page of its window's last token, at offset
+  // ((e + 1) * r - 1) % page_size / r, so a page of page_size tokens holds
+  // ceil(page_size / r) entries (one, used by one page in r / page_size,
+  // when r > page_size). Pages stay one index space with every other group.
+  int tokens_per_entry = 1;
 
-  // Elements of one token in one layer's K (and V, same shape).
+  // Entries one page of page_size tokens holds: ceil(page_size / tokens_per_entry).
+  int64_t EntriesPerPage(int page_size) const {
+    return (int64_t{page_size} + tokens_per_entry - 1) / tokens_per_entry;
+  }
+  // Elements of one entry (a token when tokens_per_entry is 1) in one
+  // layer's K (and V, same shape).
   int64_t ElementsPerTokenPerTensor() const { return int64_t{num_kv_heads} * head_dim; }
-  // Bytes one token occupies in one layer: K plus V (2 * kv_heads * head_dim
+  // Bytes one entry occupies in one layer: K plus V (2 * kv_heads * head_dim
   // * dtype size), or K only when !has_v.
   size_t BytesPerTokenPerLayer() const {
     return (has_v ? 2 : 1) * static_cast<size_t>(ElementsPerTokenPerTensor()) * DTypeSize(dtype);
@@ -62,14 +75,17 @@ struct KvLayout {
   Status Validate() const;
 
   // Bytes of one page of one layer's K tensor (V is the same size) in group g:
-  // page_size * kv_heads * head_dim * dtype size. The unit of page copies.
+  // EntriesPerPage(page_size) * kv_heads * head_dim * dtype size (entries are
+  // tokens unless the group's tokens_per_entry > 1). The unit of page copies.
   // REQUIRES: 0 <= g < groups.size().
   size_t BytesPerPagePerTensor(int g) const;
   // Bytes of one page across all layers (K and V) of group g.
   size_t BytesPerPage(int g) const;
   // Bytes of one page across every group: the cost of one page id.
   size_t BytesPerPage() const;
-  // Bytes one token costs across every group and layer.
+  // Bytes one token costs across every group and layer (BytesPerPage() /
+  // page_size, rounded down: groups of tokens_per_entry > 1 cost a page's
+  // entries spread over its tokens).
   size_t BytesPerToken() const;
   // "full_attention: 28 layers x 2 x 4 kv heads x 128 x BF16; ..." for logs
   // and error messages.

@@ -40,6 +40,38 @@ TEST(KvLayoutTest, BytesForSeveralGroupsAddUp) {
       << l.Describe();
 }
 
+// A group of one entry per r tokens holds ceil(page_size / r) entries per
+// page: a quarter of a token group's bytes at r = 4, one entry per page when
+// r exceeds the page.
+TEST(KvLayoutTest, GroupsOfEntriesPerWindowHoldCeilPageOverRateEntries) {
+  KvLayout l;
+  l.page_size = 16;
+  PoolGroupSpec tokens{"window_kv", 2, 1, 32, DType::kF32};
+  tokens.has_v = false;
+  PoolGroupSpec every4 = tokens, every128 = tokens;
+  every4.name = "every4";
+  every4.tokens_per_entry = 4;
+  every128.name = "every128";
+  every128.tokens_per_entry = 128;
+  l.groups = {tokens, every4, every128};
+  ASSERT_TRUE(l.Validate().ok());
+  EXPECT_EQ(l.groups[1].EntriesPerPage(16), 4);
+  EXPECT_EQ(l.groups[2].EntriesPerPage(16), 1);
+  EXPECT_EQ(l.groups[1].EntriesPerPage(1), 1);
+  EXPECT_EQ(l.groups[1].EntriesPerPage(6), 2);
+  EXPECT_EQ(l.BytesPerPagePerTensor(0), 16u * 32 * 4);
+  EXPECT_EQ(l.BytesPerPagePerTensor(1), 4u * 32 * 4);
+  EXPECT_EQ(l.BytesPerPagePerTensor(2), 1u * 32 * 4);
+  EXPECT_EQ(l.BytesPerPage(1), 2u * 4 * 32 * 4);
+  EXPECT_EQ(l.BytesPerPage(), l.BytesPerPage(0) + l.BytesPerPage(1) + l.BytesPerPage(2));
+  EXPECT_EQ(l.BytesPerToken(), l.BytesPerPage() / 16);
+  EXPECT_NE(l.Describe().find("every4: 2 layers x K x 1 kv heads x 32 x F32 per 4 tokens"),
+            std::string::npos)
+      << l.Describe();
+  l.groups[1].tokens_per_entry = 0;
+  EXPECT_NE(l.Validate().message().find("tokens_per_entry is 0"), std::string::npos);
+}
+
 TEST(KvLayoutTest, ValidateListsEveryProblem) {
   KvLayout l;
   l.page_size = 0;

@@ -63,6 +63,7 @@ KvLayerView KvPool::Layer(int group, int layer) const {
   view.num_kv_heads = s.num_kv_heads;
   view.head_dim = s.head_dim;
   view.num_pages = num_pages();
+  view.tokens_per_entry = s.tokens_per_entry;
   return view;
 }
 

@@ -160,6 +160,35 @@ TEST(KvPoolTest, SlotAddressMatchesKvLayerViewLayout) {
   EXPECT_EQ(k[(last_slot + 1) * per_token - 1], 3.5f);
 }
 
+// A group of one entry per 4 tokens at page size 16 holds 4 entries per
+// page: its layers are a quarter of a token group's size, the view carries
+// tokens_per_entry, and the page copy unit (PagePtr) agrees with the view.
+TEST(KvPoolTest, GroupOfEntriesPerWindowSizesPagesByEntries) {
+  MallocBackend backend;
+  KvLayout layout;
+  layout.page_size = 16;
+  PoolGroupSpec tokens{"tokens", 2, 1, 8, DType::kF32};
+  tokens.has_v = false;
+  PoolGroupSpec entries = tokens;
+  entries.name = "entries";
+  entries.tokens_per_entry = 4;
+  layout.groups = {tokens, entries};
+  auto pool = KvPool::Create(layout, 5, backend);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  KvLayerView t = (*pool)->Layer(0, 1), e = (*pool)->Layer(1, 1);
+  EXPECT_EQ(t.tokens_per_entry, 1);
+  EXPECT_EQ(e.tokens_per_entry, 4);
+  EXPECT_EQ((*pool)->total_bytes(), 5 * (layout.BytesPerPage(0) + layout.BytesPerPage(1)));
+  EXPECT_EQ(layout.BytesPerPage(1) * 4, layout.BytesPerPage(0));
+  // Entry 3 of page 2 (slot 2 * 4 + 3) is the last entry of that page's run.
+  const KvPoolMemory m = (*pool)->memory();
+  float* page2 = reinterpret_cast<float*>(m.PagePtr(1, 1, 0, 2));
+  EXPECT_EQ(page2, static_cast<float*>(e.k) + (2 * 4) * 8);
+  EXPECT_EQ(m.PagePtr(1, 1, 0, 3) - m.PagePtr(1, 1, 0, 2),
+            static_cast<std::ptrdiff_t>(layout.BytesPerPagePerTensor(1)));
+  EXPECT_EQ(layout.BytesPerPagePerTensor(1), 4u * 8 * sizeof(float));
+}
+
 TEST(KvPoolTest, FailedAllocationFreesEarlierGroups) {
   MallocBackend backend;
   backend.fail_at = 1;  // the second group

@@ -82,7 +82,7 @@ bool SameLayout(const KvLayout& a, const KvLayout& b) {
     const PoolGroupSpec& y = b.groups[i];
     if (x.name != y.name || x.num_layers != y.num_layers || x.num_kv_heads != y.num_kv_heads ||
         x.head_dim != y.head_dim || x.dtype != y.dtype || x.has_v != y.has_v ||
-        x.sliding_window != y.sliding_window) {
+        x.sliding_window != y.sliding_window || x.tokens_per_entry != y.tokens_per_entry) {
       return false;
     }
   }

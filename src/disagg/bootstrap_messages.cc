@@ -116,7 +116,8 @@ ojson LayoutJson(const KvLayout& layout) {
                       {"head_dim", g.head_dim},
                       {"dtype", DTypeName(g.dtype)},
                       {"has_v", g.has_v},
-                      {"sliding_window", g.sliding_window}});
+                      {"sliding_window", g.sliding_window},
+                      {"tokens_per_entry", g.tokens_per_entry}});
   }
   return {{"page_size", layout.page_size}, {"groups", std::move(groups)}};
 }
@@ -390,6 +391,7 @@ StatusOr<Message> DecodeHello(Fields& f) {
         }
         gf.Bool("has_v", &g.has_v);
         gf.Int("sliding_window", 0, kI32Max, &g.sliding_window);
+        gf.Int("tokens_per_entry", 1, kI32Max, &g.tokens_per_entry);
         m.layout.groups.push_back(std::move(g));
       }
     }

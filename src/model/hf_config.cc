@@ -42,6 +42,9 @@ constexpr TypeDefaults kTypes[] = {
      TypeDefaults::kQwenWindow},
     {"deepseek_v3", "DeepseekV3ForCausalLM", 4096, 0, 0, 0, 1, true, false, false,
      TypeDefaults::kNoWindow},
+    // The window is every layer's (ParseDeepseekV4 reads it).
+    {"deepseek_v4", "DeepseekV4ForCausalLM", 1048576, 1, 512, 0, 1, true, false, true,
+     TypeDefaults::kNoWindow},
 };
 
 // Typed access to one JSON object with errors that name the file and field.
@@ -168,6 +171,10 @@ StatusOr<Json> ParseObject(const std::string& text, const std::string& path) {
   return j;
 }
 
+Status ParseRopeObject(const Json& p, const std::string& path, const std::string& prefix,
+                       RopeConfig* rope);
+Status CheckRope(const std::string& path, const RopeConfig& rope);
+
 // Reads the rope settings from either dialect:
 //   published: "rope_theta": 500000.0, "rope_scaling": {"rope_type"|"type": ..., "factor": ...}
 //   transformers 5: "rope_parameters": {"rope_type": ..., "rope_theta": ..., "factor": ...}
@@ -191,7 +198,18 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
       return Unimplemented(path + ": per-layer-type '" + key +
                            "' (one rope setting per attention kind) is not supported");
     }
-    Fields f(p, path, std::string(key) + ".");
+    RETURN_IF_ERROR(ParseRopeObject(p, path, std::string(key) + ".", rope));
+  }
+  return CheckRope(path, *rope);
+}
+
+// One rope settings object ({"rope_type": ..., "rope_theta": ..., ...}),
+// `prefix` naming it in errors ("rope_parameters.").
+Status ParseRopeObject(const Json& p, const std::string& path, const std::string& prefix,
+                       RopeConfig* rope) {
+  {
+    const std::string key = prefix.substr(0, prefix.size() - 1);
+    Fields f(p, path, prefix);
     // "type" is the older spelling of "rope_type".
     RETURN_IF_ERROR(f.String(f.Has("rope_type") ? "rope_type" : "type", &rope->type));
     RETURN_IF_ERROR(f.Double("rope_theta", &rope->theta));
@@ -243,18 +261,23 @@ Status ParseRope(const Json& j, const std::string& path, RopeConfig* rope) {
       if (rope->beta_slow == 0) rope->beta_slow = 1.0;
     }
   }
-  if (rope->type != "default" && rope->type != "linear" && rope->type != "llama3" &&
-      rope->type != "yarn") {
-    return Unimplemented(path + ": rope type '" + rope->type +
+  return OkStatus();
+}
+
+// The rope settings parsed are ones Strata runs.
+Status CheckRope(const std::string& path, const RopeConfig& rope) {
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" &&
+      rope.type != "yarn") {
+    return Unimplemented(path + ": rope type '" + rope.type +
                          "' is not supported (supported: default, linear, llama3, yarn)");
   }
-  if (rope->theta <= 0) {
+  if (rope.theta <= 0) {
     return InvalidArgument(path + ": rope_theta must be positive, got " +
-                           std::to_string(rope->theta));
+                           std::to_string(rope.theta));
   }
-  if (rope->partial_rotary_factor <= 0 || rope->partial_rotary_factor > 1) {
+  if (rope.partial_rotary_factor <= 0 || rope.partial_rotary_factor > 1) {
     return InvalidArgument(path + ": partial_rotary_factor must be in (0, 1], got " +
-                           std::to_string(rope->partial_rotary_factor));
+                           std::to_string(rope.partial_rotary_factor));
   }
   return OkStatus();
 }
@@ -394,6 +417,224 @@ Status ParseDeepseekV3(const Json& j, const std::string& path, ModelConfig* c) {
   return OkStatus();
 }
 
+
+// DeepSeek V4's fields with DeepseekV4Config's defaults (transformers 5.17).
+// Settings transformers accepts but this engine does not run are refused by
+// name (Unimplemented); fields transformers reads but ignores at inference
+// (router_aux_loss_coef, router_jitter_noise, norm_topk_prob: V4 always
+// renormalises) are accepted.
+Status ParseDeepseekV4(const Json& j, const std::string& path, ModelConfig* c) {
+  Fields f(j, path);
+  DeepseekV4Config& v = c->v4;
+  RETURN_IF_ERROR(f.Positive("q_lora_rank", &v.q_lora_rank));
+  RETURN_IF_ERROR(f.Positive("o_groups", &v.o_groups));
+  RETURN_IF_ERROR(f.Positive("o_lora_rank", &v.o_lora_rank));
+  RETURN_IF_ERROR(f.Positive("index_n_heads", &v.index_n_heads));
+  RETURN_IF_ERROR(f.Positive("index_head_dim", &v.index_head_dim));
+  RETURN_IF_ERROR(f.Positive("index_topk", &v.index_topk));
+  RETURN_IF_ERROR(f.Positive("hc_mult", &v.hc_mult));
+  RETURN_IF_ERROR(f.Positive("hc_sinkhorn_iters", &v.hc_sinkhorn_iters));
+  RETURN_IF_ERROR(f.Double("hc_eps", &v.hc_eps));
+  RETURN_IF_ERROR(f.Double("swiglu_limit", &v.swiglu_limit));
+  if (c->num_key_value_heads != 1) {
+    return Unimplemented(path + ": num_key_value_heads " + std::to_string(c->num_key_value_heads) +
+                         " is not supported for deepseek_v4 (its attention has one shared K=V head)");
+  }
+  if (c->attention_bias || c->mlp_bias) {
+    return Unimplemented(path + ": " + (c->attention_bias ? "attention_bias" : "mlp_bias") +
+                         " true is not supported for deepseek_v4 (its checkpoints have no biases)");
+  }
+  if (c->hidden_act != "silu") {
+    return Unimplemented(path + ": hidden_act '" + c->hidden_act +
+                         "' is not supported for deepseek_v4 (supported: silu)");
+  }
+  if (c->num_attention_heads * c->head_dim % v.o_groups != 0) {
+    return f.Error("o_groups", "a divisor of num_attention_heads * head_dim (" +
+                                   std::to_string(c->num_attention_heads * c->head_dim) + ")");
+  }
+
+  // Sliding window of every layer (transformers: kv_idx > q_idx - window).
+  int64_t window = 128;
+  RETURN_IF_ERROR(f.Positive("sliding_window", &window));
+  c->sliding_window = window;
+
+  // compress_rates (legacy: compress_rate_csa / compress_rate_hca).
+  RETURN_IF_ERROR(f.Positive("compress_rate_csa", &v.csa_rate));
+  RETURN_IF_ERROR(f.Positive("compress_rate_hca", &v.hca_rate));
+  if (f.Has("compress_rates")) {
+    const Json& r = j.at("compress_rates");
+    if (!r.is_object()) return f.Error("compress_rates", "an object of rates per layer type");
+    Fields rf(r, path, "compress_rates.");
+    for (const auto& [name, unused] : r.items()) {
+      if (name != "compressed_sparse_attention" && name != "heavily_compressed_attention") {
+        return Unimplemented(path + ": compress_rates." + name + " names an unknown layer type");
+      }
+    }
+    RETURN_IF_ERROR(rf.Positive("compressed_sparse_attention", &v.csa_rate));
+    RETURN_IF_ERROR(rf.Positive("heavily_compressed_attention", &v.hca_rate));
+  }
+
+  // layer_types (legacy: compress_ratios 0 / 4 / 128 per layer; default:
+  // two HCA layers, then CSA and HCA interleaved).
+  const int64_t n = c->num_hidden_layers;
+  using A = DeepseekV4Config::Attention;
+  v.layer_types.clear();
+  if (f.Has("layer_types")) {
+    const Json& lt = j.at("layer_types");
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) < n) {
+      return f.Error("layer_types", "a list with one attention kind per layer (" +
+                                        std::to_string(n) + ")");
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string kind = lt[i].is_string() ? lt[i].get<std::string>() : "";
+      if (kind == "sliding_attention") {
+        v.layer_types.push_back(A::kSliding);
+      } else if (kind == "compressed_sparse_attention") {
+        v.layer_types.push_back(A::kCompressedSparse);
+      } else if (kind == "heavily_compressed_attention") {
+        v.layer_types.push_back(A::kHeavilyCompressed);
+      } else {
+        return Unimplemented(path + ": layer_types[" + std::to_string(i) + "] " +
+                             JsonSnippet(lt[i]) +
+                             " is not a deepseek_v4 layer type (sliding_attention, "
+                             "compressed_sparse_attention, heavily_compressed_attention)");
+      }
+    }
+  } else if (f.Has("compress_ratios")) {
+    const Json& cr = j.at("compress_ratios");
+    if (!cr.is_array() || static_cast<int64_t>(cr.size()) < n) {
+      return f.Error("compress_ratios", "a list with one ratio (0, 4 or 128) per layer");
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = cr[i].is_number_integer() ? cr[i].get<int64_t>() : -1;
+      if (r == 0) {
+        v.layer_types.push_back(A::kSliding);
+      } else if (r == 4) {
+        v.layer_types.push_back(A::kCompressedSparse);
+      } else if (r == 128) {
+        v.layer_types.push_back(A::kHeavilyCompressed);
+      } else {
+        return f.Error("compress_ratios", "a list of 0, 4 or 128");
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      v.layer_types.push_back(i < 2 || i % 2 == 0 ? A::kHeavilyCompressed : A::kCompressedSparse);
+    }
+  }
+
+  // mlp_layer_types (legacy: num_hash_layers; default 3 hash layers).
+  v.hash_moe.clear();
+  if (f.Has("mlp_layer_types")) {
+    const Json& mt = j.at("mlp_layer_types");
+    if (!mt.is_array() || static_cast<int64_t>(mt.size()) < n) {
+      return f.Error("mlp_layer_types", "a list with one MLP kind per layer (" +
+                                            std::to_string(n) + ")");
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string kind = mt[i].is_string() ? mt[i].get<std::string>() : "";
+      if (kind != "hash_moe" && kind != "moe") {
+        return Unimplemented(path + ": mlp_layer_types[" + std::to_string(i) + "] " +
+                             JsonSnippet(mt[i]) + " is not a deepseek_v4 MLP kind (hash_moe, moe)");
+      }
+      v.hash_moe.push_back(kind == "hash_moe");
+    }
+  } else {
+    int64_t hash_layers = 3;
+    RETURN_IF_ERROR(f.Int("num_hash_layers", &hash_layers));
+    for (int64_t i = 0; i < n; ++i) v.hash_moe.push_back(i < hash_layers);
+  }
+
+  // Rotary: head_dim * partial_rotary_factor trailing dims of each head
+  // (legacy: qk_rope_head_dim / head_dim; default 64 / 512). "main" for
+  // sliding layers, "compress" for CSA/HCA layers and the compressors.
+  double partial = 64.0 / 512.0;
+  int64_t legacy_rope_dim = 0;
+  RETURN_IF_ERROR(f.Positive("qk_rope_head_dim", &legacy_rope_dim));
+  if (f.Has("partial_rotary_factor")) {
+    RETURN_IF_ERROR(f.Double("partial_rotary_factor", &partial));
+  } else if (legacy_rope_dim > 0) {
+    partial = static_cast<double>(legacy_rope_dim) / static_cast<double>(c->head_dim);
+  }
+  v.rope_dim = static_cast<int64_t>(static_cast<double>(c->head_dim) * partial);
+  if (v.rope_dim <= 0 || v.rope_dim % 2 || v.rope_dim > c->head_dim) {
+    return InvalidArgument(path + ": head_dim * partial_rotary_factor (" +
+                           std::to_string(v.rope_dim) +
+                           ") must be an even number of dims in (0, head_dim]");
+  }
+  double rope_theta = 10000.0, compress_theta = 160000.0;
+  RETURN_IF_ERROR(f.Double("rope_theta", &rope_theta));
+  RETURN_IF_ERROR(f.Double("compress_rope_theta", &compress_theta));
+  v.main_rope = RopeConfig{};
+  v.main_rope.theta = rope_theta;
+  v.main_rope.partial_rotary_factor = partial;
+  v.compress_rope = v.main_rope;
+  v.compress_rope.theta = compress_theta;
+  const Json* rp = f.Has("rope_parameters") ? &j.at("rope_parameters") : nullptr;
+  if (rp != nullptr && !rp->is_object()) return f.Error("rope_parameters", "an object or null");
+  if (rp != nullptr && rp->contains("main") && rp->contains("compress")) {
+    RETURN_IF_ERROR(ParseRopeObject(rp->at("main"), path, "rope_parameters.main.", &v.main_rope));
+    RETURN_IF_ERROR(
+        ParseRopeObject(rp->at("compress"), path, "rope_parameters.compress.", &v.compress_rope));
+  } else if (rp != nullptr) {  // flat: the compress rope's scaling
+    RETURN_IF_ERROR(ParseRopeObject(*rp, path, "rope_parameters.", &v.compress_rope));
+    v.compress_rope.theta = compress_theta;
+    v.compress_rope.partial_rotary_factor = partial;
+  }
+  // The V4 reference does not scale cos/sin by yarn's mscale.
+  if (v.compress_rope.type == "yarn" && !v.compress_rope.attention_factor) {
+    v.compress_rope.attention_factor = 1.0;
+  }
+  for (const RopeConfig* r : {&v.main_rope, &v.compress_rope}) {
+    RETURN_IF_ERROR(CheckRope(path, *r));
+    if (r->type != "default" && r->type != "yarn") {
+      return Unimplemented(path + ": rope type '" + r->type +
+                           "' is not supported for deepseek_v4 (supported: default, yarn)");
+    }
+    if (static_cast<int64_t>(static_cast<double>(c->head_dim) * r->partial_rotary_factor) !=
+        v.rope_dim) {
+      return Unimplemented(path + ": rope_parameters with a partial_rotary_factor other than "
+                                  "the model's (" + std::to_string(partial) +
+                           ") are not supported for deepseek_v4");
+    }
+  }
+  c->rope = v.main_rope;
+
+  MoeConfig& e = c->moe;
+  e.n_routed_experts = 256;
+  e.n_shared_experts = 1;
+  e.num_experts_per_tok = 6;
+  e.moe_intermediate_size = 2048;
+  e.first_k_dense_replace = 0;
+  e.routed_scaling_factor = 1.5;
+  e.scoring_func = "sqrtsoftplus";
+  RETURN_IF_ERROR(f.Positive("n_routed_experts", &e.n_routed_experts));
+  RETURN_IF_ERROR(f.Int("n_shared_experts", &e.n_shared_experts));
+  RETURN_IF_ERROR(f.Positive("num_experts_per_tok", &e.num_experts_per_tok));
+  RETURN_IF_ERROR(f.Positive("moe_intermediate_size", &e.moe_intermediate_size));
+  RETURN_IF_ERROR(f.Bool("norm_topk_prob", &e.norm_topk_prob));
+  RETURN_IF_ERROR(f.Double("routed_scaling_factor", &e.routed_scaling_factor));
+  RETURN_IF_ERROR(f.String("scoring_func", &e.scoring_func));
+  if (e.scoring_func != "sqrtsoftplus" && e.scoring_func != "sigmoid") {
+    return Unimplemented(path + ": scoring_func '" + e.scoring_func +
+                         "' is not supported for deepseek_v4 (supported: sqrtsoftplus, sigmoid)");
+  }
+  if (e.n_shared_experts != 1) {
+    return Unimplemented(path + ": n_shared_experts " + std::to_string(e.n_shared_experts) +
+                         " is not supported for deepseek_v4 (its shared MLP is one expert wide)");
+  }
+  if (e.num_experts_per_tok > e.n_routed_experts) {
+    return f.Error("num_experts_per_tok", "at most n_routed_experts");
+  }
+  // transformers reads intermediate_size through moe_intermediate_size.
+  c->intermediate_size = e.moe_intermediate_size;
+  c->num_nextn_predict_layers = 1;
+  RETURN_IF_ERROR(f.Int("num_nextn_predict_layers", &c->num_nextn_predict_layers));
+  if (c->num_nextn_predict_layers < 0) {
+    return f.Error("num_nextn_predict_layers", "an integer >= 0");
+  }
+  return OkStatus();
+}
 }  // namespace
 
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& path) {
@@ -409,7 +650,7 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   if (t == nullptr) {
     return Unimplemented(
         path + ": model_type '" + c.model_type +
-        "' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3)");
+        "' is not supported (supported: llama, mistral, qwen2, qwen3, deepseek_v3, deepseek_v4)");
   }
   if (f.Has("architectures")) {
     const Json& a = j.at("architectures");
@@ -437,7 +678,9 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
 
   RETURN_IF_ERROR(f.Positive("vocab_size", &c.vocab_size, true));
   RETURN_IF_ERROR(f.Positive("hidden_size", &c.hidden_size, true));
-  RETURN_IF_ERROR(f.Positive("intermediate_size", &c.intermediate_size, true));
+  // deepseek_v4 has none (its MLPs are moe_intermediate_size wide).
+  RETURN_IF_ERROR(f.Positive("intermediate_size", &c.intermediate_size,
+                             /*required=*/c.model_type != "deepseek_v4"));
   RETURN_IF_ERROR(f.Positive("num_hidden_layers", &c.num_hidden_layers, true));
   RETURN_IF_ERROR(f.Positive("num_attention_heads", &c.num_attention_heads, true));
 
@@ -489,7 +732,11 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
                          "' is not supported (supported: bfloat16, float16, float32)");
   }
 
-  RETURN_IF_ERROR(ParseRope(j, path, &c.rope));
+  if (c.model_type == "deepseek_v4") {
+    RETURN_IF_ERROR(ParseDeepseekV4(j, path, &c));  // its rope is per attention kind
+  } else {
+    RETURN_IF_ERROR(ParseRope(j, path, &c.rope));
+  }
   if (c.model_type == "deepseek_v3") RETURN_IF_ERROR(ParseDeepseekV3(j, path, &c));
 
   c.bos_token_id = t->bos_token_id;

@@ -6,8 +6,8 @@
 //  - transformers >= 5:     "rope_parameters" (holds rope_theta and the
 //                           scaling fields) + "dtype"
 // Fields a config leaves out get the defaults of transformers' config class
-// for its model_type (llama, mistral, qwen2, qwen3, deepseek_v3; others are
-// Unimplemented).
+// for its model_type (llama, mistral, qwen2, qwen3, deepseek_v3,
+// deepseek_v4; others are Unimplemented).
 // Errors name the file and the field and say what was expected:
 // InvalidArgument for missing/mistyped/inconsistent fields, Unimplemented for
 // valid settings Strata cannot run (rope types other than default/linear/
@@ -67,6 +67,32 @@ struct MoeConfig {
   std::string scoring_func = "sigmoid";
 };
 
+// DeepSeek V4 (transformers 5.17's DeepseekV4Config): shared K=V
+// single-head attention over a sliding window plus, per layer type, a
+// compressed history; hyper-connection residual streams; MoE with
+// sqrt(softplus) scores and hash routing on some layers. See
+// docs/architecture/model.md "DeepSeek V4 forward".
+struct DeepseekV4Config {
+  enum class Attention { kSliding, kCompressedSparse, kHeavilyCompressed };
+  std::vector<Attention> layer_types;  // one per layer
+  std::vector<bool> hash_moe;          // mlp_layer_types: true for "hash_moe"
+  int64_t q_lora_rank = 1024;
+  int64_t rope_dim = 64;  // qk_rope_head_dim = head_dim * partial_rotary_factor
+  int64_t o_groups = 8;
+  int64_t o_lora_rank = 1024;
+  int64_t csa_rate = 4;    // compress_rates["compressed_sparse_attention"]
+  int64_t hca_rate = 128;  // compress_rates["heavily_compressed_attention"]
+  int64_t index_n_heads = 64;
+  int64_t index_head_dim = 128;
+  int64_t index_topk = 512;
+  int64_t hc_mult = 4;
+  int64_t hc_sinkhorn_iters = 20;
+  double hc_eps = 1e-6;
+  double swiglu_limit = 10.0;
+  RopeConfig main_rope;      // rope_parameters["main"]: sliding layers
+  RopeConfig compress_rope;  // rope_parameters["compress"]: CSA/HCA layers and compressors
+};
+
 struct ModelConfig {
   std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
   std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "deepseek_v3"
@@ -88,7 +114,8 @@ struct ModelConfig {
   std::string dtype = "bfloat16";  // torch_dtype / dtype: "bfloat16", "float16", "float32"
   RopeConfig rope;
   MlaConfig mla;  // deepseek_v3
-  MoeConfig moe;  // deepseek_v3
+  MoeConfig moe;  // deepseek_v3, deepseek_v4
+  DeepseekV4Config v4;  // deepseek_v4
   // Multi-token-prediction layers a checkpoint may append after the last
   // decoder layer (model.layers.<num_hidden_layers + i>.*); loaded as
   // nothing (skipped explicitly), never mistaken for decoder layers.

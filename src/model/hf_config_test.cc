@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
@@ -624,6 +625,92 @@ TEST(HfConfigTest, DeepseekV3Published) {
   EXPECT_EQ(c.mla.q_lora_rank, 0);
   j.erase("q_lora_rank");
   EXPECT_EQ(MustParse(j.dump()).mla.q_lora_rank, 1536);
+}
+
+// The fixture's config.json (transformers 5.17's save of a tiny
+// DeepseekV4Config): every V4 field read, per-kind rope, layer kinds.
+TEST(HfConfigTest, DeepseekV4FixtureConfig) {
+  auto c = LoadModelConfig(std::string(STRATA_SOURCE_DIR) +
+                           "/tests/fixtures/models/deepseek_v4/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const DeepseekV4Config& v = c->v4;
+  using A = DeepseekV4Config::Attention;
+  EXPECT_EQ(c->architecture, "DeepseekV4ForCausalLM");
+  EXPECT_THAT(v.layer_types,
+              ElementsAre(A::kSliding, A::kCompressedSparse, A::kHeavilyCompressed,
+                          A::kCompressedSparse));
+  EXPECT_THAT(v.hash_moe, ElementsAre(true, false, false, false));
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->num_key_value_heads, 1);
+  EXPECT_EQ(c->intermediate_size, 32);  // moe_intermediate_size
+  EXPECT_EQ(c->sliding_window, 16);
+  EXPECT_EQ(v.rope_dim, 8);
+  EXPECT_EQ(v.csa_rate, 4);
+  EXPECT_EQ(v.hca_rate, 128);
+  EXPECT_EQ(v.q_lora_rank, 32);
+  EXPECT_EQ(v.o_groups, 2);
+  EXPECT_EQ(v.o_lora_rank, 16);
+  EXPECT_EQ(v.index_n_heads, 2);
+  EXPECT_EQ(v.index_head_dim, 16);
+  EXPECT_EQ(v.index_topk, 8);
+  EXPECT_EQ(v.hc_mult, 2);
+  EXPECT_EQ(v.hc_sinkhorn_iters, 20);
+  EXPECT_DOUBLE_EQ(v.swiglu_limit, 10.0);
+  EXPECT_DOUBLE_EQ(v.main_rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(v.compress_rope.theta, 160000.0);
+  EXPECT_EQ(c->moe.scoring_func, "sqrtsoftplus");
+  EXPECT_EQ(c->moe.n_routed_experts, 8);
+  EXPECT_EQ(c->moe.num_experts_per_tok, 2);
+  EXPECT_DOUBLE_EQ(c->moe.routed_scaling_factor, 1.5);
+  EXPECT_EQ(c->num_nextn_predict_layers, 1);
+}
+
+TEST(HfConfigTest, DeepseekV4RefusesWhatItCannotRunByName) {
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) +
+                   "/tests/fixtures/models/deepseek_v4/config.json");
+  const Json base = Json::parse(in);
+  auto error = [&](const char* key, const Json& value) {
+    Json j = base;
+    j[key] = value;
+    return ParseError(j.dump());
+  };
+  Status s = error("scoring_func", "softmax");
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("scoring_func 'softmax'"));
+  EXPECT_THAT(error("num_key_value_heads", 2).message(), HasSubstr("num_key_value_heads 2"));
+  EXPECT_THAT(error("mlp_bias", true).message(), HasSubstr("mlp_bias"));
+  EXPECT_THAT(error("n_shared_experts", 2).message(), HasSubstr("n_shared_experts 2"));
+  EXPECT_THAT(error("layer_types", Json::array({"sliding_attention", "full_attention",
+                                                "sliding_attention", "sliding_attention"}))
+                  .message(),
+              HasSubstr("layer_types[1]"));
+  EXPECT_THAT(error("mlp_layer_types", Json::array({"moe", "dense", "moe", "moe"})).message(),
+              HasSubstr("mlp_layer_types[1]"));
+  EXPECT_THAT(error("compress_rates", {{"full_attention", 2}}).message(),
+              HasSubstr("compress_rates.full_attention"));
+  Json j = base;
+  j["rope_parameters"]["compress"]["rope_type"] = "llama3";
+  j["rope_parameters"]["compress"]["factor"] = 2.0;
+  j["rope_parameters"]["compress"]["low_freq_factor"] = 1.0;
+  j["rope_parameters"]["compress"]["high_freq_factor"] = 4.0;
+  j["rope_parameters"]["compress"]["original_max_position_embeddings"] = 64;
+  EXPECT_THAT(ParseError(j.dump()).message(), HasSubstr("rope type 'llama3'"));
+  // Legacy spellings and defaults fold in as DeepseekV4Config's __post_init__.
+  j = base;
+  j.erase("layer_types");
+  j.erase("mlp_layer_types");
+  j.erase("compress_rates");
+  j["compress_ratios"] = {0, 4, 128, 4};
+  j["num_hash_layers"] = 2;
+  ModelConfig c = MustParse(j.dump());
+  using A = DeepseekV4Config::Attention;
+  EXPECT_THAT(c.v4.layer_types, ElementsAre(A::kSliding, A::kCompressedSparse,
+                                            A::kHeavilyCompressed, A::kCompressedSparse));
+  EXPECT_THAT(c.v4.hash_moe, ElementsAre(true, true, false, false));
+  j.erase("compress_ratios");
+  EXPECT_THAT(MustParse(j.dump()).v4.layer_types,
+              ElementsAre(A::kHeavilyCompressed, A::kHeavilyCompressed, A::kHeavilyCompressed,
+                          A::kCompressedSparse));
 }
 
 TEST(HfConfigTest, DeepseekV3RoutingOtherThanV3sIsRefused) {

@@ -34,6 +34,7 @@ void ExpectSameLayout(const KvLayout& a, const KvLayout& b, const std::string& w
     EXPECT_EQ(x.dtype, y.dtype) << where << " group " << g;
     EXPECT_EQ(x.has_v, y.has_v) << where << " group " << g;
     EXPECT_EQ(x.sliding_window, y.sliding_window) << where << " group " << g;
+    EXPECT_EQ(x.tokens_per_entry, y.tokens_per_entry) << where << " group " << g;
   }
   EXPECT_EQ(a.BytesPerPage(), b.BytesPerPage()) << where;
 }
@@ -72,7 +73,7 @@ TEST_F(KvLayoutForConfigTest, AgreesWithTheLoadedModelForEveryArchitecture) {
   std::set<std::string> covered;
   for (const char* f :
        {"llama_default", "llama3_rope", "llama_linear", "mistral", "qwen2", "qwen3", "deepseek_v3",
-        "deepseek_v3_lite"})
+        "deepseek_v3_lite", "deepseek_v4"})
     covered.insert(Check(FixtureDir(f)));
   // A new architecture needs a fixture here, or this test says so.
   for (const std::string& a : SupportedArchitectures())
@@ -109,7 +110,8 @@ TEST_F(KvLayoutForConfigTest, UnknownArchitecturesAndBadConfigsAreErrors) {
   ASSERT_FALSE(u.ok());
   EXPECT_EQ(u.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(u.status().message(),
-              HasSubstr("'GPT2LMHeadModel' is not supported (supported: DeepseekV3ForCausalLM, LlamaForCausalLM"));
+              HasSubstr("'GPT2LMHeadModel' is not supported (supported: DeepseekV3ForCausalLM, "
+                        "DeepseekV4ForCausalLM, LlamaForCausalLM"));
   auto p = KvLayoutForConfig(*config, 0, DType::kBF16);
   EXPECT_FALSE(p.ok());  // page size 0: the layout's own validation
 }

@@ -18,6 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class ModelDirTest : public ::testing::Test {
  protected:
@@ -232,6 +233,32 @@ TEST_F(ModelDirTest, TransformersFiveTemplateFileWins) {
   auto r = (*m)->chat_template->Render(in);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, "[user]hi");
+}
+
+// DeepSeek V4's multi-token-prediction weights (config num_nextn_predict_layers
+// 1): transformers' "mtp.*" and DeepSeek's model.layers.<num_hidden_layers>
+// are skipped explicitly; a tensor past them, or anything else unknown, is
+// still an error naming it.
+TEST_F(ModelDirTest, DeepseekV4SkipsMtpWeightsByNameOnly) {
+  CopyFixture("deepseek_v4");
+  ASSERT_TRUE(Load().ok()) << Load().ToString();
+  auto extra = [](const std::string& name) {
+    return [name](std::vector<TensorToWrite>& ts) {
+      ts.push_back({name, DType::kF32, {2}, std::vector<uint8_t>(8, 0)});
+    };
+  };
+  EditWeights(extra("mtp.0.enorm.weight"));
+  EditWeights(extra("model.layers.4.attn.wq_a.weight"));
+  EXPECT_TRUE(Load().ok()) << Load().ToString();
+  EditWeights(extra("model.layers.5.attn.wq_a.weight"));  // past the one MTP layer
+  Status s = Load();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("model.layers.5.attn.wq_a.weight"));
+  EXPECT_THAT(s.message(), Not(HasSubstr("mtp.0")));
+  CopyFixture("deepseek_v4");
+  EditConfig([](nlohmann::json& j) { j["num_nextn_predict_layers"] = 0; });
+  EditWeights(extra("mtp.0.enorm.weight"));
+  EXPECT_THAT(Load().message(), HasSubstr("mtp.0.enorm.weight"));
 }
 
 }  // namespace

@@ -17,11 +17,14 @@ StatusOr<std::unique_ptr<Model>> CreateQwen3(const ModelConfig&, WeightStore&, B
                                              const ModelOptions&);
 StatusOr<std::unique_ptr<Model>> CreateDeepseekV3(const ModelConfig&, WeightStore&, Backend&,
                                                   const ModelOptions&);
+StatusOr<std::unique_ptr<Model>> CreateDeepseekV4(const ModelConfig&, WeightStore&, Backend&,
+                                                  const ModelOptions&);
 KvLayout LlamaKvLayout(const ModelConfig&, int, DType);
 KvLayout MistralKvLayout(const ModelConfig&, int, DType);
 KvLayout Qwen2KvLayout(const ModelConfig&, int, DType);
 KvLayout Qwen3KvLayout(const ModelConfig&, int, DType);
 KvLayout DeepseekV3KvLayout(const ModelConfig&, int, DType);
+KvLayout DeepseekV4KvLayout(const ModelConfig&, int, DType);
 
 namespace {
 struct Architecture {
@@ -31,6 +34,7 @@ struct Architecture {
 const std::map<std::string, Architecture>& Table() {
   static const std::map<std::string, Architecture> table = {
       {"DeepseekV3ForCausalLM", {&CreateDeepseekV3, &DeepseekV3KvLayout}},
+      {"DeepseekV4ForCausalLM", {&CreateDeepseekV4, &DeepseekV4KvLayout}},
       {"LlamaForCausalLM", {&CreateLlama, &LlamaKvLayout}},
       {"MistralForCausalLM", {&CreateMistral, &MistralKvLayout}},
       {"Qwen2ForCausalLM", {&CreateQwen2, &Qwen2KvLayout}},
