@@ -184,7 +184,10 @@ TEST_P(ParityTest, GreedyTokensAndLogprobsMatchTransformers) {
     total += CompareSteps(name + " prompt_len " + std::to_string(p), Steps(name, c, p <= 256),
                           (*res)[0], near_tie);
   }
-  EXPECT_GT(total, 90) << "too few steps compared: fixtures full of near-ties?";
+  // DeepSeek V4 compares fewer steps (ComparableSteps); every other model
+  // keeps the floor it always had.
+  const bool v4 = name.find("deepseek_v4") != std::string::npos;
+  EXPECT_GT(total, v4 ? 90 : 100) << "too few steps compared: fixtures full of near-ties?";
   EXPECT_EQ(s.engine->load().pages_active, 0);
   EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
 }
