@@ -8,6 +8,7 @@ void BatchSampler::Clear() {
   rows_.clear();
   params_.clear();
   banned_.clear();
+  host_rows_ = 0;
 }
 
 void BatchSampler::Add(Sampler& sampler, const TokenHistory& history, int64_t logit_row,
@@ -48,6 +49,7 @@ void BatchSampler::Run(Backend& backend, const Tensor& logits, std::vector<Sampl
 SampleResult BatchSampler::SampleOnHost(size_t i, const float* logits) {
   STRATA_CHECK(i < rows_.size());
   const Row& r = rows_[i];
+  ++host_rows_;
   LogitMask mask;
   mask.allowed = params_[i].allowed;
   mask.banned = params_[i].banned;

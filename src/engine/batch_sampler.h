@@ -37,6 +37,9 @@ class BatchSampler final : public HostRowSampler {
   void Run(Backend& backend, const Tensor& logits, std::vector<SampleResult>* out);
 
   size_t size() const { return rows_.size(); }
+  // Rows of the last Run() that the backend handed to the host (all of them
+  // on the CPU backend; on CUDA the rows its kernel cannot finish).
+  size_t host_rows() const { return host_rows_; }
 
   SampleResult SampleOnHost(size_t i, const float* logits) override;
 
@@ -50,6 +53,7 @@ class BatchSampler final : public HostRowSampler {
   std::vector<SampleRowParams> params_;
   std::vector<int32_t> banned_;
   int64_t vocab_ = 0;
+  size_t host_rows_ = 0;
 };
 
 }  // namespace strata

@@ -127,7 +127,9 @@ struct Rows {
 // Random logits: normal of a per-row scale, some rows peaked, one row with
 // NaN and -inf entries.
 void FillLogits(std::mt19937& rng, int64_t vocab, int64_t row, std::vector<float>* out) {
-  const float scale = row % 3 == 0 ? 1.f : row % 3 == 1 ? 3.f : 0.5f;
+  // Scale 5 keeps a top-p prefix short at a 151k vocabulary (on the device);
+  // scales 1 and 0.5 make it long (over the kernel's 4096: the host).
+  const float scale = row % 3 == 0 ? 1.f : row % 3 == 1 ? 5.f : 0.5f;
   std::normal_distribution<float> d(0.f, scale);
   for (int64_t i = 0; i < vocab; ++i) (*out)[i] = d(rng);
   if (row % 4 == 1) (*out)[rng() % vocab] += 12.f;  // peaked
@@ -162,6 +164,7 @@ void MakeMask(std::mt19937& rng, const Case& c, int64_t vocab, std::vector<uint3
 
 struct Mismatches {
   int tokens = 0, logprobs = 0, ranks = 0, tops = 0, rows = 0;
+  int host_rows = 0;  // rows the backend handed to the host
 };
 
 // Runs `steps` steps of `rows` rows of case c through backend b (BatchSampler)
@@ -211,6 +214,7 @@ Mismatches Compare(Backend& b, const Case& c, int64_t vocab, int rows, int steps
     // Rows in reverse order, so logit_row is not the row's index in the call.
     for (int r = rows - 1; r >= 0; --r) bs.Add(*seam[r], seam_h[r], r, allowed[r], banned[r]);
     bs.Run(b, logits, &got);
+    m.host_rows += static_cast<int>(bs.host_rows());
     for (int r = 0; r < rows; ++r) {
       const SampleResult& g = got[rows - 1 - r];
       LogitMask mask;
@@ -263,6 +267,7 @@ TEST(BatchSamplerTest, CpuBackendIsTheHostSamplerBitForBit) {
     for (const Case& c : Cases()) {
       const Mismatches m = Compare(*cpu, c, vocab, 3, vocab > 1000 ? 2 : 4, 0.0, rng);
       EXPECT_EQ(m.logprobs + m.ranks + m.tops, 0) << c.name << " vocab " << vocab;
+      EXPECT_EQ(m.host_rows, m.rows) << "the CPU backend samples every row on the host";
     }
   }
 }
@@ -354,6 +359,10 @@ TEST(BatchSamplerCudaTest, MatchesTheHostSampler) {
   for (int64_t vocab : {int64_t{512}, int64_t{151936}}) {
     for (const Case& c : Cases()) {
       const Mismatches m = Compare(*cuda, c, vocab, 8, 3, 1e-4, rng);
+      std::printf("[ device rows ] %-22s vocab %6lld: %2d of %2d rows on the host\n",
+                  c.name.c_str(), static_cast<long long>(vocab), m.host_rows, m.rows);
+      // At 512 every candidate set fits the kernel: nothing goes back.
+      if (vocab == 512) EXPECT_EQ(m.host_rows, 0) << c.name;
       EXPECT_EQ(m.tokens, 0) << c.name << " vocab " << vocab;
       EXPECT_EQ(m.logprobs, 0) << c.name << " vocab " << vocab << ": logprobs off by > 1e-4";
       EXPECT_EQ(m.ranks, 0) << c.name << " vocab " << vocab;

@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 echo "== op parity"; ./cuda_backend_test > "$OUT/op_test.log" 2>&1; tail -3 "$OUT/op_test.log"
 echo "== device sampling vs the host Sampler (and its cost per step)"
 ./batch_sampler_test > "$OUT/batch_sampler_test.log" 2>&1
-grep -E "device sampling|FAILED|PASSED" "$OUT/batch_sampler_test.log" | head -30
+grep -E "device sampling|device rows|FAILED|PASSED" "$OUT/batch_sampler_test.log" | head -60
 echo "== model parity (CUDA)"
 timeout 240 ./parity_test --gtest_filter='Cuda/*' > "$OUT/parity_cuda.log" 2>&1
 grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/parity_cuda.log" | head -20
