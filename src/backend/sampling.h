@@ -75,8 +75,6 @@ struct SampleRowParams {
   // Empty unless a penalty is set (distinct ids; ids outside the vocabulary
   // are ignored).
   std::span<const PenaltyToken> penalties;
-
-  bool greedy() const { return temperature < kGreedyTemperature; }
 };
 
 // What a backend calls for a row it does not sample itself.

@@ -45,6 +45,10 @@
 // bands until the mass suffices, so only that prefix is sorted. Penalties:
 // one copy plus O(distinct history tokens).
 //
+// This file is also the spec of Backend::SampleRows (backend/sampling.h):
+// the engine samples through it (engine/batch_sampler.h), the CPU backend
+// by running this code, the CUDA backend with kernels that reproduce it.
+//
 // Thread-safety: a Sampler is used by one thread at a time (it keeps
 // scratch buffers); different requests' Samplers are independent.
 #pragma once
