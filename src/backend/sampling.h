@@ -56,7 +56,7 @@ struct PenaltyToken {
 // One row of a SampleRows call. The spans are host memory, valid for the
 // call. Values are those of a validated SamplingParams.
 struct SampleRowParams {
-  int64_t logit_row = 0;  // row of the logits tensor
+  int64_t logit_row = 0;    // row of the logits tensor
   float temperature = 1.f;  // < kGreedyTemperature: greedy
   int32_t top_k = -1;       // <= 0: off
   float top_p = 1.f;

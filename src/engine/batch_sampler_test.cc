@@ -470,15 +470,14 @@ TEST(BatchSamplerCudaTest, DeviceSamplingCostPerStep) {
       const bool masked = m.find("mask") != std::string::npos;
       std::vector<std::unique_ptr<Sampler>> samplers;
       TokenHistory h;
-      for (int r = 0; r < rows; ++r)
-        samplers.push_back(std::make_unique<Sampler>(p, std::nullopt));
+      for (int r = 0; r < rows; ++r) samplers.push_back(std::make_unique<Sampler>(p, std::nullopt));
       BatchSampler bs;
       std::vector<SampleResult> out;
       auto once = [&] {
         bs.Clear();
         for (int r = 0; r < rows; ++r)
-          bs.Add(*samplers[r], h, r, masked ? std::span<const uint32_t>(allowed)
-                                            : std::span<const uint32_t>(), {});
+          bs.Add(*samplers[r], h, r,
+                 masked ? std::span<const uint32_t>(allowed) : std::span<const uint32_t>(), {});
         bs.Run(*cuda, logits, &out);
       };
       once();  // warm-up: buffers grow
@@ -486,8 +485,7 @@ TEST(BatchSamplerCudaTest, DeviceSamplingCostPerStep) {
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) once();
       const double us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-              .count() /
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
           iters;
       std::printf("[ device sampling ] vocab %lld rows %d %-11s %8.1f us per step\n",
                   static_cast<long long>(vocab), rows, mode, us);

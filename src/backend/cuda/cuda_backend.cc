@@ -446,8 +446,8 @@ class CudaBackend final : public Backend {
     Launched();
   }
 
-  void SampleRows(const Tensor& logits, std::span<const SampleRowParams> rows,
-                  HostRowSampler& host, std::span<SampleResult> out) override {
+  void SampleRows(const Tensor& logits, std::span<const SampleRowParams> rows, HostRowSampler& host,
+                  std::span<SampleResult> out) override {
     STRATA_CHECK(out.size() == rows.size() && logits.dtype == DType::kF32);
     const int64_t vocab = logits.cols;
     if (rows.empty()) return;
@@ -470,7 +470,8 @@ class CudaBackend final : public Backend {
       o.logprob = r.logprob;
       o.rank = r.rank;
       o.top_logprobs.clear();
-      for (int j = 0; j < r.num_top; ++j) o.top_logprobs.push_back({r.top_ids[j], r.top_logprobs[j]});
+      for (int j = 0; j < r.num_top; ++j)
+        o.top_logprobs.push_back({r.top_ids[j], r.top_logprobs[j]});
     }
   }
 
@@ -544,8 +545,8 @@ class CudaBackend final : public Backend {
       banned += p.banned.size();
       bias += p.logit_bias.size();
       penalties += p.penalties.size();
-      const bool adjusts = !p.allowed.empty() || !p.banned.empty() || !p.logit_bias.empty() ||
-                           !p.penalties.empty();
+      const bool adjusts =
+          !p.allowed.empty() || !p.banned.empty() || !p.logit_bias.empty() || !p.penalties.empty();
       a.scratch_row = adjusts ? scratch_rows++ : -1;
       args.push_back(a);
     }

@@ -216,8 +216,8 @@ __device__ void SortCandidates(int n, Shared& sh) {
 
 // The host's dense Draw, on one thread: walk the block masses, then the
 // weights of the block the target falls in, in double.
-__device__ int32_t DenseDraw(const float* x, int64_t vocab, const WeightArgs& wa,
-                             const double* bm, int64_t nb, double target) {
+__device__ int32_t DenseDraw(const float* x, int64_t vocab, const WeightArgs& wa, const double* bm,
+                             int64_t nb, double target) {
   const int64_t padded = (vocab + 3) / 4 * 4;
   double cum = 0;
   int64_t last = -1;
@@ -256,8 +256,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (a.scratch_row >= 0) {
     float* y = scratch + a.scratch_row * vocab;
     const uint32_t* words = in.allowed + a.allowed_offset;
-    const int64_t covered =
-        a.allowed_words > 0 ? min(vocab, int64_t{a.allowed_words} * 32) : vocab;
+    const int64_t covered = a.allowed_words > 0 ? min(vocab, int64_t{a.allowed_words} * 32) : vocab;
     for (int64_t i = tid; i < vocab; i += nt) {
       float v = raw[i];
       if (a.allowed_words > 0 && !(i < covered && ((words[i >> 5] >> (i & 31)) & 1u))) v = kNegInf;
@@ -415,8 +414,7 @@ __global__ void __launch_bounds__(kSampleThreads)
           } else {
             const int count = max(i, 1);
             double kept_mass = 0;
-            for (int c = 0; c < count; ++c)
-              kept_mass += __uint_as_float(CandValueBits(sh.cand[c]));
+            for (int c = 0; c < count; ++c) kept_mass += __uint_as_float(CandValueBits(sh.cand[c]));
             const double target = a.uniform * kept_mass;
             double cum = 0;
             int32_t t = CandId(sh.cand[count - 1]);  // rounding put target on the sum

@@ -74,9 +74,9 @@ struct SampleRowArgs {
 
 struct SampleInputs {
   const SampleRowArgs* rows = nullptr;
-  const uint32_t* allowed = nullptr;     // bit masks
-  const int32_t* banned = nullptr;       // banned ids
-  const int32_t* bias_ids = nullptr;     // logit_bias, in order
+  const uint32_t* allowed = nullptr;  // bit masks
+  const int32_t* banned = nullptr;    // banned ids
+  const int32_t* bias_ids = nullptr;  // logit_bias, in order
   const float* bias_values = nullptr;
   const PenaltyEntry* penalties = nullptr;
 };
