@@ -27,6 +27,7 @@
 #include <string>
 
 #include "backend/dtype.h"
+#include "backend/sampling.h"
 #include "util/status.h"
 
 namespace strata {
@@ -253,6 +254,16 @@ class Backend {
   // the tokens routed to it this way.
   virtual void ScaleAddRows(const Tensor& x, const int32_t* rows, const float* scales,
                             Tensor out) = 0;
+
+  // The next token of each row (backend/sampling.h): out[i] for rows[i],
+  // sampled from logits row rows[i].logit_row (F32, logits.cols = vocab)
+  // with the host Sampler's semantics, either here or by host.SampleOnHost.
+  // Returns when every result is on the host; only the results (and the
+  // logits of rows handed to the host) are copied. logits stays unchanged.
+  // REQUIRES: out.size() == rows.size(); each logit_row < logits.rows.
+  // This default copies each row to the host and hands it over.
+  virtual void SampleRows(const Tensor& logits, std::span<const SampleRowParams> rows,
+                          HostRowSampler& host, std::span<SampleResult> out);
 };
 
 struct CpuBackendOptions {

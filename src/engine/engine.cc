@@ -230,28 +230,49 @@ void Engine::SendPromptLogprobs(Sequence& s, const StepItem& item, const float* 
   if (!out.empty()) s.handle->PushPromptLogprobs(std::move(out));
 }
 
-void Engine::Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits) {
-  scheduler_->Computed(batch);
+void Engine::Postprocess(const ScheduledBatch& batch, const Tensor& logits) {
   const int64_t vocab = runner_->vocab_size();
-  size_t row = 0;
+  // Every sampled row of the step goes to the backend in one call; prompt
+  // logprob rows (rare) are copied to the host. Sampling reads only the
+  // tokens so far, not what Computed() updates.
+  batch_sampler_.Clear();
+  int64_t row = 0;
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const StepItem& item = batch.items[i];
     Sequence& s = *batch.seqs[i];
-    if (item.prompt_logits) SendPromptLogprobs(s, item, logits.data() + row * vocab);
+    if (item.prompt_logits) {
+      prompt_logits_.resize(static_cast<size_t>(item.num_tokens * vocab));
+      backend_.CopyToHost(prompt_logits_.data(), logits.row<float>(row),
+                          prompt_logits_.size() * sizeof(float));
+      SendPromptLogprobs(s, item, prompt_logits_.data());
+    }
     row += item.num_logit_rows();
     if (!item.want_logits) continue;
-    const float* l = logits.data() + (row - 1) * vocab;
     const auto& p = s.req.params;
-    const auto& eos = model_.eos_token_ids;
-    LogitMask mask;
+    std::span<const uint32_t> allowed;
     if (s.req.constraint)
-      mask.allowed = s.req.constraint->Allowed(s.limit - static_cast<int64_t>(s.tokens.size()));
+      allowed = s.req.constraint->Allowed(s.limit - static_cast<int64_t>(s.tokens.size()));
+    banned_.clear();
     if (p.min_tokens > 0 && static_cast<int64_t>(s.tokens.size()) - s.prompt_len < p.min_tokens) {
+      const auto& eos = model_.eos_token_ids;
       banned_.assign(eos.begin(), eos.end());
       banned_.insert(banned_.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
-      mask.banned = banned_;
     }
-    SampleResult r = s.sampler.Sample(l, vocab, s.history, mask);
+    batch_sampler_.Add(s.sampler, s.history, row - 1, allowed, banned_);
+  }
+  batch_sampler_.Run(backend_, logits, &sampled_);
+  // The step's ops have finished (and a device-side index error surfaces)
+  // before Computed() hands its pages to the prefix cache, HiCache backups
+  // and PD exports, which may copy them at once.
+  backend_.Synchronize();
+  scheduler_->Computed(batch);
+  size_t k = 0;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    if (!batch.items[i].want_logits) continue;
+    Sequence& s = *batch.seqs[i];
+    SampleResult& r = sampled_[k++];
+    const auto& p = s.req.params;
+    const auto& eos = model_.eos_token_ids;
     if (s.req.constraint) s.req.constraint->Advance(r.token_id);
     stats_.generated_tokens++;
     s.tokens.push_back(r.token_id);
@@ -316,12 +337,13 @@ Status Engine::Step() {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ProcessCpuSeconds();
-  Status st = runner_->Run(batch.items, &logits_);
+  Tensor logits;
+  Status st = runner_->Run(batch.items, &logits);
   if (!st.ok()) {
     AbortAll(FinishReason::kError, st);
     return st;
   }
-  Postprocess(batch, logits_);
+  Postprocess(batch, logits);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double dcpu = ProcessCpuSeconds() - cpu0;
   stats_.prefill_tokens += prompt_toks;

@@ -6,7 +6,8 @@
 //                 evicting cached prefixes and, if still short, preempting
 //                 the newest running sequences (they recompute later);
 //   runner.Run()  one forward pass over the whole batch;
-//   Postprocess() sample, append to each request's handle, finish requests
+//   Postprocess() sample (BatchSampler: on the backend, only results come
+//                 back), append to each request's handle, finish requests
 //                 (EOS, stop tokens, length, cancellation, deadlines), cache
 //                 their prefixes and free their pages.
 // The scheduler is CPU-only bookkeeping (ids and refcounts); the runner owns
@@ -31,6 +32,7 @@
 #include "cache/host_pool.h"
 #include "cache/kv_pool.h"
 #include "cache/radix_tree.h"
+#include "engine/batch_sampler.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -174,7 +176,8 @@ class Engine {
   Engine(LoadedModel& model, Backend& backend, const EngineOptions& options);
 
   void SendPromptLogprobs(Sequence& s, const StepItem& item, const float* rows);
-  void Postprocess(const ScheduledBatch& batch, const std::vector<float>& logits);
+  // logits: the step's rows in backend memory (ModelRunner::Run).
+  void Postprocess(const ScheduledBatch& batch, const Tensor& logits);
 
   LoadedModel& model_;
   Backend& backend_;
@@ -189,8 +192,10 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;  // declared last: gives its pages back first
   EngineStats stats_;
-  std::vector<float> logits_;
-  std::vector<int32_t> banned_;  // scratch: one step's min_tokens bans
+  BatchSampler batch_sampler_;           // one step's sampling (reused)
+  std::vector<SampleResult> sampled_;    // its results
+  std::vector<float> prompt_logits_;     // scratch: an item's prompt-logprob rows on the host
+  std::vector<int32_t> banned_;          // scratch: one row's min_tokens bans
 };
 
 }  // namespace strata

@@ -17,7 +17,7 @@ Status ModelRunner::Reserve(Buffer& buf, size_t bytes) {
   return OkStatus();
 }
 
-Status ModelRunner::Run(std::span<const StepItem> items, std::vector<float>* logits) {
+Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
   h_tokens_.clear();
   h_positions_.clear();
   h_slots_.clear();
@@ -80,9 +80,7 @@ Status ModelRunner::Run(std::span<const StepItem> items, std::vector<float>* log
   b.num_logit_rows = static_cast<int32_t>(nl);
   Tensor out = logits_.AsTensor(DType::kF32, static_cast<int64_t>(nl), vocab);
   RETURN_IF_ERROR(model_.Forward(b, kv_, out));
-  logits->resize(nl * vocab);
-  backend_.CopyToHost(logits->data(), logits_.data(), nl * vocab * sizeof(float));
-  backend_.Synchronize();
+  *logits = out;
   return OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // ModelRunner: turns one scheduled step (which sequences, which of their
 // tokens) into a ForwardBatch in backend memory, runs the model, and returns
-// the requested logits on the host. It owns the KV pool views and the
+// a view of the requested logits, left in backend memory (the engine samples
+// them there: BatchSampler, and copies to the host only what it must). It owns the KV pool views and the
 // per-step metadata staging buffers, and nothing about request lifetimes:
 // page tables belong to the sequences (the scheduler's side).
 //
@@ -40,10 +41,12 @@ class ModelRunner {
  public:
   ModelRunner(Model& model, Backend& backend, KvPool& pool, int32_t max_batch_tokens);
 
-  // Runs one forward step. On success *logits holds, for each item,
-  // num_logit_rows() rows of vocab_size floats (its tokens' order), in item
-  // order.
-  Status Run(std::span<const StepItem> items, std::vector<float>* logits);
+  // Enqueues one forward step. On success *logits views, in backend memory,
+  // for each item num_logit_rows() rows of vocab_size F32 (its tokens'
+  // order), in item order; valid until the next Run(). The backend may still
+  // be computing them: read them through backend ops (SampleRows,
+  // CopyToHost), which run in issue order.
+  Status Run(std::span<const StepItem> items, Tensor* logits);
 
   int32_t max_batch_tokens() const { return max_batch_tokens_; }
   int64_t vocab_size() const { return model_.config().vocab_size; }

@@ -187,12 +187,18 @@ Status SamplingParams::Validate() const {
   return InvalidArgument(msg);
 }
 
+PenaltyToken& TokenHistory::Entry(int32_t token) {
+  const auto [it, inserted] = index_.try_emplace(token, tokens_.size());
+  if (inserted) tokens_.push_back({token, 0});
+  return tokens_[it->second];
+}
+
 void TokenHistory::AddPromptTokens(std::span<const int32_t> tokens) {
-  for (int32_t t : tokens) counts_[t].in_prompt = true;
+  for (int32_t t : tokens) (void)Entry(t);
 }
 
 void TokenHistory::AddOutputToken(int32_t token) {
-  ++counts_[token].output_count;
+  ++Entry(token).output_count;
   ++num_output_tokens_;
 }
 
@@ -227,9 +233,9 @@ double Sampler::NextUniform() { return static_cast<double>(NextU64() >> 11) * 0x
 void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, float* logits,
                     int64_t vocab) {
   const float rep = params.repetition_penalty;
-  for (const auto& [token, c] : history.counts()) {
-    if (token < 0 || token >= vocab) continue;
-    float& l = logits[token];
+  for (const PenaltyToken& c : history.tokens()) {
+    if (c.token_id < 0 || c.token_id >= vocab) continue;
+    float& l = logits[c.token_id];
     // Every entry was seen in the prompt or the output: the repetition
     // penalty applies to all of them.
     if (rep != 1.f) l = l > 0.f ? l / rep : l * rep;
@@ -242,7 +248,7 @@ void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, f
 
 const float* Sampler::Adjust(const float* logits, int64_t vocab, const TokenHistory& history,
                              const LogitMask& mask) {
-  const bool penalties = params_.UsesPenalties() && !history.counts().empty();
+  const bool penalties = params_.UsesPenalties() && !history.tokens().empty();
   if (!penalties && params_.logit_bias.empty() && mask.empty()) return logits;
   penalized_.assign(logits, logits + vocab);
   float* x = penalized_.data();
@@ -327,6 +333,15 @@ int32_t SparseMaskedArgmax(const float* logits, int64_t vocab, const LogitMask& 
 
 SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHistory& history,
                              const LogitMask& mask) {
+  // One draw per call, whatever path runs, so a seeded request's stream
+  // depends only on its own steps.
+  const double u = NextDraw();
+  return SampleWithDraw(logits, vocab, history, mask, u);
+}
+
+SampleResult Sampler::SampleWithDraw(const float* logits, int64_t vocab,
+                                     const TokenHistory& history, const LogitMask& mask,
+                                     double u) {
   STRATA_CHECK(vocab >= 1 && vocab <= std::numeric_limits<int32_t>::max()) << "vocab " << vocab;
   SampleResult result;
   if (params_.IsGreedy() && !mask.allowed.empty() && !params_.AdjustsLogits()) {
@@ -342,9 +357,6 @@ SampleResult Sampler::Sample(const float* logits, int64_t vocab, const TokenHist
   if (params_.IsGreedy()) {
     result.token_id = Argmax(x, vocab);
   } else {
-    // One draw per call, whatever path runs below, so a seeded request's
-    // stream depends only on its own steps.
-    const double u = NextUniform();
     const Kept kept = BuildCandidates(x, vocab);
     result.token_id = kept.none ? Argmax(x, vocab) : Draw(kept, u * kept.mass);
   }

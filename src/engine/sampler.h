@@ -45,6 +45,10 @@
 // bands until the mass suffices, so only that prefix is sorted. Penalties:
 // one copy plus O(distinct history tokens).
 //
+// This file is also the spec of Backend::SampleRows (backend/sampling.h):
+// the engine samples through it (engine/batch_sampler.h), the CPU backend
+// by running this code, the CUDA backend with kernels that reproduce it.
+//
 // Thread-safety: a Sampler is used by one thread at a time (it keeps
 // scratch buffers); different requests' Samplers are independent.
 #pragma once
@@ -55,14 +59,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/sampling.h"  // kMaxLogprobs, SampleResult, PenaltyToken
 #include "util/status.h"
 
 namespace strata {
-
-// OpenAI's top_logprobs limit and vLLM's default --max-logprobs.
-inline constexpr int kMaxLogprobs = 20;
-// Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
-inline constexpr float kGreedyTemperature = 1e-5f;
 
 struct SamplingParams {
   float temperature = 1.f;              // < kGreedyTemperature (e.g. 0): greedy
@@ -96,11 +96,12 @@ struct SamplingParams {
   Status Validate() const;
 };
 
-// What the penalties need from a request's tokens: for each distinct token,
-// whether the prompt holds it and how often the output does. Updated
+// What the penalties need from a request's tokens: each distinct token of
+// the prompt or the output, with how often the output holds it. Updated
 // incrementally (AddOutputToken per generated token) so sampling never
-// rescans the sequence. Ids need not be < vocab: Sample() ignores ids
-// outside the logits.
+// rescans the sequence; kept as a flat array that a device sampler reads
+// as it is (SampleRowParams::penalties). Ids need not be < vocab: Sample()
+// ignores ids outside the logits.
 class TokenHistory {
  public:
   TokenHistory() = default;
@@ -110,29 +111,16 @@ class TokenHistory {
   void AddPromptTokens(std::span<const int32_t> tokens);
   void AddOutputToken(int32_t token);
 
-  struct Counts {
-    bool in_prompt = false;
-    int32_t output_count = 0;
-  };
-  const std::unordered_map<int32_t, Counts>& counts() const { return counts_; }
+  // Distinct tokens, in first-seen order.
+  std::span<const PenaltyToken> tokens() const { return tokens_; }
   int64_t num_output_tokens() const { return num_output_tokens_; }
 
  private:
-  std::unordered_map<int32_t, Counts> counts_;
+  PenaltyToken& Entry(int32_t token);
+
+  std::vector<PenaltyToken> tokens_;
+  std::unordered_map<int32_t, size_t> index_;  // token id -> its entry in tokens_
   int64_t num_output_tokens_ = 0;
-};
-
-struct TokenLogprob {
-  int32_t token_id = 0;
-  float logprob = 0.f;
-};
-
-struct SampleResult {
-  int32_t token_id = 0;
-  // Filled only when SamplingParams::logprobs >= 0 (raw log_softmax):
-  float logprob = 0.f;  // of token_id
-  int64_t rank = 0;     // tokens with logprob >= this one's, itself included (vLLM's rank)
-  std::vector<TokenLogprob> top_logprobs;  // top N, logprob desc, ties by lower id
 };
 
 // Steps 2 and 3 above, in place: the penalties of params over history.
@@ -169,7 +157,8 @@ class Sampler {
   // REQUIRES: params.Validate() is OK.
   Sampler(const SamplingParams& params, std::optional<uint64_t> default_seed);
 
-  // Picks the next token. history is read only when params.UsesPenalties().
+  // Picks the next token: NextDraw() then SampleWithDraw(). history is read
+  // only when params.UsesPenalties().
   // Logits that are NaN never win; if no logit is finite the result is the
   // greedy argmax (token 0 when all are -inf or NaN) or, under a mask, the
   // lowest allowed id: a masked-out token is never returned while the mask
@@ -177,6 +166,14 @@ class Sampler {
   // REQUIRES: vocab >= 1; logits has vocab entries.
   SampleResult Sample(const float* logits, int64_t vocab, const TokenHistory& history,
                       const LogitMask& mask = {});
+
+  // Sample() split at its one random number, for the device seam
+  // (backend/sampling.h): NextDraw() advances the stream as Sample() would
+  // (a uniform in [0, 1) when non-greedy; 0 and no advance when greedy),
+  // and SampleWithDraw() is Sample() given that number, drawing nothing.
+  double NextDraw() { return params_.IsGreedy() ? 0.0 : NextUniform(); }
+  SampleResult SampleWithDraw(const float* logits, int64_t vocab, const TokenHistory& history,
+                              const LogitMask& mask, double uniform);
 
   // The distribution a non-greedy Sample() would draw from (steps 2-5):
   // the kept tokens with their renormalised probabilities, in draw order.
@@ -188,9 +185,7 @@ class Sampler {
   // Advances the random stream past one Sample() that happened elsewhere
   // (PD: the prefill sampled the first token with the same seed), so a
   // seeded request draws the same tokens as when served in one process.
-  void SkipSample() {
-    if (!params_.IsGreedy()) (void)NextUniform();
-  }
+  void SkipSample() { (void)NextDraw(); }
 
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }

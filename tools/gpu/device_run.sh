@@ -14,6 +14,9 @@ export UCX_MODULE_DIR=$PWD/lib/ucx  # UCX's transport plugins, staged with it
 mkdir -p "$(dirname @STRATA_SOURCE_DIR@)" && ln -sfn "$R" @STRATA_SOURCE_DIR@
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 echo "== op parity"; ./cuda_backend_test > "$OUT/op_test.log" 2>&1; tail -3 "$OUT/op_test.log"
+echo "== device sampling vs the host Sampler (and its cost per step)"
+./batch_sampler_test > "$OUT/batch_sampler_test.log" 2>&1
+grep -E "device sampling|device rows|FAILED|PASSED" "$OUT/batch_sampler_test.log" | head -60
 echo "== model parity (CUDA)"
 timeout 240 ./parity_test --gtest_filter='Cuda/*' > "$OUT/parity_cuda.log" 2>&1
 grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/parity_cuda.log" | head -20
@@ -43,14 +46,15 @@ for p in fp32 bf16; do
   ./strata bench engine --device cuda --matmul-precision $p --model-path /tmp/l1b --prompt-len 512 \
     --gen-len 128 --repeats 3 --json 2>&1 | tail -1 | tee "$OUT/bench_$p.json"
 done
-echo "== structured outputs: host-side mask cost next to the CUDA decode step"
+echo "== structured outputs: mask and sampling cost next to the CUDA decode step"
 # Guarded: staged only from a build with STRATA_BUILD_BENCH=ON; a failure
 # here is reported and the rest of this script runs on.
 if [ -x ./constrain_bench ]; then
   STRATA_BENCH_QWEN3_DIR=$PWD/qwen3-tokenizer timeout 300 ./constrain_bench \
     --benchmark_filter='BM_ConstraintStep/1/|BM_SampleMasked' --benchmark_min_time=0.5 \
     --benchmark_format=json > "$OUT/constrain_bench.json" 2> "$OUT/constrain_bench.err" &&
-    python3 "$R/tools/bench/mask_vs_step.py" "$OUT/constrain_bench.json" "$OUT"/bench_*.json |
+    python3 "$R/tools/bench/mask_vs_step.py" "$OUT/constrain_bench.json" "$OUT"/bench_*.json \
+      --device-sampling "$OUT/batch_sampler_test.log" |
     tee "$OUT/mask_vs_step.txt" || echo "constrain_bench failed: $OUT/constrain_bench.err"
 else
   echo "no constrain_bench staged (build with -DSTRATA_BUILD_BENCH=ON)"

@@ -475,6 +475,18 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // The logits are host memory: every row goes to the host Sampler in
+  // place, so CPU sampling is exactly engine/sampler.h's.
+  void SampleRows(const Tensor& logits, std::span<const SampleRowParams> rows, HostRowSampler& host,
+                  std::span<SampleResult> out) override {
+    STRATA_CHECK(out.size() == rows.size() && logits.dtype == DType::kF32);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      STRATA_CHECK(rows[i].logit_row >= 0 && rows[i].logit_row < logits.rows)
+          << "logit row " << rows[i].logit_row << " of " << logits.rows;
+      out[i] = host.SampleOnHost(i, logits.row<float>(rows[i].logit_row));
+    }
+  }
+
  private:
   static void CheckSameShape(const Tensor& a, const Tensor& b, const Tensor& out) {
     STRATA_CHECK(a.dtype == DType::kF32 && b.dtype == DType::kF32 && out.dtype == DType::kF32);

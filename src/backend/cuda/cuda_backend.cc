@@ -15,6 +15,14 @@
 // one gather kernel over host memory pinned (and mapped) by PinHostMemory,
 // else one cudaMemcpyAsync per block.
 //
+// Sampling (SampleRows) runs sample_kernels.cu, one block per row, on the
+// compute stream: the rows' parameters, masks, bans, biases and penalty
+// tokens go up in one copy from pinned memory, the small per-row results
+// come back in one. A row comes back flagged when the kernel cannot finish
+// it (sample_kernels.h lists when); only then are its logits copied to the
+// host and sampled there. Vocabularies above INT32_MAX, and a failure to
+// allocate the sampling buffers, send every row to the host that way.
+//
 // Thread-safety: as Backend: ops are issued from one thread at a time.
 // CopyBlocks, PinHostMemory and UnpinHostMemory may be called from any
 // thread; CopyBlocks calls are served one at a time (copy_mu_).
@@ -22,6 +30,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -31,10 +41,17 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sample_kernels.h"
 #include "util/logging.h"
 
 namespace strata {
 namespace {
+
+static_assert(sizeof(cuda::PenaltyEntry) == sizeof(PenaltyToken) &&
+                  offsetof(cuda::PenaltyEntry, output_count) ==
+                      offsetof(PenaltyToken, output_count),
+              "cuda::PenaltyEntry must mirror PenaltyToken");
+static_assert(cuda::kSampleMaxTop == kMaxLogprobs, "the kernel reports at most kMaxLogprobs");
 
 static_assert(sizeof(cuda::Seq) == sizeof(AttentionSeq) &&
                   offsetof(cuda::Seq, page_table) == offsetof(AttentionSeq, page_table),
@@ -63,6 +80,7 @@ cuda::KvLayer ToKvLayer(const KvLayerView& l) {
 }
 
 void FreeDevice(void* p) { cudaFree(p); }
+void FreePinned(void* p) { cudaFreeHost(p); }
 
 cudaDataType_t CudaType(DType t) {
   switch (t) {
@@ -428,6 +446,35 @@ class CudaBackend final : public Backend {
     Launched();
   }
 
+  void SampleRows(const Tensor& logits, std::span<const SampleRowParams> rows, HostRowSampler& host,
+                  std::span<SampleResult> out) override {
+    STRATA_CHECK(out.size() == rows.size() && logits.dtype == DType::kF32);
+    const int64_t vocab = logits.cols;
+    if (rows.empty()) return;
+    if (vocab > INT32_MAX || !SampleOnDevice(logits, rows)) {
+      Backend::SampleRows(logits, rows, host, out);
+      return;
+    }
+    const auto* res = static_cast<const cuda::SampleRowOut*>(sample_out_host_.data());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const cuda::SampleRowOut& r = res[i];
+      if (r.needs_host != cuda::kSampleDone) {
+        sample_row_.resize(static_cast<size_t>(vocab));
+        CopyToHost(sample_row_.data(), logits.row<float>(rows[i].logit_row),
+                   sample_row_.size() * sizeof(float));
+        out[i] = host.SampleOnHost(i, sample_row_.data());
+        continue;
+      }
+      SampleResult& o = out[i];
+      o.token_id = r.token_id;
+      o.logprob = r.logprob;
+      o.rank = r.rank;
+      o.top_logprobs.clear();
+      for (int j = 0; j < r.num_top; ++j)
+        o.top_logprobs.push_back({r.top_ids[j], r.top_logprobs[j]});
+    }
+  }
+
  private:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
 
@@ -440,6 +487,122 @@ class CudaBackend final : public Backend {
   }
 
   int32_t* ErrWord() { return static_cast<int32_t*>(err_buf_.data()); }
+
+  // Grows device buffer `buf` to `bytes`; false when the memory is not there.
+  // Safe between ops: SampleRows waits for its kernel before returning.
+  bool GrowDevice(Buffer& buf, size_t bytes) {
+    if (buf.bytes() >= bytes) return true;
+    StatusOr<Buffer> b = Allocate(std::max<size_t>(bytes * 5 / 4, 4096));
+    if (!b.ok()) return false;
+    buf = std::move(b).value();
+    return true;
+  }
+  bool GrowPinned(Buffer& buf, size_t bytes) {
+    if (buf.bytes() >= bytes) return true;
+    const size_t want = std::max<size_t>(bytes * 5 / 4, 4096);
+    void* p = nullptr;
+    if (cudaMallocHost(&p, want) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    buf = Buffer(p, want, &FreePinned);
+    return true;
+  }
+
+  // Packs the rows' inputs, runs the sampling kernel and leaves the results
+  // in sample_out_host_. False (nothing launched) when a buffer could not be
+  // allocated.
+  bool SampleOnDevice(const Tensor& logits, std::span<const SampleRowParams> rows) {
+    const int64_t vocab = logits.cols;
+    std::vector<cuda::SampleRowArgs>& args = sample_args_;
+    args.clear();
+    size_t words = 0, banned = 0, bias = 0, penalties = 0;
+    int64_t scratch_rows = 0;
+    for (const SampleRowParams& p : rows) {
+      STRATA_CHECK(p.logit_row >= 0 && p.logit_row < logits.rows)
+          << "logit row " << p.logit_row << " of " << logits.rows;
+      STRATA_CHECK(p.logprobs <= kMaxLogprobs) << "logprobs " << p.logprobs;
+      cuda::SampleRowArgs a;
+      a.logit_row = p.logit_row;
+      a.uniform = p.uniform;
+      a.temperature = p.temperature;
+      a.top_p = p.top_p;
+      a.min_p = p.min_p;
+      a.repetition_penalty = p.repetition_penalty;
+      a.frequency_penalty = p.frequency_penalty;
+      a.presence_penalty = p.presence_penalty;
+      a.top_k = p.top_k;
+      a.logprobs = p.logprobs;
+      a.allowed_words = static_cast<int32_t>(p.allowed.size());
+      a.banned_count = static_cast<int32_t>(p.banned.size());
+      a.bias_count = static_cast<int32_t>(p.logit_bias.size());
+      a.penalty_count = static_cast<int32_t>(p.penalties.size());
+      a.allowed_offset = static_cast<int64_t>(words);
+      a.banned_offset = static_cast<int64_t>(banned);
+      a.bias_offset = static_cast<int64_t>(bias);
+      a.penalty_offset = static_cast<int64_t>(penalties);
+      words += p.allowed.size();
+      banned += p.banned.size();
+      bias += p.logit_bias.size();
+      penalties += p.penalties.size();
+      const bool adjusts =
+          !p.allowed.empty() || !p.banned.empty() || !p.logit_bias.empty() || !p.penalties.empty();
+      a.scratch_row = adjusts ? scratch_rows++ : -1;
+      args.push_back(a);
+    }
+    // One upload: [args | allowed words | banned | bias ids | bias values |
+    // penalty tokens], each section 16-byte aligned.
+    auto align = [](size_t b) { return (b + 15) / 16 * 16; };
+    const size_t off_words = align(args.size() * sizeof(cuda::SampleRowArgs));
+    const size_t off_banned = off_words + align(words * sizeof(uint32_t));
+    const size_t off_bias_ids = off_banned + align(banned * sizeof(int32_t));
+    const size_t off_bias_values = off_bias_ids + align(bias * sizeof(int32_t));
+    const size_t off_penalties = off_bias_values + align(bias * sizeof(float));
+    const size_t total = off_penalties + align(penalties * sizeof(cuda::PenaltyEntry));
+    const int64_t nb = (vocab + cuda::kSampleWeightBlock - 1) / cuda::kSampleWeightBlock;
+    const size_t out_bytes = rows.size() * sizeof(cuda::SampleRowOut);
+    if (!GrowPinned(sample_in_host_, total) || !GrowDevice(sample_in_, total) ||
+        !GrowPinned(sample_out_host_, out_bytes) || !GrowDevice(sample_out_, out_bytes) ||
+        !GrowDevice(sample_scratch_, static_cast<size_t>(scratch_rows * vocab) * sizeof(float)) ||
+        !GrowDevice(sample_mass_, rows.size() * 2 * static_cast<size_t>(nb) * sizeof(double)))
+      return false;
+    char* h = static_cast<char*>(sample_in_host_.data());
+    std::memcpy(h, args.data(), args.size() * sizeof(cuda::SampleRowArgs));
+    size_t cw = off_words, cb = off_banned, ci = off_bias_ids, cv = off_bias_values,
+           cp = off_penalties;
+    for (const SampleRowParams& p : rows) {
+      if (!p.allowed.empty()) std::memcpy(h + cw, p.allowed.data(), p.allowed.size_bytes());
+      cw += p.allowed.size_bytes();
+      if (!p.banned.empty()) std::memcpy(h + cb, p.banned.data(), p.banned.size_bytes());
+      cb += p.banned.size_bytes();
+      for (const auto& [id, value] : p.logit_bias) {
+        std::memcpy(h + ci, &id, sizeof id);
+        std::memcpy(h + cv, &value, sizeof value);
+        ci += sizeof id;
+        cv += sizeof value;
+      }
+      if (!p.penalties.empty()) std::memcpy(h + cp, p.penalties.data(), p.penalties.size_bytes());
+      cp += p.penalties.size_bytes();
+    }
+    CUDA_CHECK(cudaMemcpyAsync(sample_in_.data(), h, total, cudaMemcpyHostToDevice, stream_));
+    char* d = static_cast<char*>(sample_in_.data());
+    cuda::SampleInputs in;
+    in.rows = reinterpret_cast<const cuda::SampleRowArgs*>(d);
+    in.allowed = reinterpret_cast<const uint32_t*>(d + off_words);
+    in.banned = reinterpret_cast<const int32_t*>(d + off_banned);
+    in.bias_ids = reinterpret_cast<const int32_t*>(d + off_bias_ids);
+    in.bias_values = reinterpret_cast<const float*>(d + off_bias_values);
+    in.penalties = reinterpret_cast<const cuda::PenaltyEntry*>(d + off_penalties);
+    cuda::SampleRows(static_cast<const float*>(logits.data), logits.row_stride(), vocab, in,
+                     static_cast<int32_t>(rows.size()), static_cast<float*>(sample_scratch_.data()),
+                     static_cast<double*>(sample_mass_.data()),
+                     static_cast<cuda::SampleRowOut*>(sample_out_.data()), stream_);
+    Launched();
+    CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.data(), sample_out_.data(), out_bytes,
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned staging is reused next call
+    return true;
+  }
 
   // A launch error (bad configuration) surfaces here, at the op that caused it.
   static void Launched() { CUDA_CHECK(cudaPeekAtLastError()); }
@@ -535,6 +698,12 @@ class CudaBackend final : public Backend {
   std::map<uintptr_t, size_t> pinned_;
   cublasLtHandle_t lt_ = nullptr;
   Buffer err_buf_, workspace_, xh_;
+  // SampleRows: inputs (pinned staging and device), results (device and
+  // pinned), adjusted-logits scratch, per-block masses; a host row for a
+  // row handed to the host.
+  Buffer sample_in_host_, sample_in_, sample_out_, sample_out_host_, sample_scratch_, sample_mass_;
+  std::vector<cuda::SampleRowArgs> sample_args_;
+  std::vector<float> sample_row_;
   std::vector<Buffer> weights_;
   std::map<PlanKey, std::unique_ptr<MatmulPlan>> matmul_cache_;
 };
