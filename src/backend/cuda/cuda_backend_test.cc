@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <span>
 #include <thread>
 #include <vector>
@@ -592,6 +594,66 @@ TEST_F(CudaParityTest, CopyRunsBesideComputeOnTheEngineStream) {
   EXPECT_EQ(std::memcmp(back.bytes.data(), src.bytes.data(), src.bytes.size()), 0);
   const HostTensor busy = Down(dout, o);
   ExpectClose(busy, alone, 1e-6, "the GEMM while a copy ran beside it");
+}
+
+// STRATA_CUDA_OP_TIMING: the ops still compute the same (also with the
+// gate holding each step back), and the table printed when the backend is
+// destroyed counts every op of each step. The accounting itself is
+// op_timing_test.cc's.
+TEST(CudaOpTimingTest, TableCountsEveryOpAndResultsAreUnchanged) {
+  for (const char* mode : {"1", "gated"}) {
+    SCOPED_TRACE(mode);
+    setenv("STRATA_CUDA_OP_TIMING", mode, 1);
+    auto c = CreateCudaBackend(CudaBackendOptions{});
+    unsetenv("STRATA_CUDA_OP_TIMING");
+    if (!c.ok()) GTEST_SKIP() << c.status().message();
+    std::unique_ptr<Backend> cuda = std::move(c).value();
+    std::mt19937 rng(7);
+    HostTensor x(DType::kF32, 3, 256), w(DType::kF32, 1, 256), out(DType::kF32, 3, 256);
+    x.Fill(rng);
+    w.Fill(rng);
+    auto bx = cuda->Allocate(x.bytes.size()).value();
+    auto bo = cuda->Allocate(out.bytes.size()).value();
+    Tensor dw = cuda->UploadWeight(w.view()).value();
+    Tensor dx{bx.data(), DType::kF32, 3, 256, 0}, dout{bo.data(), DType::kF32, 3, 256, 0};
+    testing::internal::CaptureStderr();
+    constexpr int kSteps = 3;
+    for (int step = 0; step < kSteps; ++step) {
+      cuda->CopyToDevice(bx.data(), x.bytes.data(), x.bytes.size());
+      cuda->RmsNorm(dx, dw, 1e-6f, dout);
+      cuda->Add(dout, dx, dout);
+      cuda->Add(dout, dx, dout);
+      cuda->Synchronize();
+    }
+    HostTensor got = out;
+    cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
+    cuda->Synchronize();
+    cuda.reset();  // prints the table
+    const std::string table = testing::internal::GetCapturedStderr();
+    CpuBackendOptions co;
+    auto cpu = CreateCpuBackend(co).value();
+    HostTensor ref = out;
+    cpu->RmsNorm(x.view(), w.view(), 1e-6f, ref.view());
+    cpu->Add(ref.view(), x.view(), ref.view());
+    cpu->Add(ref.view(), x.view(), ref.view());
+    ExpectClose(got, ref, 1e-6, std::string("ops under STRATA_CUDA_OP_TIMING=") + mode);
+    EXPECT_NE(table.find("STRATA_CUDA_OP_TIMING"), std::string::npos) << table;
+    // 4 steps (3, then the lone copy back); no Embedding, so one class.
+    EXPECT_NE(table.find("-- steps without an Embedding: 4 steps"), std::string::npos) << table;
+    auto count_of = [&](const std::string& op) {
+      const size_t at = table.find("  " + op + " ");
+      if (at == std::string::npos) return int64_t{-1};
+      std::istringstream row(table.substr(at + op.size() + 2));
+      int64_t n = -1;
+      row >> n;
+      return n;
+    };
+    EXPECT_EQ(count_of("RmsNorm"), kSteps) << table;
+    EXPECT_EQ(count_of("Add"), 2 * kSteps) << table;
+    EXPECT_EQ(count_of("CopyToDevice"), kSteps) << table;
+    EXPECT_EQ(count_of("CopyToHost"), 1) << table;
+    EXPECT_EQ(table.find("timed out"), std::string::npos) << table;
+  }
 }
 
 TEST(CudaBackendOptionsTest, RejectsBadPrecisionOrSaysNoDevice) {

@@ -361,7 +361,30 @@ __global__ void CopyBlocksKernel(const CopyDesc* desc, int64_t n) {
   }
 }
 
+__device__ inline uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void GateKernel(const volatile int32_t* flag, volatile int32_t* timed_out,
+                           int64_t timeout_ns) {
+  const uint64_t t0 = GlobalTimerNs();
+  while (*flag == 0) {
+    if (GlobalTimerNs() - t0 > static_cast<uint64_t>(timeout_ns)) {
+      *timed_out = 1;
+      return;
+    }
+    __nanosleep(2000);
+  }
+}
+
 }  // namespace
+
+void Gate(const volatile int32_t* flag, volatile int32_t* timed_out, int64_t timeout_ns,
+          cudaStream_t stream) {
+  GateKernel<<<1, 1, 0, stream>>>(flag, timed_out, timeout_ns);
+}
 
 void CopyBlocks(const CopyDesc* desc, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;

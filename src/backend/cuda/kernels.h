@@ -108,4 +108,11 @@ struct CopyDesc {
 // page pays a command each.
 void CopyBlocks(const CopyDesc* desc, int64_t n, cudaStream_t stream);
 
+// STRATA_CUDA_OP_TIMING=gated (op_timing.h): one thread spins until *flag
+// (host memory mapped into the device) is nonzero, or `timeout_ns` of the
+// GPU's global timer pass, when it sets *timed_out (mapped too) to 1. The
+// work queued behind it then runs back to back once the host lets it go.
+void Gate(const volatile int32_t* flag, volatile int32_t* timed_out, int64_t timeout_ns,
+          cudaStream_t stream);
+
 }  // namespace strata::cuda
