@@ -95,8 +95,11 @@ uint32_t Alignment(const void* p, int64_t ld_bytes) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool bf16_weights, const std::string& device_name)
-      : device_(device), bf16_weights_(bf16_weights), device_name_(device_name) {}
+  CudaBackend(int device, bool bf16_weights, const std::string& device_name, int num_sms)
+      : device_(device),
+        bf16_weights_(bf16_weights),
+        device_name_(device_name),
+        num_sms_(num_sms) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -127,6 +130,13 @@ class CudaBackend final : public Backend {
         cudaSuccess)
       cudaGetLastError();
     host_pointers_usable_ = host_ptr != 0;
+    int smem_optin = 0;
+    if (cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_) ==
+            cudaSuccess &&
+        smem_optin > 0)
+      max_smem_per_block_ = static_cast<size_t>(smem_optin);
+    else
+      cudaGetLastError();
     ASSIGN_OR_RETURN(workspace_, Allocate(kWorkspaceBytes));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const cuda::OpTimingMode mode = cuda::ParseOpTimingMode(std::getenv("STRATA_CUDA_OP_TIMING"));
@@ -440,9 +450,24 @@ class CudaBackend final : public Backend {
     STRATA_CHECK(IsFloatDType(layer.dtype) && layer.page_size > 0);
     if (num_seqs == 0 || q.rows == 0) return;
     cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale};
+    const bool v_alias = layer.v == nullptr || layer.v == layer.k;
+    STRATA_CHECK(cuda::AttentionSmemBytes(hd, v_alias) <= max_smem_per_block_)
+        << "CUDA backend: attention with head_dim " << hd << " needs "
+        << cuda::AttentionSmemBytes(hd, v_alias) << " bytes of shared memory per block; device "
+        << device_ << " offers " << max_smem_per_block_;
+    // Split-K partials, grown like xh_.
+    const size_t ws = cuda::PagedAttentionWorkspaceBytes(q.rows, num_seqs, a, num_sms_);
+    if (attn_ws_.bytes() < ws) {
+      SyncStream();  // the old workspace may still be read
+      attn_ws_ = Buffer();
+      StatusOr<Buffer> buf = Allocate(ws);
+      STRATA_CHECK(buf.ok()) << buf.status().message();
+      attn_ws_ = std::move(buf).value();
+    }
     Timed timed(this, "PagedAttention");
     cuda::PagedAttention(ToView(q), ToKvLayer(layer), reinterpret_cast<const cuda::Seq*>(seqs),
-                         num_seqs, a, ToView(out), stream_);
+                         num_seqs, a, ToView(out), attn_ws_.data(), attn_ws_.bytes(), num_sms_,
+                         stream_);
     Launched();
   }
 
@@ -723,6 +748,9 @@ class CudaBackend final : public Backend {
   std::map<uintptr_t, size_t> pinned_;
   cublasLtHandle_t lt_ = nullptr;
   Buffer err_buf_, workspace_, xh_;
+  Buffer attn_ws_;  // PagedAttention's split-K partials
+  int num_sms_;
+  size_t max_smem_per_block_ = 48 << 10;  // opt-in limit, read in Init
   std::vector<Buffer> weights_;
   std::map<PlanKey, std::unique_ptr<MatmulPlan>> matmul_cache_;
   std::unique_ptr<OpTimer> timer_;  // null unless STRATA_CUDA_OP_TIMING is set
@@ -762,7 +790,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
                               ") cannot run this binary's sm_90a (Hopper) code; rebuild with "
                               "-DCMAKE_CUDA_ARCHITECTURES=<its arch> or use --device cpu");
   }
-  auto b = std::make_unique<CudaBackend>(options.device, bf16, prop.name);
+  auto b = std::make_unique<CudaBackend>(options.device, bf16, prop.name, prop.multiProcessorCount);
   RETURN_IF_ERROR(b->Init());
   return std::unique_ptr<Backend>(std::move(b));
 }

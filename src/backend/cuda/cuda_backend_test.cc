@@ -326,9 +326,11 @@ struct SeqSpec {
   int q_len, kv_len;
 };
 
+// v_alias: a K-only pool (StoreKv with layer.v null) whose attention reads
+// V from K, as DeepSeek's MLA does.
 void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
                     int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
-                    std::mt19937& rng, std::vector<Buffer>* keep);
+                    std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias = false);
 
 TEST_F(CudaParityTest, StoreKvAndPagedAttention) {
   const std::vector<SeqSpec> batch = {{1, 1}, {1, 37}, {5, 5}, {3, 50}, {17, 33}, {1, 300}};
@@ -354,13 +356,50 @@ TEST_F(CudaParityTest, StoreKvAndPagedAttention) {
   CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 1, 16, 4, 64, 33, prefill, rng_, &keep_);
 }
 
+// The flash kernels' paths (kernels.cu, PagedAttention): few query rows
+// get many split-K pieces (an H200's 132 SMs give 64 splits to one decode
+// token of 2 KV heads) and the reduce; many rows one piece written
+// directly; contexts far longer than a piece, pieces left empty by short
+// contexts beside long ones, GQA 1/4/8, head dims 64/128/256/576 (576 also
+// above 48 KiB of shared memory), V aliasing K, page sizes 1/16, chunked
+// prefill over a cached prefix, sliding windows.
+TEST_F(CudaParityTest, PagedAttentionSplitsTilesAndLongContexts) {
+  // Decode: one token per sequence, long and short contexts together.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 8, 2, 64, 0,
+                 {{1, 3000}, {1, 1500}, {1, 33}, {1, 1}}, rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 1, 16, 2, 128, 0, {{1, 5000}}, rng_,
+                 &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 16, 4, 4, 64, 0, {{1, 2000}, {1, 100}},
+                 rng_, &keep_);  // MHA: one query row per tile
+  // Chunked prefill over a cached prefix, with splits, beside a decode row.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 8, 2, 128, 0, {{40, 600}, {1, 700}},
+                 rng_, &keep_);
+  // Enough rows for a single piece: tiles written directly, no reduce.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 64, 0, {{600, 1000}, {7, 7}},
+                 rng_, &keep_);
+  // Sliding windows over long contexts, decode and chunked prefill.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 1, 8, 2, 64, 100,
+                 {{1, 3000}, {50, 900}, {3, 3}}, rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 64, 250,
+                 {{600, 1000}, {1, 2000}}, rng_, &keep_);
+  // Head dims 256 and 576 (DeepSeek's MLA latent: one KV head, V = K).
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 16, 4, 1, 256, 0, {{1, 300}, {9, 40}},
+                 rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 1, 576, 0, {{1, 700}, {20, 300}},
+                 rng_, &keep_, /*v_alias=*/true);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 5, 4, 1, 576, 0, {{1, 400}, {3, 64}},
+                 rng_, &keep_);  // separate V: 184 KB of shared memory per block
+}
+
 void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
                     int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
-                    std::mt19937& rng, std::vector<Buffer>* keep) {
-  const std::string what = std::string("attention kv ") + DTypeName(kv_dtype) + " page " +
-                           std::to_string(page_size) + " heads " + std::to_string(heads) + "/" +
-                           std::to_string(kv_heads) + " hd " + std::to_string(hd) + " window " +
-                           std::to_string(window);
+                    std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias) {
+  std::string what = std::string("attention kv ") + DTypeName(kv_dtype) + " page " +
+                     std::to_string(page_size) + " heads " + std::to_string(heads) + "/" +
+                     std::to_string(kv_heads) + " hd " + std::to_string(hd) + " window " +
+                     std::to_string(window) + (v_alias ? " V=K" : "") + " seqs";
+  for (const auto& sp : specs)
+    what += " " + std::to_string(sp.q_len) + "/" + std::to_string(sp.kv_len);
   const int num_seqs = static_cast<int>(specs.size());
   int64_t total_pages = 3, total_q = 0;
   for (const auto& s : specs)
@@ -382,7 +421,8 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   KvLayerView cpu_layer{cpu_k.data(), cpu_v.data(), kv_dtype, page_size, kv_heads, hd, total_pages};
   KvLayerView dev_layer = cpu_layer;
   dev_layer.k = up(zeros.data(), pool_bytes);
-  dev_layer.v = up(zeros.data(), pool_bytes);
+  void* const dev_v = dev_layer.v = up(zeros.data(), pool_bytes);
+  if (v_alias) cpu_layer.v = dev_layer.v = nullptr;  // StoreKv writes K only
 
   // All sequences' tokens in one StoreKv, as a model step does.
   std::vector<std::vector<int32_t>> tables(num_seqs);
@@ -403,8 +443,9 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   std::vector<uint8_t> got_k(pool_bytes), got_v(pool_bytes);
   cuda->Synchronize();
   cuda->CopyToHost(got_k.data(), dev_layer.k, pool_bytes);
-  cuda->CopyToHost(got_v.data(), dev_layer.v, pool_bytes);
+  cuda->CopyToHost(got_v.data(), dev_v, pool_bytes);
   EXPECT_TRUE(got_k == cpu_k && got_v == cpu_v) << "StoreKv: KV pages differ, " << what;
+  if (v_alias) cpu_layer.v = cpu_layer.k, dev_layer.v = dev_layer.k;
 
   // Attention: host seqs for the CPU, device seqs (with device page tables) for CUDA.
   std::vector<AttentionSeq> cpu_seqs(num_seqs), dev_seqs(num_seqs);
