@@ -349,8 +349,8 @@ TEST_F(CudaParityTest, StoreKvAndPagedAttention) {
   for (const Case& c : cases)
     CheckAttention(cuda_.get(), cpu_.get(), c.kv, c.page_size, c.heads, c.kv_heads, c.hd, c.window,
                    batch, rng_, &keep_);
-  // Enough query rows x heads (>= 1024) for the launch to take its
-  // prefill shape (fewer warps per block); the batch above takes the decode one.
+  // Prefill-shaped batches: many query tiles per sequence (few split-K
+  // pieces) beside a lone decode row.
   const std::vector<SeqSpec> prefill = {{70, 70}, {1, 500}, {9, 40}};
   CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 128, 0, prefill, rng_, &keep_);
   CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 1, 16, 4, 64, 33, prefill, rng_, &keep_);
