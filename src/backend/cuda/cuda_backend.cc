@@ -537,8 +537,9 @@ class CudaBackend final : public Backend {
       void* h = nullptr;
       if (cudaHostAlloc(&h, 2 * sizeof(int32_t), cudaHostAllocMapped) != cudaSuccess) {
         cudaGetLastError();
-        return Unavailable("CUDA backend: STRATA_CUDA_OP_TIMING=gated: cannot allocate mapped "
-                           "host memory for the gate; use STRATA_CUDA_OP_TIMING=1");
+        return Unavailable(
+            "CUDA backend: STRATA_CUDA_OP_TIMING=gated: cannot allocate mapped "
+            "host memory for the gate; use STRATA_CUDA_OP_TIMING=1");
       }
       t->gate_host = static_cast<int32_t*>(h);
       t->gate_host[0] = t->gate_host[1] = 0;
@@ -625,9 +626,9 @@ class CudaBackend final : public Backend {
     OpTimer& t = *timer_;
     HarvestTiming();
     if (!t.in_step) return;
-    const double wall_ms = std::chrono::duration<double, std::milli>(
-                               std::chrono::steady_clock::now() - t.step_begin)
-                               .count();
+    const double wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t.step_begin)
+            .count();
     t.table.AddStep(cuda::StepClass(t.step_tokens), wall_ms, t.step_span_ms);
     t.in_step = false;
   }
@@ -635,8 +636,8 @@ class CudaBackend final : public Backend {
   // At destruction: the last step, the table to stderr, the events freed.
   void FinishTiming() {
     EndTimedStep();
-    const std::string s = timer_->table.Format(
-        timer_->mode == cuda::OpTimingMode::kGated ? "gated: device time without launch gaps"
+    const std::string s = timer_->table.Format(timer_->mode == cuda::OpTimingMode::kGated
+                                                   ? "gated: device time without launch gaps"
                                                    : "events: includes waits for launches");
     if (!s.empty()) std::fprintf(stderr, "%s", s.c_str());
     for (cudaEvent_t e : timer_->all_events) cudaEventDestroy(e);

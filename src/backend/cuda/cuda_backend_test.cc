@@ -16,8 +16,8 @@
 #include <cstring>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <span>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -367,10 +367,9 @@ TEST_F(CudaParityTest, PagedAttentionSplitsTilesAndLongContexts) {
   // Decode: one token per sequence, long and short contexts together.
   CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 8, 2, 64, 0,
                  {{1, 3000}, {1, 1500}, {1, 33}, {1, 1}}, rng_, &keep_);
-  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 1, 16, 2, 128, 0, {{1, 5000}}, rng_,
-                 &keep_);
-  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 16, 4, 4, 64, 0, {{1, 2000}, {1, 100}},
-                 rng_, &keep_);  // MHA: one query row per tile
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 1, 16, 2, 128, 0, {{1, 5000}}, rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 16, 4, 4, 64, 0, {{1, 2000}, {1, 100}}, rng_,
+                 &keep_);  // MHA: one query row per tile
   // Chunked prefill over a cached prefix, with splits, beside a decode row.
   CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 8, 2, 128, 0, {{40, 600}, {1, 700}},
                  rng_, &keep_);
@@ -383,12 +382,12 @@ TEST_F(CudaParityTest, PagedAttentionSplitsTilesAndLongContexts) {
   CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 64, 250,
                  {{600, 1000}, {1, 2000}}, rng_, &keep_);
   // Head dims 256 and 576 (DeepSeek's MLA latent: one KV head, V = K).
-  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 16, 4, 1, 256, 0, {{1, 300}, {9, 40}},
-                 rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 16, 4, 1, 256, 0, {{1, 300}, {9, 40}}, rng_,
+                 &keep_);
   CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 1, 576, 0, {{1, 700}, {20, 300}},
                  rng_, &keep_, /*v_alias=*/true);
-  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 5, 4, 1, 576, 0, {{1, 400}, {3, 64}},
-                 rng_, &keep_);  // separate V: 184 KB of shared memory per block
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 5, 4, 1, 576, 0, {{1, 400}, {3, 64}}, rng_,
+                 &keep_);  // separate V: 184 KB of shared memory per block
 }
 
 void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,

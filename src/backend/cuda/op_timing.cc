@@ -55,8 +55,9 @@ std::string OpTimingTable::Format(const std::string& mode_note) const {
     Appendf(&out, "  %-24s %9s %9s %11s %10s %10s %7s\n", "op", "count", "per step", "total ms",
             "mean us", "us/step", "share");
     std::vector<std::pair<std::string, OpStats>> ops(s.ops.begin(), s.ops.end());
-    std::stable_sort(ops.begin(), ops.end(),
-                     [](const auto& a, const auto& b) { return a.second.total_ms > b.second.total_ms; });
+    std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) {
+      return a.second.total_ms > b.second.total_ms;
+    });
     for (const auto& [name, o] : ops) {
       Appendf(&out, "  %-24s %9lld %9.1f %11.3f %10.2f %10.1f %6.1f%%\n", name.c_str(),
               static_cast<long long>(o.count), o.count / n, o.total_ms,
