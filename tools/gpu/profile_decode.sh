@@ -1,8 +1,13 @@
 #!/bin/bash
 # Runs on the GPU machine (staged by tools/gpu/stage.sh as .cudarun/profile_decode.sh):
-# where a batch-1 decode step's time goes. Profiles `strata bench engine
-# --device cuda` on the Llama-3.2-1B shape at a short context with Nsight
-# Systems and writes its CUDA API, kernel and memcpy summaries to $OUT.
+# where a batch-1 decode step's time goes. Runs `strata bench engine
+# --device cuda` on the Llama-3.2-1B shape at a short context three times:
+# plain (bench_noprof.json), with STRATA_CUDA_OP_TIMING=1 (per-op GPU time
+# from cudaEvent pairs, including waits for launches: op_timing.txt) and with
+# STRATA_CUDA_OP_TIMING=gated (each step queued behind a gate, so op times
+# are device time alone: op_timing_gated.txt); plain wall minus the gated
+# span per step is what launches and the host cost. Then, where the image
+# has Nsight Systems, its CUDA API, kernel and memcpy summaries.
 cd "$(dirname "$0")"
 R=$(cd .. && pwd)
 OUT=${OUT:-/tmp/strata-gpu-out}
@@ -16,6 +21,11 @@ echo "nsys: ${NSYS:-none}"
   --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out /tmp/l1b > /dev/null
 args="bench engine --device cuda --matmul-precision ${PRECISION:-bf16} --model-path /tmp/l1b --prompt-len ${PROMPT_LEN:-16} --gen-len ${GEN_LEN:-64} --repeats 1 --json"
 ./strata $args 2>&1 | tail -1 | tee "$OUT/bench_noprof.json"
+for mode in 1 gated; do
+  f=$OUT/op_timing$([ $mode = gated ] && echo _gated).txt
+  STRATA_CUDA_OP_TIMING=$mode ./strata $args 2> "$f" | tail -1 | tee "${f%.txt}.json"
+  cat "$f"
+done
 [ -n "$NSYS" ] || exit 0
 "$NSYS" profile -o /tmp/prof --force-overwrite true --trace cuda,osrt --sample none ./strata $args > "$OUT/nsys_run.log" 2>&1
 "$NSYS" stats --report cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum,osrt_sum \

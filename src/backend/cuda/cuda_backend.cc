@@ -22,6 +22,11 @@
 // it (sample_kernels.h lists when); only then are its logits copied to the
 // host and sampled there. Vocabularies above INT32_MAX, and a failure to
 // allocate the sampling buffers, send every row to the host that way.
+// Per-op GPU timing (STRATA_CUDA_OP_TIMING=1 or =gated; op_timing.h): a
+// cudaEvent pair around every op and host<->device copy, read back at the
+// next CopyToHost / Synchronize (the stream is idle then) and summed per op
+// kind and step class; the table goes to stderr when the backend is
+// destroyed. Off (the default), an op pays one null-pointer test.
 //
 // Thread-safety: as Backend: ops are issued from one thread at a time.
 // CopyBlocks, PinHostMemory and UnpinHostMemory may be called from any
@@ -32,6 +37,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -42,6 +50,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sample_kernels.h"
+#include "backend/cuda/op_timing.h"
 #include "util/logging.h"
 
 namespace strata {
@@ -103,12 +112,17 @@ uint32_t Alignment(const void* p, int64_t ld_bytes) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool bf16_weights, const std::string& device_name)
-      : device_(device), bf16_weights_(bf16_weights), device_name_(device_name) {}
+  CudaBackend(int device, bool bf16_weights, const std::string& device_name, int num_sms)
+      : device_(device),
+        bf16_weights_(bf16_weights),
+        device_name_(device_name),
+        num_sms_(num_sms) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
+    ReleaseGate();
     cudaStreamSynchronize(stream_);
+    if (timer_) FinishTiming();
     matmul_cache_.clear();
     if (lt_) cublasLtDestroy(lt_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -133,8 +147,17 @@ class CudaBackend final : public Backend {
         cudaSuccess)
       cudaGetLastError();
     host_pointers_usable_ = host_ptr != 0;
+    int smem_optin = 0;
+    if (cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_) ==
+            cudaSuccess &&
+        smem_optin > 0)
+      max_smem_per_block_ = static_cast<size_t>(smem_optin);
+    else
+      cudaGetLastError();
     ASSIGN_OR_RETURN(workspace_, Allocate(kWorkspaceBytes));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const cuda::OpTimingMode mode = cuda::ParseOpTimingMode(std::getenv("STRATA_CUDA_OP_TIMING"));
+    if (mode != cuda::OpTimingMode::kOff) RETURN_IF_ERROR(StartTiming(mode));
     return OkStatus();
   }
 
@@ -161,6 +184,7 @@ class CudaBackend final : public Backend {
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    Timed timed(this, "CopyToDevice");
     // From pageable memory the copy is staged before this returns, so the
     // caller may reuse `src` at once.
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -169,8 +193,12 @@ class CudaBackend final : public Backend {
   // Returns when the bytes are on the host (all earlier ops have finished).
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    {
+      Timed timed(this, "CopyToHost");
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    SyncStream();
+    if (timer_) HarvestTiming();
   }
 
   // Host memory pinned by PinHostMemory is mapped into the device's address
@@ -288,7 +316,8 @@ class CudaBackend final : public Backend {
   }
 
   void Synchronize() override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    SyncStream();
+    if (timer_) EndTimedStep();
     CUDA_CHECK(cudaGetLastError());
     int32_t code = 0;
     CUDA_CHECK(cudaMemcpy(&code, err_buf_.data(), sizeof code, cudaMemcpyDeviceToHost));
@@ -310,7 +339,7 @@ class CudaBackend final : public Backend {
       ASSIGN_OR_RETURN(Buffer wide, Allocate(host.rows * host.cols * DTypeSize(want)));
       Tensor w{wide.data(), want, host.rows, host.cols, 0};
       cuda::Convert(ToView(t), ToView(w), stream_);
-      CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `raw` is freed
+      SyncStream();  // before `raw` is freed
       t = w;
       raw = std::move(wide);
     }
@@ -322,6 +351,8 @@ class CudaBackend final : public Backend {
     STRATA_CHECK(out.dtype == DType::kF32 && IsFloatDType(table.dtype));
     STRATA_CHECK(out.cols == table.cols) << out.cols << " vs " << table.cols;
     if (out.rows == 0) return;
+    Timed timed(this, "Embedding");
+    if (timer_ && timer_->step_tokens < 0) timer_->step_tokens = out.rows;
     cuda::Embedding(ToView(table), ids, ToView(out), ErrWord(), stream_);
     Launched();
   }
@@ -333,6 +364,7 @@ class CudaBackend final : public Backend {
         << "norm weight has " << weight.rows << "x" << weight.cols;
     STRATA_CHECK(IsFloatDType(weight.dtype));
     cuda::View w = ToView(weight);
+    Timed timed(this, "RmsNorm");
     cuda::RmsNorm(ToView(x), w, eps, ToView(out), stream_);
     Launched();
   }
@@ -351,19 +383,24 @@ class CudaBackend final : public Backend {
       // Tensor-core path: round x to the weight's 16-bit type.
       const size_t bytes = n * k * DTypeSize(w.dtype);
       if (xh_.bytes() < bytes) {
-        CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old scratch may still be read
+        SyncStream();  // the old scratch may still be read
         StatusOr<Buffer> buf = Allocate(bytes);
         STRATA_CHECK(buf.ok()) << buf.status().message();
         xh_ = std::move(buf).value();
       }
       Tensor xh{xh_.data(), w.dtype, n, k, 0};
+      Timed timed(this, "Linear.convert_x");
       cuda::Convert(ToView(x), ToView(xh), stream_);
       b = xh_.data();
       ldb = k;
     }
-    Gemm(w.data, w.dtype, w.row_stride(), b, ldb, out.data, out.row_stride(), m, n, k);
+    {
+      Timed timed(this, w.dtype == DType::kF32 ? "Linear.gemm_f32" : "Linear.gemm_16bit");
+      Gemm(w.data, w.dtype, w.row_stride(), b, ldb, out.data, out.row_stride(), m, n, k);
+    }
     if (bias) {
       STRATA_CHECK(bias->rows * bias->cols == m && IsFloatDType(bias->dtype));
+      Timed timed(this, "Linear.bias");
       cuda::AddBias(ToView(out), ToView(*bias), stream_);
     }
     Launched();
@@ -371,12 +408,14 @@ class CudaBackend final : public Backend {
 
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override {
     CheckSameShape(gate, up, out);
+    Timed timed(this, "SiluMul");
     cuda::SiluMul(ToView(gate), ToView(up), ToView(out), stream_);
     Launched();
   }
 
   void Add(const Tensor& a, const Tensor& b, Tensor out) override {
     CheckSameShape(a, b, out);
+    Timed timed(this, "Add");
     cuda::Add(ToView(a), ToView(b), ToView(out), stream_);
     Launched();
   }
@@ -396,6 +435,7 @@ class CudaBackend final : public Backend {
     t.rotary_offset = rope.rotary_offset;
     t.interleaved = rope.interleaved;
     t.attention_scaling = rope.attention_scaling;
+    Timed timed(this, "Rope");
     cuda::Rope(ToView(q), ToView(k), positions, t, stream_);
     Launched();
   }
@@ -410,6 +450,7 @@ class CudaBackend final : public Backend {
     }
     STRATA_CHECK(IsFloatDType(layer.dtype));
     if (k.rows == 0) return;
+    Timed timed(this, "StoreKv");
     cuda::StoreKv(ToView(k), ToView(v), ToKvLayer(layer), slots, ErrWord(), stream_);
     Launched();
   }
@@ -426,8 +467,24 @@ class CudaBackend final : public Backend {
     STRATA_CHECK(IsFloatDType(layer.dtype) && layer.page_size > 0);
     if (num_seqs == 0 || q.rows == 0) return;
     cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale};
+    const bool v_alias = layer.v == nullptr || layer.v == layer.k;
+    STRATA_CHECK(cuda::AttentionSmemBytes(hd, v_alias) <= max_smem_per_block_)
+        << "CUDA backend: attention with head_dim " << hd << " needs "
+        << cuda::AttentionSmemBytes(hd, v_alias) << " bytes of shared memory per block; device "
+        << device_ << " offers " << max_smem_per_block_;
+    // Split-K partials, grown like xh_.
+    const size_t ws = cuda::PagedAttentionWorkspaceBytes(q.rows, num_seqs, a, num_sms_);
+    if (attn_ws_.bytes() < ws) {
+      SyncStream();  // the old workspace may still be read
+      attn_ws_ = Buffer();
+      StatusOr<Buffer> buf = Allocate(ws);
+      STRATA_CHECK(buf.ok()) << buf.status().message();
+      attn_ws_ = std::move(buf).value();
+    }
+    Timed timed(this, "PagedAttention");
     cuda::PagedAttention(ToView(q), ToKvLayer(layer), reinterpret_cast<const cuda::Seq*>(seqs),
-                         num_seqs, a, ToView(out), stream_);
+                         num_seqs, a, ToView(out), attn_ws_.data(), attn_ws_.bytes(), num_sms_,
+                         stream_);
     Launched();
   }
 
@@ -435,6 +492,7 @@ class CudaBackend final : public Backend {
                     Tensor out) override {
     STRATA_CHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32 && x.cols == out.cols);
     if (x.rows == 0) return;
+    Timed timed(this, "ScaleAddRows");
     cuda::ScaleAddRows(ToView(x), rows, scales, ToView(out), ErrWord(), stream_);
     Launched();
   }
@@ -442,6 +500,7 @@ class CudaBackend final : public Backend {
   void GatherRows(const Tensor& x, const int32_t* rows, Tensor out) override {
     STRATA_CHECK(x.dtype == out.dtype && x.cols == out.cols);
     if (out.rows == 0) return;
+    Timed timed(this, "GatherRows");
     cuda::GatherRows(ToView(x), rows, ToView(out), ErrWord(), stream_);
     Launched();
   }
@@ -477,6 +536,160 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
+  static constexpr int64_t kGateTimeoutNs = 100'000'000;
+
+  // ---- STRATA_CUDA_OP_TIMING (op_timing.h) ----
+  struct OpTimer {
+    cuda::OpTimingMode mode = cuda::OpTimingMode::kOff;
+    cuda::OpTimingTable table;
+    std::vector<cudaEvent_t> free_events, all_events;
+    struct Pending {
+      const char* op;
+      cudaEvent_t start, stop;
+    };
+    std::vector<Pending> pending;  // recorded since the last harvest
+    bool in_step = false;
+    int64_t step_tokens = -1;  // rows of the step's first Embedding
+    double step_span_ms = 0;   // GPU span of the step's harvests so far
+    std::chrono::steady_clock::time_point step_begin;
+    // Gated mode: host words mapped into the device (cudaHostAllocMapped).
+    int32_t* gate_host = nullptr;  // [0]: open flag, [1]: timed out
+    int32_t* gate_dev = nullptr;
+    bool gate_armed = false;
+  };
+
+  // RAII: records op's start event now and its stop event at scope exit,
+  // when timing is on; else nothing.
+  class Timed {
+   public:
+    Timed(CudaBackend* b, const char* op) : b_(b->timer_ ? b : nullptr) {
+      if (b_) index_ = b_->TimerBegin(op);
+    }
+    ~Timed() {
+      if (b_) CUDA_CHECK(cudaEventRecord(b_->timer_->pending[index_].stop, b_->stream_));
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+   private:
+    CudaBackend* b_;
+    size_t index_ = 0;
+  };
+
+  Status StartTiming(cuda::OpTimingMode mode) {
+    auto t = std::make_unique<OpTimer>();
+    t->mode = mode;
+    if (mode == cuda::OpTimingMode::kGated) {
+      void* h = nullptr;
+      if (cudaHostAlloc(&h, 2 * sizeof(int32_t), cudaHostAllocMapped) != cudaSuccess) {
+        cudaGetLastError();
+        return Unavailable(
+            "CUDA backend: STRATA_CUDA_OP_TIMING=gated: cannot allocate mapped "
+            "host memory for the gate; use STRATA_CUDA_OP_TIMING=1");
+      }
+      t->gate_host = static_cast<int32_t*>(h);
+      t->gate_host[0] = t->gate_host[1] = 0;
+      void* d = nullptr;
+      CUDA_CHECK(cudaHostGetDevicePointer(&d, h, 0));
+      t->gate_dev = static_cast<int32_t*>(d);
+    }
+    timer_ = std::move(t);
+    return OkStatus();
+  }
+
+  cudaEvent_t TakeEvent() {
+    OpTimer& t = *timer_;
+    if (t.free_events.empty()) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      t.all_events.push_back(e);
+      return e;
+    }
+    cudaEvent_t e = t.free_events.back();
+    t.free_events.pop_back();
+    return e;
+  }
+
+  size_t TimerBegin(const char* op) {
+    OpTimer& t = *timer_;
+    if (!t.in_step) {
+      t.in_step = true;
+      t.step_tokens = -1;
+      t.step_span_ms = 0;
+      t.step_begin = std::chrono::steady_clock::now();
+    }
+    if (t.mode == cuda::OpTimingMode::kGated && !t.gate_armed) {
+      // The previous gate has finished: every release is followed by a sync.
+      __atomic_store_n(&t.gate_host[0], 0, __ATOMIC_SEQ_CST);
+      cuda::Gate(t.gate_dev, t.gate_dev + 1, kGateTimeoutNs, stream_);
+      CUDA_CHECK(cudaPeekAtLastError());
+      t.gate_armed = true;
+    }
+    const cudaEvent_t start = TakeEvent(), stop = TakeEvent();
+    CUDA_CHECK(cudaEventRecord(start, stream_));
+    t.pending.push_back({op, start, stop});
+    return t.pending.size() - 1;
+  }
+
+  // Every wait for the compute stream goes through here: in gated mode the
+  // stream cannot drain while its gate is shut.
+  void SyncStream() {
+    ReleaseGate();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void ReleaseGate() {
+    if (timer_ && timer_->gate_armed) {
+      __atomic_store_n(&timer_->gate_host[0], 1, __ATOMIC_SEQ_CST);
+      timer_->gate_armed = false;
+    }
+  }
+
+  // REQUIRES: the stream is idle (SyncStream). Reads and recycles the
+  // events recorded since the last harvest.
+  void HarvestTiming() {
+    OpTimer& t = *timer_;
+    if (t.pending.empty()) return;
+    const std::string cls = cuda::StepClass(t.step_tokens);
+    for (const OpTimer::Pending& p : t.pending) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
+      t.table.AddOp(cls, p.op, ms);
+      t.free_events.push_back(p.start);
+      t.free_events.push_back(p.stop);
+    }
+    float span = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&span, t.pending.front().start, t.pending.back().stop));
+    t.step_span_ms += span;
+    t.pending.clear();
+    if (t.gate_host && __atomic_load_n(&t.gate_host[1], __ATOMIC_SEQ_CST) != 0) {
+      t.table.AddGateTimeout();
+      __atomic_store_n(&t.gate_host[1], 0, __ATOMIC_SEQ_CST);
+    }
+  }
+
+  // REQUIRES: the stream is idle.
+  void EndTimedStep() {
+    OpTimer& t = *timer_;
+    HarvestTiming();
+    if (!t.in_step) return;
+    const double wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t.step_begin)
+            .count();
+    t.table.AddStep(cuda::StepClass(t.step_tokens), wall_ms, t.step_span_ms);
+    t.in_step = false;
+  }
+
+  // At destruction: the last step, the table to stderr, the events freed.
+  void FinishTiming() {
+    EndTimedStep();
+    const std::string s = timer_->table.Format(timer_->mode == cuda::OpTimingMode::kGated
+                                                   ? "gated: device time without launch gaps"
+                                                   : "events: includes waits for launches");
+    if (!s.empty()) std::fprintf(stderr, "%s", s.c_str());
+    for (cudaEvent_t e : timer_->all_events) cudaEventDestroy(e);
+    if (timer_->gate_host) cudaFreeHost(timer_->gate_host);
+    timer_.reset();
+  }
 
   static void CheckSameShape(const Tensor& a, const Tensor& b, const Tensor& out) {
     STRATA_CHECK(a.dtype == DType::kF32 && b.dtype == DType::kF32 && out.dtype == DType::kF32);
@@ -593,6 +806,7 @@ class CudaBackend final : public Backend {
     in.bias_ids = reinterpret_cast<const int32_t*>(d + off_bias_ids);
     in.bias_values = reinterpret_cast<const float*>(d + off_bias_values);
     in.penalties = reinterpret_cast<const cuda::PenaltyEntry*>(d + off_penalties);
+    Timed timed(this, "SampleRows");
     cuda::SampleRows(static_cast<const float*>(logits.data), logits.row_stride(), vocab, in,
                      static_cast<int32_t>(rows.size()), static_cast<float*>(sample_scratch_.data()),
                      static_cast<double*>(sample_mass_.data()),
@@ -600,7 +814,7 @@ class CudaBackend final : public Backend {
     Launched();
     CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.data(), sample_out_.data(), out_bytes,
                                cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned staging is reused next call
+    SyncStream();  // the pinned staging is reused next call
     return true;
   }
 
@@ -704,8 +918,12 @@ class CudaBackend final : public Backend {
   Buffer sample_in_host_, sample_in_, sample_out_, sample_out_host_, sample_scratch_, sample_mass_;
   std::vector<cuda::SampleRowArgs> sample_args_;
   std::vector<float> sample_row_;
+  Buffer attn_ws_;  // PagedAttention's split-K partials
+  int num_sms_;
+  size_t max_smem_per_block_ = 48 << 10;  // opt-in limit, read in Init
   std::vector<Buffer> weights_;
   std::map<PlanKey, std::unique_ptr<MatmulPlan>> matmul_cache_;
+  std::unique_ptr<OpTimer> timer_;  // null unless STRATA_CUDA_OP_TIMING is set
 };
 
 }  // namespace
@@ -742,7 +960,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
                               ") cannot run this binary's sm_90a (Hopper) code; rebuild with "
                               "-DCMAKE_CUDA_ARCHITECTURES=<its arch> or use --device cpu");
   }
-  auto b = std::make_unique<CudaBackend>(options.device, bf16, prop.name);
+  auto b = std::make_unique<CudaBackend>(options.device, bf16, prop.name, prop.multiProcessorCount);
   RETURN_IF_ERROR(b->Init());
   return std::unique_ptr<Backend>(std::move(b));
 }

@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <span>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -324,9 +326,11 @@ struct SeqSpec {
   int q_len, kv_len;
 };
 
+// v_alias: a K-only pool (StoreKv with layer.v null) whose attention reads
+// V from K, as DeepSeek's MLA does.
 void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
                     int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
-                    std::mt19937& rng, std::vector<Buffer>* keep);
+                    std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias = false);
 
 TEST_F(CudaParityTest, StoreKvAndPagedAttention) {
   const std::vector<SeqSpec> batch = {{1, 1}, {1, 37}, {5, 5}, {3, 50}, {17, 33}, {1, 300}};
@@ -345,20 +349,56 @@ TEST_F(CudaParityTest, StoreKvAndPagedAttention) {
   for (const Case& c : cases)
     CheckAttention(cuda_.get(), cpu_.get(), c.kv, c.page_size, c.heads, c.kv_heads, c.hd, c.window,
                    batch, rng_, &keep_);
-  // Enough query rows x heads (>= 1024) for the launch to take its
-  // prefill shape (fewer warps per block); the batch above takes the decode one.
+  // Prefill-shaped batches: many query tiles per sequence (few split-K
+  // pieces) beside a lone decode row.
   const std::vector<SeqSpec> prefill = {{70, 70}, {1, 500}, {9, 40}};
   CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 128, 0, prefill, rng_, &keep_);
   CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 1, 16, 4, 64, 33, prefill, rng_, &keep_);
 }
 
+// The flash kernels' paths (kernels.cu, PagedAttention): few query rows
+// get many split-K pieces (an H200's 132 SMs give 64 splits to one decode
+// token of 2 KV heads) and the reduce; many rows one piece written
+// directly; contexts far longer than a piece, pieces left empty by short
+// contexts beside long ones, GQA 1/4/8, head dims 64/128/256/576 (576 also
+// above 48 KiB of shared memory), V aliasing K, page sizes 1/16, chunked
+// prefill over a cached prefix, sliding windows.
+TEST_F(CudaParityTest, PagedAttentionSplitsTilesAndLongContexts) {
+  // Decode: one token per sequence, long and short contexts together.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 8, 2, 64, 0,
+                 {{1, 3000}, {1, 1500}, {1, 33}, {1, 1}}, rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 1, 16, 2, 128, 0, {{1, 5000}}, rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 16, 4, 4, 64, 0, {{1, 2000}, {1, 100}}, rng_,
+                 &keep_);  // MHA: one query row per tile
+  // Chunked prefill over a cached prefix, with splits, beside a decode row.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 8, 2, 128, 0, {{40, 600}, {1, 700}},
+                 rng_, &keep_);
+  // Enough rows for a single piece: tiles written directly, no reduce.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 64, 0, {{600, 1000}, {7, 7}},
+                 rng_, &keep_);
+  // Sliding windows over long contexts, decode and chunked prefill.
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 1, 8, 2, 64, 100,
+                 {{1, 3000}, {50, 900}, {3, 3}}, rng_, &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 2, 64, 250,
+                 {{600, 1000}, {1, 2000}}, rng_, &keep_);
+  // Head dims 256 and 576 (DeepSeek's MLA latent: one KV head, V = K).
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF16, 16, 4, 1, 256, 0, {{1, 300}, {9, 40}}, rng_,
+                 &keep_);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kBF16, 16, 16, 1, 576, 0, {{1, 700}, {20, 300}},
+                 rng_, &keep_, /*v_alias=*/true);
+  CheckAttention(cuda_.get(), cpu_.get(), DType::kF32, 5, 4, 1, 576, 0, {{1, 400}, {3, 64}}, rng_,
+                 &keep_);  // separate V: 184 KB of shared memory per block
+}
+
 void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
                     int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
-                    std::mt19937& rng, std::vector<Buffer>* keep) {
-  const std::string what = std::string("attention kv ") + DTypeName(kv_dtype) + " page " +
-                           std::to_string(page_size) + " heads " + std::to_string(heads) + "/" +
-                           std::to_string(kv_heads) + " hd " + std::to_string(hd) + " window " +
-                           std::to_string(window);
+                    std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias) {
+  std::string what = std::string("attention kv ") + DTypeName(kv_dtype) + " page " +
+                     std::to_string(page_size) + " heads " + std::to_string(heads) + "/" +
+                     std::to_string(kv_heads) + " hd " + std::to_string(hd) + " window " +
+                     std::to_string(window) + (v_alias ? " V=K" : "") + " seqs";
+  for (const auto& sp : specs)
+    what += " " + std::to_string(sp.q_len) + "/" + std::to_string(sp.kv_len);
   const int num_seqs = static_cast<int>(specs.size());
   int64_t total_pages = 3, total_q = 0;
   for (const auto& s : specs)
@@ -380,7 +420,8 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   KvLayerView cpu_layer{cpu_k.data(), cpu_v.data(), kv_dtype, page_size, kv_heads, hd, total_pages};
   KvLayerView dev_layer = cpu_layer;
   dev_layer.k = up(zeros.data(), pool_bytes);
-  dev_layer.v = up(zeros.data(), pool_bytes);
+  void* const dev_v = dev_layer.v = up(zeros.data(), pool_bytes);
+  if (v_alias) cpu_layer.v = dev_layer.v = nullptr;  // StoreKv writes K only
 
   // All sequences' tokens in one StoreKv, as a model step does.
   std::vector<std::vector<int32_t>> tables(num_seqs);
@@ -401,8 +442,9 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   std::vector<uint8_t> got_k(pool_bytes), got_v(pool_bytes);
   cuda->Synchronize();
   cuda->CopyToHost(got_k.data(), dev_layer.k, pool_bytes);
-  cuda->CopyToHost(got_v.data(), dev_layer.v, pool_bytes);
+  cuda->CopyToHost(got_v.data(), dev_v, pool_bytes);
   EXPECT_TRUE(got_k == cpu_k && got_v == cpu_v) << "StoreKv: KV pages differ, " << what;
+  if (v_alias) cpu_layer.v = cpu_layer.k, dev_layer.v = dev_layer.k;
 
   // Attention: host seqs for the CPU, device seqs (with device page tables) for CUDA.
   std::vector<AttentionSeq> cpu_seqs(num_seqs), dev_seqs(num_seqs);
@@ -592,6 +634,66 @@ TEST_F(CudaParityTest, CopyRunsBesideComputeOnTheEngineStream) {
   EXPECT_EQ(std::memcmp(back.bytes.data(), src.bytes.data(), src.bytes.size()), 0);
   const HostTensor busy = Down(dout, o);
   ExpectClose(busy, alone, 1e-6, "the GEMM while a copy ran beside it");
+}
+
+// STRATA_CUDA_OP_TIMING: the ops still compute the same (also with the
+// gate holding each step back), and the table printed when the backend is
+// destroyed counts every op of each step. The accounting itself is
+// op_timing_test.cc's.
+TEST(CudaOpTimingTest, TableCountsEveryOpAndResultsAreUnchanged) {
+  for (const char* mode : {"1", "gated"}) {
+    SCOPED_TRACE(mode);
+    setenv("STRATA_CUDA_OP_TIMING", mode, 1);
+    auto c = CreateCudaBackend(CudaBackendOptions{});
+    unsetenv("STRATA_CUDA_OP_TIMING");
+    if (!c.ok()) GTEST_SKIP() << c.status().message();
+    std::unique_ptr<Backend> cuda = std::move(c).value();
+    std::mt19937 rng(7);
+    HostTensor x(DType::kF32, 3, 256), w(DType::kF32, 1, 256), out(DType::kF32, 3, 256);
+    x.Fill(rng);
+    w.Fill(rng);
+    auto bx = cuda->Allocate(x.bytes.size()).value();
+    auto bo = cuda->Allocate(out.bytes.size()).value();
+    Tensor dw = cuda->UploadWeight(w.view()).value();
+    Tensor dx{bx.data(), DType::kF32, 3, 256, 0}, dout{bo.data(), DType::kF32, 3, 256, 0};
+    testing::internal::CaptureStderr();
+    constexpr int kSteps = 3;
+    for (int step = 0; step < kSteps; ++step) {
+      cuda->CopyToDevice(bx.data(), x.bytes.data(), x.bytes.size());
+      cuda->RmsNorm(dx, dw, 1e-6f, dout);
+      cuda->Add(dout, dx, dout);
+      cuda->Add(dout, dx, dout);
+      cuda->Synchronize();
+    }
+    HostTensor got = out;
+    cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
+    cuda->Synchronize();
+    cuda.reset();  // prints the table
+    const std::string table = testing::internal::GetCapturedStderr();
+    CpuBackendOptions co;
+    auto cpu = CreateCpuBackend(co).value();
+    HostTensor ref = out;
+    cpu->RmsNorm(x.view(), w.view(), 1e-6f, ref.view());
+    cpu->Add(ref.view(), x.view(), ref.view());
+    cpu->Add(ref.view(), x.view(), ref.view());
+    ExpectClose(got, ref, 1e-6, std::string("ops under STRATA_CUDA_OP_TIMING=") + mode);
+    EXPECT_NE(table.find("STRATA_CUDA_OP_TIMING"), std::string::npos) << table;
+    // 4 steps (3, then the lone copy back); no Embedding, so one class.
+    EXPECT_NE(table.find("-- steps without an Embedding: 4 steps"), std::string::npos) << table;
+    auto count_of = [&](const std::string& op) {
+      const size_t at = table.find("  " + op + " ");
+      if (at == std::string::npos) return int64_t{-1};
+      std::istringstream row(table.substr(at + op.size() + 2));
+      int64_t n = -1;
+      row >> n;
+      return n;
+    };
+    EXPECT_EQ(count_of("RmsNorm"), kSteps) << table;
+    EXPECT_EQ(count_of("Add"), 2 * kSteps) << table;
+    EXPECT_EQ(count_of("CopyToDevice"), kSteps) << table;
+    EXPECT_EQ(count_of("CopyToHost"), 1) << table;
+    EXPECT_EQ(table.find("timed out"), std::string::npos) << table;
+  }
 }
 
 TEST(CudaBackendOptionsTest, RejectsBadPrecisionOrSaysNoDevice) {

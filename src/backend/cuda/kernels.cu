@@ -1,12 +1,15 @@
 // The CUDA backend's kernels: straightforward and exact first (each computes
 // what the CPU backend computes, in the same F32 arithmetic where the CPU's
 // order is cheap to follow), fast later. Dtypes of weights and activations
-// are dispatched at run time inside the elementwise kernels; only attention
-// and the KV store are templated on the KV dtype (3 instantiations each), to
-// keep this file quick to compile.
+// are dispatched at run time inside the elementwise kernels; only the KV
+// store is templated on the KV dtype (3 instantiations) and attention on its
+// head-dim class (4; the KV dtype is switched once per tile load), to keep
+// this file quick to compile. PagedAttention lives in attention.cuh,
+// included below.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/kernels.h"
@@ -223,112 +226,6 @@ __global__ void StoreKvKernel(View k, View v, KvLayer layer, const int64_t* slot
   }
 }
 
-// One block of `warps` warps (blockDim.x / 32) per (query row, query head).
-// Warp w takes positions first + w, first + w + warps, ... with its own
-// online softmax; lane l holds dims l, l + 32, ... of q and of the
-// accumulator. The warps' partial results are merged at the end through
-// dynamic shared memory: m[warps], l[warps], f[warps], acc[warps][head_dim].
-constexpr int kMaxAttnWarps = 16;
-constexpr int kPerLane = kMaxHeadDim / 32;
-
-template <typename T>
-__global__ void __launch_bounds__(kMaxAttnWarps * 32)
-    AttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
-                    View out) {
-  const int64_t row = blockIdx.x;
-  const int h = blockIdx.y;
-  const int warps = blockDim.x / 32;
-  __shared__ int seq_s;
-  if (threadIdx.x == 0) {
-    int found = -1;
-    for (int s = 0; s < num_seqs; ++s) {
-      if (row >= seqs[s].q_start && row < seqs[s].q_start + seqs[s].q_len) {
-        found = s;
-        break;
-      }
-    }
-    seq_s = found;
-  }
-  __syncthreads();
-  if (seq_s < 0) return;
-  const Seq sq = seqs[seq_s];
-  const int pos = sq.kv_len - sq.q_len + static_cast<int>(row - sq.q_start);
-  const int first = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int hd = a.head_dim;
-  const int kv_head = h / (a.num_heads / a.num_kv_heads);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t token_elems = static_cast<int64_t>(layer.num_kv_heads) * hd;
-  const T* kbase = static_cast<const T*>(layer.k) + static_cast<int64_t>(kv_head) * hd;
-  const T* vbase = static_cast<const T*>(layer.v) + static_cast<int64_t>(kv_head) * hd;
-  const float* qrow = RowF(q, row) + static_cast<int64_t>(h) * hd;
-
-  float qr[kPerLane], acc[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    qr[j] = d < hd ? qrow[d] : 0.f;
-    acc[j] = 0.f;
-  }
-  float m = -INFINITY, l = 0.f;
-  const int ps = layer.page_size;
-  for (int p = first + warp; p <= pos; p += warps) {
-    const int64_t slot = static_cast<int64_t>(sq.page_table[p / ps]) * ps + p % ps;
-    const T* kr = kbase + slot * token_elems;
-    const T* vr = vbase + slot * token_elems;
-    float dot = 0.f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) dot += qr[j] * ToFloat(kr[d]);
-    }
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float s = dot * a.scale;
-    const float mn = fmaxf(m, s);
-    const float corr = expf(m - mn);  // 0 on the first position
-    const float e = expf(s - mn);
-    l = l * corr + e;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) acc[j] = acc[j] * corr + e * ToFloat(vr[d]);
-    }
-    m = mn;
-  }
-
-  extern __shared__ float smem[];
-  float* m_s = smem;
-  float* l_s = smem + warps;
-  float* f_s = smem + 2 * warps;
-  float* acc_s = smem + 3 * warps;
-  if (lane == 0) {
-    m_s[warp] = m;
-    l_s[warp] = l;
-  }
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    if (d < hd) acc_s[warp * hd + d] = acc[j];
-  }
-  __syncthreads();
-  if (static_cast<int>(threadIdx.x) < warps) {
-    float mx = -INFINITY;
-    for (int w = 0; w < warps; ++w) mx = fmaxf(mx, m_s[w]);
-    const float mw = m_s[threadIdx.x];
-    f_s[threadIdx.x] =
-        mw == -INFINITY ? 0.f : expf(mw - mx);  // a warp with no positions adds nothing
-  }
-  __syncthreads();
-  float denom = 0.f;
-  for (int w = 0; w < warps; ++w) denom += f_s[w] * l_s[w];
-  const float inv = 1.f / denom;
-  float* o = RowF(out, row) + static_cast<int64_t>(h) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float v = 0.f;
-    for (int w = 0; w < warps; ++w) v += f_s[w] * acc_s[w * hd + d];
-    o[d] = v * inv;
-  }
-}
-
 __global__ void GatherRowsKernel(View x, const int32_t* rows, View out, int64_t esz, int32_t* err) {
   const int64_t row_bytes = x.cols * esz;
   const int64_t n = out.rows * row_bytes;
@@ -361,7 +258,36 @@ __global__ void CopyBlocksKernel(const CopyDesc* desc, int64_t n) {
   }
 }
 
+__device__ inline uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void GateKernel(const volatile int32_t* flag, volatile int32_t* timed_out,
+                           int64_t timeout_ns) {
+  const uint64_t t0 = GlobalTimerNs();
+  while (*flag == 0) {
+    if (GlobalTimerNs() - t0 > static_cast<uint64_t>(timeout_ns)) {
+      *timed_out = 1;
+      return;
+    }
+    __nanosleep(2000);
+  }
+}
+
 }  // namespace
+
+#define STRATA_SHARED __shared__
+#define STRATA_DYNAMIC_SMEM(name) extern __shared__ float name[]
+#define STRATA_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
+  kernel<<<grid, block, smem_bytes, stream>>>(__VA_ARGS__)
+#include "backend/cuda/attention.cuh"
+
+void Gate(const volatile int32_t* flag, volatile int32_t* timed_out, int64_t timeout_ns,
+          cudaStream_t stream) {
+  GateKernel<<<1, 1, 0, stream>>>(flag, timed_out, timeout_ns);
+}
 
 void CopyBlocks(const CopyDesc* desc, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
@@ -436,33 +362,6 @@ void StoreKv(const View& k, const View& v, const KvLayer& layer, const int64_t* 
       return;
     default:
       StoreKvKernel<float><<<blocks, kThreads, 0, stream>>>(k, v, layer, slots, err);
-      return;
-  }
-}
-
-void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t num_seqs,
-                    const AttentionArgs& args, const View& out, cudaStream_t stream) {
-  if (q.rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));
-  // Each position is a chain of dependent loads (page table, K row), so a
-  // block's warps are what keeps loads in flight. Few blocks (decode): 16
-  // warps each; many (prefill): 4, which fill the GPU with more blocks. On
-  // an H200 (docs/perf.md) this took batch-1 decode at a 512-token context
-  // from 221 to 346 tok/s against 4 warps always; 16 warps always would
-  // have cost prefill 22%.
-  const int warps = q.rows * args.num_heads >= 1024 ? 4 : kMaxAttnWarps;
-  const int threads = warps * 32;
-  const size_t smem = (3 * warps + static_cast<size_t>(warps) * args.head_dim) * sizeof(float);
-  switch (layer.dtype) {
-    case DType::kBF16:
-      AttentionKernel<__nv_bfloat16>
-          <<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
-      return;
-    case DType::kF16:
-      AttentionKernel<__half><<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
-      return;
-    default:
-      AttentionKernel<float><<<grid, threads, smem, stream>>>(q, layer, seqs, num_seqs, args, out);
       return;
   }
 }

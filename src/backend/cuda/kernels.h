@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/dtype.h"
@@ -88,8 +89,25 @@ struct AttentionArgs {
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, sliding_window = 0;
   float scale = 0.f;
 };
+// Flash-style paged attention (kernels.cu has the tiling): tiles of
+// (token, head-of-the-GQA-group) query rows of one sequence and KV head
+// against KV tiles read through the page table, with an online softmax; the
+// KV range is cut into AttentionSplits pieces (split-K, flash-decoding)
+// whose partial (max, sum, acc) go to `workspace` and are merged by a
+// second kernel. V may alias K (layer.v == layer.k, MLA): its rows are read
+// once. head_dim <= kMaxHeadDim.
+// REQUIRES: workspace_bytes >= PagedAttentionWorkspaceBytes(q.rows,
+// num_seqs, args, num_sms); q.rows == out.rows; every sequence's q_len <=
+// kv_len and its rows inside q.
+int AttentionSplits(int64_t q_rows, int32_t num_seqs, const AttentionArgs& args, int num_sms);
+size_t PagedAttentionWorkspaceBytes(int64_t q_rows, int32_t num_seqs, const AttentionArgs& args,
+                                    int num_sms);
+// Dynamic shared memory of one attention block (above 48 KiB the launcher
+// raises the kernel's limit; the device must offer it: H200 227 KiB).
+size_t AttentionSmemBytes(int head_dim, bool v_alias);
 void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t num_seqs,
-                    const AttentionArgs& args, const View& out, cudaStream_t stream);
+                    const AttentionArgs& args, const View& out, void* workspace,
+                    size_t workspace_bytes, int num_sms, cudaStream_t stream);
 
 void GatherRows(const View& x, const int32_t* rows, const View& out, int32_t* err,
                 cudaStream_t stream);
@@ -107,5 +125,12 @@ struct CopyDesc {
 // gather of many small pages in one launch, where one cudaMemcpyAsync per
 // page pays a command each.
 void CopyBlocks(const CopyDesc* desc, int64_t n, cudaStream_t stream);
+
+// STRATA_CUDA_OP_TIMING=gated (op_timing.h): one thread spins until *flag
+// (host memory mapped into the device) is nonzero, or `timeout_ns` of the
+// GPU's global timer pass, when it sets *timed_out (mapped too) to 1. The
+// work queued behind it then runs back to back once the host lets it go.
+void Gate(const volatile int32_t* flag, volatile int32_t* timed_out, int64_t timeout_ns,
+          cudaStream_t stream);
 
 }  // namespace strata::cuda
