@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -30,6 +31,12 @@ const char* const kHiCacheFlags[] = {
 };
 
 std::string MiB(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 }  // namespace
 
@@ -307,10 +314,10 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
   const double frac = c.mem_fraction_static;
   const bool frac_ok = frac > 0 && frac <= 1;
   if (!frac_ok)
-    problem("--mem-fraction-static " + std::to_string(frac) +
+    problem("--mem-fraction-static " + Num(frac) +
             " is outside (0, 1]: it is the fraction of the GPU's total memory for the weights, "
             "activations and KV pool (SGLang's flag; typically 0.8-0.9, default " +
-            std::to_string(kDefaultMemFractionStatic).substr(0, 4) + ")");
+            Num(kDefaultMemFractionStatic) + ")");
   else if (ordinal.ok() && !on_gpu && c.Given("mem-fraction-static"))
     problem("--mem-fraction-static sizes GPU memory and does nothing with --device cpu (there "
             "the KV pool is --max-total-tokens, by default enough for --max-running-requests "

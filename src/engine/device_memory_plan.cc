@@ -127,7 +127,7 @@ std::string DeviceMemoryPlan::Describe() const {
 StatusOr<DeviceMemoryPlan> PlanDeviceMemory(const DeviceMemoryPlanInput& in) {
   RETURN_IF_ERROR(in.layout.Validate());
   if (!(in.mem_fraction_static > 0 && in.mem_fraction_static <= 1))
-    return InvalidArgument("--mem-fraction-static " + std::to_string(in.mem_fraction_static) +
+    return InvalidArgument("--mem-fraction-static " + Fraction(in.mem_fraction_static) +
                            " is outside (0, 1]");
   const DeviceMemoryFacts& d = in.device;
   DeviceMemoryPlan p;

@@ -80,6 +80,12 @@ void FreeArenaBlock(void* arena, void* p) {
   static_cast<DeviceArena*>(arena)->Free(reinterpret_cast<uintptr_t>(p));
 }
 
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 std::string GiB(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
@@ -178,7 +184,7 @@ class CudaBackend final : public Backend {
     }
     DeviceMemoryFacts facts{device_, device_name_, total_b, free_b};
     const uint64_t bytes = ArenaBytes(facts, mem_fraction_);
-    const std::string what = "--mem-fraction-static " + std::to_string(mem_fraction_) + " of " +
+    const std::string what = "--mem-fraction-static " + Num(mem_fraction_) + " of " +
                              GiB(total_b) + " on device " + std::to_string(device_) + " (" +
                              device_name_ + ") is " + GiB(bytes);
     if (bytes == 0) return InvalidArgument(what + ": too small for any buffer");
@@ -219,7 +225,7 @@ class CudaBackend final : public Backend {
       const uintptr_t p = high ? arena_->AllocateHigh(bytes) : arena_->Allocate(bytes);
       if (p == 0)
         return ResourceExhausted(
-            "CUDA backend: the arena (--mem-fraction-static " + std::to_string(mem_fraction_) +
+            "CUDA backend: the arena (--mem-fraction-static " + Num(mem_fraction_) +
             ", " + GiB(arena_->size()) + " on device " + std::to_string(device_) +
             ") has no free range of " + std::to_string(bytes) + " bytes (" +
             GiB(arena_->used()) + " used, largest free range " +
@@ -697,7 +703,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
   }
   if (!(options.mem_fraction_static >= 0 && options.mem_fraction_static <= 1))
     return InvalidArgument("CUDA backend: mem_fraction_static " +
-                           std::to_string(options.mem_fraction_static) +
+                           Num(options.mem_fraction_static) +
                            " is outside [0, 1] (0: no arena)");
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
