@@ -14,6 +14,9 @@ export UCX_MODULE_DIR=$PWD/lib/ucx  # UCX's transport plugins, staged with it
 mkdir -p "$(dirname @STRATA_SOURCE_DIR@)" && ln -sfn "$R" @STRATA_SOURCE_DIR@
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 echo "== op parity"; ./cuda_backend_test > "$OUT/op_test.log" 2>&1; tail -3 "$OUT/op_test.log"
+echo "== memory arena (--mem-fraction-static)"
+./cuda_arena_test > "$OUT/arena_test.log" 2>&1; tail -3 "$OUT/arena_test.log"
+./strata check -- --device cuda --model-path "$R/tests/fixtures/models/qwen3" --port 0 2>&1 | grep -E "GPU memory|OK|problem"
 echo "== model parity (CUDA)"
 timeout 240 ./parity_test --gtest_filter='Cuda/*' > "$OUT/parity_cuda.log" 2>&1
 grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/parity_cuda.log" | head -20
