@@ -106,7 +106,7 @@ struct ServeEnvironment {
   // --device cuda[:N] only: the GPU's memory facts (Unavailable, saying why,
   // where no GPU is visible) and what loading the model puts on it
   // (MeasureModelFootprint; the model's own error when it cannot load).
-  StatusOr<DeviceMemoryFacts> device = Unavailable("not a CUDA device");
+  StatusOr<DeviceMemoryFacts> device = Unavailable("its memory facts were not read");
   StatusOr<ModelFootprint> footprint = Unavailable("not measured");
 };
 
