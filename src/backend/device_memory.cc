@@ -31,8 +31,7 @@ DeviceArena::DeviceArena(uintptr_t base, uint64_t size) : base_(base), size_(siz
   if (size > 0) free_.emplace(base, size);
 }
 
-uintptr_t DeviceArena::Take(std::map<uintptr_t, uint64_t>::iterator it, uint64_t bytes,
-                            bool high) {
+uintptr_t DeviceArena::Take(std::map<uintptr_t, uint64_t>::iterator it, uint64_t bytes, bool high) {
   const uintptr_t start = it->first;
   const uint64_t have = it->second;
   uintptr_t p;
@@ -72,8 +71,8 @@ uintptr_t DeviceArena::AllocateHigh(uint64_t bytes) {
 void DeviceArena::Free(uintptr_t p) {
   std::lock_guard<std::mutex> lock(mu_);
   auto b = blocks_.find(p);
-  STRATA_CHECK(b != blocks_.end()) << "DeviceArena::Free of " << p
-                                   << ", which the arena did not hand out (a Strata bug)";
+  STRATA_CHECK(b != blocks_.end())
+      << "DeviceArena::Free of " << p << ", which the arena did not hand out (a Strata bug)";
   uintptr_t start = p;
   uint64_t bytes = b->second;
   blocks_.erase(b);
@@ -131,8 +130,9 @@ std::string DeviceArena::CheckIntegrity() const {
   uint64_t used = 0;
   for (const auto& [s, v] : all) {
     const auto [n, is_free] = v;
-    if (s != at) return "gap or overlap at " + std::to_string(at) + " (next range at " +
-                        std::to_string(s) + ")";
+    if (s != at)
+      return "gap or overlap at " + std::to_string(at) + " (next range at " + std::to_string(s) +
+             ")";
     if (n == 0 || n % kDeviceArenaAlignment != 0)
       return "range at " + std::to_string(s) + " has size " + std::to_string(n);
     if (is_free && prev_free) return "free ranges at " + std::to_string(s) + " not merged";
@@ -140,8 +140,10 @@ std::string DeviceArena::CheckIntegrity() const {
     prev_free = is_free;
     at = s + n;
   }
-  if (at != base_ + size_) return "the ranges end at " + std::to_string(at) + ", not at the arena's end";
-  if (used != used_) return "used " + std::to_string(used_) + " but blocks sum to " + std::to_string(used);
+  if (at != base_ + size_)
+    return "the ranges end at " + std::to_string(at) + ", not at the arena's end";
+  if (used != used_)
+    return "used " + std::to_string(used_) + " but blocks sum to " + std::to_string(used);
   return "";
 }
 

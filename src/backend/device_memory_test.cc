@@ -18,9 +18,9 @@ TEST(DeviceArenaTest, BlocksAreAlignedAndRoundedUp) {
   DeviceArena a(kBase, 64 * kA);
   const uintptr_t p = a.Allocate(1), q = a.Allocate(kA + 1), r = a.Allocate(0);
   EXPECT_EQ(p, kBase);
-  EXPECT_EQ(q, kBase + kA);          // 1 byte took one unit
-  EXPECT_EQ(r, kBase + 3 * kA);      // kA + 1 bytes took two
-  EXPECT_NE(r, 0u);                  // zero bytes still get a distinct block
+  EXPECT_EQ(q, kBase + kA);      // 1 byte took one unit
+  EXPECT_EQ(r, kBase + 3 * kA);  // kA + 1 bytes took two
+  EXPECT_NE(r, 0u);              // zero bytes still get a distinct block
   for (uintptr_t x : {p, q, r}) EXPECT_EQ(x % kA, 0u);
   EXPECT_EQ(a.used(), 4 * kA);
   EXPECT_EQ(a.num_blocks(), 3);
@@ -31,8 +31,8 @@ TEST(DeviceArenaTest, FirstFitReusesTheLowestHoleThatFits) {
   DeviceArena a(kBase, 16 * kA);
   const uintptr_t b0 = a.Allocate(2 * kA), b1 = a.Allocate(kA), b2 = a.Allocate(4 * kA);
   a.Allocate(kA);
-  a.Free(b0);  // hole of 2 at the bottom
-  a.Free(b2);  // hole of 4 in the middle
+  a.Free(b0);                         // hole of 2 at the bottom
+  a.Free(b2);                         // hole of 4 in the middle
   EXPECT_EQ(a.Allocate(3 * kA), b2);  // the 2-unit hole is too small
   EXPECT_EQ(a.Allocate(kA), b0);      // the lowest hole that fits
   (void)b1;
@@ -134,8 +134,8 @@ TEST(DeviceMemoryRulesTest, ArenaIsTheFractionOfTotalRoundedToTheGranularity) {
   EXPECT_EQ(arena % kDeviceArenaGranularity, 0u);
   EXPECT_LE(arena, static_cast<uint64_t>(0.88 * 150754820096.0));
   EXPECT_GT(arena + kDeviceArenaGranularity, static_cast<uint64_t>(0.88 * 150754820096.0));
-  EXPECT_EQ(ArenaBytes(h200, 1.0), h200.total_bytes / kDeviceArenaGranularity *
-                                       kDeviceArenaGranularity);
+  EXPECT_EQ(ArenaBytes(h200, 1.0),
+            h200.total_bytes / kDeviceArenaGranularity * kDeviceArenaGranularity);
 }
 
 TEST(DeviceMemoryRulesTest, UploadDTypeAndBackendInternals) {

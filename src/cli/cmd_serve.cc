@@ -187,7 +187,8 @@ int ServeCommand(const Args& args) {
                       " KV pages; startup validation planned " + std::to_string(plan.device_pages) +
                       " (KvLayoutForConfig and Model::kv_layout disagree)"));
   if (const BackendMemoryUsage u = stack->backend->memory_usage(); u.arena_bytes > 0)
-    std::fprintf(stderr, "strata serve: GPU arena %.2f of %.2f GiB used after startup (%ld cudaMalloc)\n",
+    std::fprintf(stderr,
+                 "strata serve: GPU arena %.2f of %.2f GiB used after startup (%ld cudaMalloc)\n",
                  u.arena_used / 1073741824.0, u.arena_bytes / 1073741824.0,
                  static_cast<long>(u.device_mallocs));
   const bool pd_mode = c.disaggregation_mode != "null";

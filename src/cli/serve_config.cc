@@ -319,9 +319,10 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
             "activations and KV pool (SGLang's flag; typically 0.8-0.9, default " +
             Num(kDefaultMemFractionStatic) + ")");
   else if (ordinal.ok() && !on_gpu && c.Given("mem-fraction-static"))
-    problem("--mem-fraction-static sizes GPU memory and does nothing with --device cpu (there "
-            "the KV pool is --max-total-tokens, by default enough for --max-running-requests "
-            "full contexts up to 1 GiB): remove it, or use --device cuda");
+    problem(
+        "--mem-fraction-static sizes GPU memory and does nothing with --device cpu (there "
+        "the KV pool is --max-total-tokens, by default enough for --max-running-requests "
+        "full contexts up to 1 GiB): remove it, or use --device cuda");
   if (!c.reasoning_parser.empty() && !ReasoningFormatFromName(c.reasoning_parser))
     problem("--reasoning-parser: '" + c.reasoning_parser + "' is not one of " +
             std::string(kReasoningParserNames));

@@ -94,11 +94,11 @@ TEST(ServeConfigTest, MemFractionStaticErrorsAreExit78BeforeAnythingLoads) {
     std::vector<std::string> flags;
     std::string says;
   };
-  for (const Case& c : {Case{{"--device", "cuda", "--mem-fraction-static", "0"}, "is outside (0, 1]"},
-                        Case{{"--device", "cuda", "--mem-fraction-static", "1.5"}, "is outside (0, 1]"},
-                        Case{{"--mem-fraction-static", "0.8"}, "does nothing with --device cpu"},
-                        Case{{"--device", "cpu", "--mem-fraction-static=0.9"},
-                             "does nothing with --device cpu"}}) {
+  for (const Case& c :
+       {Case{{"--device", "cuda", "--mem-fraction-static", "0"}, "is outside (0, 1]"},
+        Case{{"--device", "cuda", "--mem-fraction-static", "1.5"}, "is outside (0, 1]"},
+        Case{{"--mem-fraction-static", "0.8"}, "does nothing with --device cpu"},
+        Case{{"--device", "cpu", "--mem-fraction-static=0.9"}, "does nothing with --device cpu"}}) {
     std::vector<std::string> args = {"--model-path", "/nonexistent"};
     args.insert(args.end(), c.flags.begin(), c.flags.end());
     Server s(args);

@@ -111,15 +111,14 @@ StatusOr<ModelFootprint> MeasureModelFootprint(const std::string& dir, const Mod
 
 std::string DeviceMemoryPlan::Describe() const {
   const uint64_t tokens = static_cast<uint64_t>(kv_pages) * static_cast<uint64_t>(page_size);
-  std::string s = "arena " + GiB(arena_bytes) + " = --mem-fraction-static " +
-                  Fraction(mem_fraction_static) + " x " + GiB(device.total_bytes) + " of cuda:" +
-                  std::to_string(device.device) +
-                  (device.name.empty() ? "" : " (" + device.name + ")") + ": weights " +
-                  GiB(weight_bytes) + " + activations " + GiB(activation_bytes()) +
-                  " (model workspace " + GiB(model_buffer_bytes) + ", per-step buffers " +
-                  GiB(runner_bytes) + ", backend " + GiB(backend_bytes) + ") + KV pool " +
-                  GiB(kv_bytes) + " (" + std::to_string(kv_pages) + " pages x " +
-                  std::to_string(page_size) + " = " + std::to_string(tokens) + " tokens)";
+  std::string s =
+      "arena " + GiB(arena_bytes) + " = --mem-fraction-static " + Fraction(mem_fraction_static) +
+      " x " + GiB(device.total_bytes) + " of cuda:" + std::to_string(device.device) +
+      (device.name.empty() ? "" : " (" + device.name + ")") + ": weights " + GiB(weight_bytes) +
+      " + activations " + GiB(activation_bytes()) + " (model workspace " + GiB(model_buffer_bytes) +
+      ", per-step buffers " + GiB(runner_bytes) + ", backend " + GiB(backend_bytes) +
+      ") + KV pool " + GiB(kv_bytes) + " (" + std::to_string(kv_pages) + " pages x " +
+      std::to_string(page_size) + " = " + std::to_string(tokens) + " tokens)";
   if (unused_bytes >= (uint64_t{1} << 30) / 100) s += " + unused " + GiB(unused_bytes);
   return s;
 }
@@ -144,7 +143,8 @@ StatusOr<DeviceMemoryPlan> PlanDeviceMemory(const DeviceMemoryPlanInput& in) {
   const std::string arena = "--mem-fraction-static " + frac + " x " + GiB(d.total_bytes) +
                             " of cuda:" + std::to_string(d.device) + " = " + GiB(p.arena_bytes);
   const std::string widened =
-      in.model.weight_bytes > in.model.checkpoint_bytes + in.model.num_weights * kDeviceArenaAlignment
+      in.model.weight_bytes >
+              in.model.checkpoint_bytes + in.model.num_weights * kDeviceArenaAlignment
           ? " (--matmul-precision fp32 widens the checkpoint's " + GiB(in.model.checkpoint_bytes) +
                 " to F32; --matmul-precision bf16 keeps BF16 weights as they are)"
           : "";
@@ -162,13 +162,14 @@ StatusOr<DeviceMemoryPlan> PlanDeviceMemory(const DeviceMemoryPlanInput& in) {
   };
 
   if (p.arena_bytes > d.free_bytes) {
-    const double most = std::floor(static_cast<double>(d.free_bytes) /
-                                   static_cast<double>(std::max<uint64_t>(1, d.total_bytes)) * 100) /
-                        100;
+    const double most =
+        std::floor(static_cast<double>(d.free_bytes) /
+                   static_cast<double>(std::max<uint64_t>(1, d.total_bytes)) * 100) /
+        100;
     return FailedPrecondition(arena + ", but only " + GiB(d.free_bytes) +
                               " of it is free (another process holds the rest: see nvidia-smi); "
-                              "lower --mem-fraction-static to at most " + Fraction(most) +
-                              " or free the GPU");
+                              "lower --mem-fraction-static to at most " +
+                              Fraction(most) + " or free the GPU");
   }
   const uint64_t fixed = p.weight_bytes + p.activation_bytes();
   const int num_groups = static_cast<int>(in.layout.groups.size());
@@ -178,17 +179,17 @@ StatusOr<DeviceMemoryPlan> PlanDeviceMemory(const DeviceMemoryPlanInput& in) {
                             GiB(p.model_buffer_bytes) + ", per-step buffers " +
                             GiB(p.runner_bytes) + ", backend " + GiB(p.backend_bytes) + ")";
   if (fixed + one_page > p.arena_bytes)
-    return FailedPrecondition(terms + (fixed > p.arena_bytes ? " exceed " : " leave no KV page in ") +
+    return FailedPrecondition(terms +
+                              (fixed > p.arena_bytes ? " exceed " : " leave no KV page in ") +
                               arena + fix(fixed + one_page));
   // Loading: the backend's buffers and the weights so far, plus the staging
   // copy of a widened weight, before the workspace and the pool exist.
   const uint64_t load_peak = p.backend_bytes + p.weight_bytes + in.model.max_staging_bytes;
   if (load_peak > p.arena_bytes)
-    return FailedPrecondition("loading needs weights " + GiB(p.weight_bytes) +
-                              " + the staging copy of the largest widened weight " +
-                              GiB(in.model.max_staging_bytes) + " + backend " +
-                              GiB(p.backend_bytes) + " at once, more than " + arena +
-                              fix(load_peak));
+    return FailedPrecondition(
+        "loading needs weights " + GiB(p.weight_bytes) +
+        " + the staging copy of the largest widened weight " + GiB(in.model.max_staging_bytes) +
+        " + backend " + GiB(p.backend_bytes) + " at once, more than " + arena + fix(load_peak));
 
   // The remainder in whole pages: each group is one block of the arena.
   const uint64_t rest = p.arena_bytes - fixed - num_groups * kDeviceArenaAlignment;

@@ -39,9 +39,9 @@ namespace strata {
 // What loading a model puts in backend memory, each buffer rounded as the
 // arena rounds it.
 struct ModelFootprint {
-  int64_t num_weights = 0;      // UploadWeight calls (derived tensors included)
-  uint64_t checkpoint_bytes = 0;  // those tensors in their checkpoint dtype
-  uint64_t weight_bytes = 0;      // as uploaded (CudaWeightDType)
+  int64_t num_weights = 0;         // UploadWeight calls (derived tensors included)
+  uint64_t checkpoint_bytes = 0;   // those tensors in their checkpoint dtype
+  uint64_t weight_bytes = 0;       // as uploaded (CudaWeightDType)
   uint64_t max_staging_bytes = 0;  // the largest checkpoint copy a widened upload stages
   uint64_t buffer_bytes = 0;       // the model's workspace (its Allocate calls at load)
   int64_t max_16bit_cols = 0;      // widest weight kept in 16 bits (the bf16 GEMM scratch)

@@ -87,8 +87,8 @@ std::unique_ptr<Backend> Cpu() {
 
 TEST(DeviceMemoryPlanTest, FootprintIsWhatALoadAndAnEngineAllocate) {
   auto cpu = Cpu();
-  for (const char* name : {"llama_default", "qwen3", "qwen2", "mistral", "deepseek_v3",
-                           "deepseek_v3_lite"}) {
+  for (const char* name :
+       {"llama_default", "qwen3", "qwen2", "mistral", "deepseek_v3", "deepseek_v3_lite"}) {
     for (bool bf16 : {false, true}) {
       SCOPED_TRACE(std::string(name) + (bf16 ? " bf16" : " fp32"));
       auto config = ReadModelConfig(Fixture(name));
@@ -168,7 +168,8 @@ TEST(DeviceMemoryPlanTest, DeepSeekCountsDerivedTensorsAndSkipsMtpAndHostTensors
   const MlaConfig& m = config->mla;
   want += config->num_hidden_layers *
           ArenaBlockBytes(static_cast<uint64_t>(config->num_attention_heads * m.kv_lora_rank *
-                                                m.qk_nope_head_dim) * 4);
+                                                m.qk_nope_head_dim) *
+                          4);
   n += config->num_hidden_layers;
   auto fp = MeasureModelFootprint(dir, *config, ModelOptions{}, /*bf16_matmul=*/false);
   ASSERT_TRUE(fp.ok()) << fp.status().message();
@@ -221,8 +222,7 @@ TEST(DeviceMemoryPlanTest, TheKvPoolIsTheArenasRemainderInWholePages) {
   EXPECT_EQ(p->weight_bytes, 15 * kGiB);
   EXPECT_EQ(p->runner_bytes, ModelRunner::DeviceBytes(in.runner, in.vocab_size));
   EXPECT_EQ(p->backend_bytes, CudaBackendArenaBytes(false, 576, 0));
-  const uint64_t rest =
-      p->arena_bytes - 15 * kGiB - p->activation_bytes() - kDeviceArenaAlignment;
+  const uint64_t rest = p->arena_bytes - 15 * kGiB - p->activation_bytes() - kDeviceArenaAlignment;
   EXPECT_EQ(p->kv_pages, static_cast<int64_t>(rest / in.layout.BytesPerPage()));
   EXPECT_EQ(p->kv_pages, p->kv_pages_fit);
   // Everything adds up to the arena, and the leftover is less than a page.
@@ -246,8 +246,9 @@ TEST(DeviceMemoryPlanTest, TooSmallAFractionNamesEveryTermAndTheSmallestThatFits
   ASSERT_FALSE(p.ok());
   const std::string msg = p.status().message();
   EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
-  for (const char* part : {"weights 15.00 GiB", "activations", "exceed", "--mem-fraction-static 0.10",
-                           "80.00 GiB", "smallest fraction that fits is 0.2"})
+  for (const char* part :
+       {"weights 15.00 GiB", "activations", "exceed", "--mem-fraction-static 0.10", "80.00 GiB",
+        "smallest fraction that fits is 0.2"})
     EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
   // The fraction it names does fit.
   const size_t at = msg.find("fits is ");
@@ -332,10 +333,10 @@ TEST(DeviceMemoryPlanTest, DeepSeekV3FixtureOnAnH200) {
   const uint64_t per_page = static_cast<uint64_t>(config->num_hidden_layers) * 16 *
                             (config->mla.kv_lora_rank + config->mla.qk_rope_head_dim) * 2;
   EXPECT_EQ(layout->BytesPerPage(), per_page);
-  EXPECT_EQ(p->kv_pages, std::min<int64_t>(
-                             (p->arena_bytes - p->weight_bytes - p->activation_bytes() -
-                              kDeviceArenaAlignment) / per_page,
-                             kMaxKvPages));
+  EXPECT_EQ(p->kv_pages, std::min<int64_t>((p->arena_bytes - p->weight_bytes -
+                                            p->activation_bytes() - kDeviceArenaAlignment) /
+                                               per_page,
+                                           kMaxKvPages));
   EXPECT_EQ(p->backend_bytes, CudaBackendArenaBytes(true, mo.max_batch_tokens, fp->max_16bit_cols));
   EXPECT_GT(fp->max_16bit_cols, 0);  // bf16 keeps the fixture's BF16 weights
 }

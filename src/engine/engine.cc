@@ -38,9 +38,9 @@ RunnerLimits EngineRunnerLimits(const EngineOptions& options, int64_t context_le
   RunnerLimits l;
   l.max_batch_tokens = max_batch_tokens;
   l.max_seqs = options.max_running_requests;
-  l.max_logit_rows = static_cast<int32_t>(
-      std::min<int64_t>(max_batch_tokens, int64_t{options.max_running_requests} +
-                                              PromptLogitRows(options, vocab_size)));
+  l.max_logit_rows = static_cast<int32_t>(std::min<int64_t>(
+      max_batch_tokens,
+      int64_t{options.max_running_requests} + PromptLogitRows(options, vocab_size)));
   const int64_t page = std::max<int32_t>(1, options.page_size);
   l.max_pages_per_seq = std::max<int64_t>(1, (context_length + page - 1) / page);
   return l;

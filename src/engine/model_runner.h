@@ -53,8 +53,8 @@ struct RunnerLimits {
 class ModelRunner {
  public:
   // Allocates the per-step buffers. Errors: the backend's (out of memory).
-  static StatusOr<std::unique_ptr<ModelRunner>> Create(Model& model, Backend& backend,
-                                                       KvPool& pool, const RunnerLimits& limits);
+  static StatusOr<std::unique_ptr<ModelRunner>> Create(Model& model, Backend& backend, KvPool& pool,
+                                                       const RunnerLimits& limits);
 
   // Backend bytes Create allocates for `limits` at vocabulary `vocab`, each
   // buffer rounded as the arena rounds it (ArenaBlockBytes): what startup's

@@ -184,9 +184,9 @@ class CudaBackend final : public Backend {
     }
     DeviceMemoryFacts facts{device_, device_name_, total_b, free_b};
     const uint64_t bytes = ArenaBytes(facts, mem_fraction_);
-    const std::string what = "--mem-fraction-static " + Num(mem_fraction_) + " of " +
-                             GiB(total_b) + " on device " + std::to_string(device_) + " (" +
-                             device_name_ + ") is " + GiB(bytes);
+    const std::string what = "--mem-fraction-static " + Num(mem_fraction_) + " of " + GiB(total_b) +
+                             " on device " + std::to_string(device_) + " (" + device_name_ +
+                             ") is " + GiB(bytes);
     if (bytes == 0) return InvalidArgument(what + ": too small for any buffer");
     if (bytes > free_b)
       return ResourceExhausted(what + ", but only " + GiB(free_b) +
@@ -225,11 +225,10 @@ class CudaBackend final : public Backend {
       const uintptr_t p = high ? arena_->AllocateHigh(bytes) : arena_->Allocate(bytes);
       if (p == 0)
         return ResourceExhausted(
-            "CUDA backend: the arena (--mem-fraction-static " + Num(mem_fraction_) +
-            ", " + GiB(arena_->size()) + " on device " + std::to_string(device_) +
-            ") has no free range of " + std::to_string(bytes) + " bytes (" +
-            GiB(arena_->used()) + " used, largest free range " +
-            std::to_string(arena_->largest_free()) +
+            "CUDA backend: the arena (--mem-fraction-static " + Num(mem_fraction_) + ", " +
+            GiB(arena_->size()) + " on device " + std::to_string(device_) +
+            ") has no free range of " + std::to_string(bytes) + " bytes (" + GiB(arena_->used()) +
+            " used, largest free range " + std::to_string(arena_->largest_free()) +
             " bytes): startup's memory plan did not foresee this buffer (a Strata bug); raise "
             "--mem-fraction-static or lower --max-total-tokens");
       return Buffer(reinterpret_cast<void*>(p), bytes, &FreeArenaBlock, arena_.get());
@@ -674,8 +673,8 @@ StatusOr<DeviceMemoryFacts> ReadCudaMemoryFacts(int device) {
                        (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
   }
   if (device < 0 || device >= count)
-    return Unavailable("CUDA device " + std::to_string(device) + " does not exist (this machine has " +
-                       std::to_string(count) + ")");
+    return Unavailable("CUDA device " + std::to_string(device) +
+                       " does not exist (this machine has " + std::to_string(count) + ")");
   cudaDeviceProp prop{};
   DeviceMemoryFacts f;
   f.device = device;
@@ -702,8 +701,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
                            "\"; expected fp32 or bf16");
   }
   if (!(options.mem_fraction_static >= 0 && options.mem_fraction_static <= 1))
-    return InvalidArgument("CUDA backend: mem_fraction_static " +
-                           Num(options.mem_fraction_static) +
+    return InvalidArgument("CUDA backend: mem_fraction_static " + Num(options.mem_fraction_static) +
                            " is outside [0, 1] (0: no arena)");
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -729,8 +727,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
                               ") cannot run this binary's sm_90a (Hopper) code; rebuild with "
                               "-DCMAKE_CUDA_ARCHITECTURES=<its arch> or use --device cpu");
   }
-  auto b = std::make_unique<CudaBackend>(options.device, bf16, prop.name,
-                                         options.mem_fraction_static);
+  auto b =
+      std::make_unique<CudaBackend>(options.device, bf16, prop.name, options.mem_fraction_static);
   RETURN_IF_ERROR(b->Init());
   return std::unique_ptr<Backend>(std::move(b));
 }
