@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 
+#include "backend/device_memory.h"
 #include "backend/dtype.h"
 #include "backend/sampling.h"
 #include "util/status.h"
@@ -63,12 +64,16 @@ struct Tensor {
   }
 };
 
-// Owning handle to backend memory. Movable, not copyable.
+// Owning handle to backend memory. Movable, not copyable. Freed by
+// free_fn(data), or free_ctx(ctx, data) when the memory belongs to an owner
+// (the CUDA backend's arena).
 class Buffer {
  public:
   Buffer() = default;
   Buffer(void* data, size_t bytes, void (*free_fn)(void*))
       : data_(data), bytes_(bytes), free_(free_fn) {}
+  Buffer(void* data, size_t bytes, void (*free_ctx)(void* ctx, void* data), void* ctx)
+      : data_(data), bytes_(bytes), free_ctx_(free_ctx), ctx_(ctx) {}
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
@@ -76,6 +81,8 @@ class Buffer {
       data_ = o.data_;
       bytes_ = o.bytes_;
       free_ = o.free_;
+      free_ctx_ = o.free_ctx_;
+      ctx_ = o.ctx_;
       o.data_ = nullptr;
       o.bytes_ = 0;
     }
@@ -85,7 +92,10 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() { Reset(); }
   void Reset() {
-    if (data_ && free_) free_(data_);
+    if (data_ && free_ctx_)
+      free_ctx_(ctx_, data_);
+    else if (data_ && free_)
+      free_(data_);
     data_ = nullptr;
     bytes_ = 0;
   }
@@ -99,6 +109,8 @@ class Buffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   void (*free_)(void*) = nullptr;
+  void (*free_ctx_)(void*, void*) = nullptr;
+  void* ctx_ = nullptr;
 };
 
 // One layer's K and V pages. Token slot s (= page_id * page_size + offset)
@@ -171,13 +183,27 @@ struct CopyBlock {
   size_t bytes = 0;
 };
 
+// What a backend's memory looks like now. Without an arena (the CPU, or
+// CUDA at mem_fraction_static 0) only device_mallocs is counted.
+struct BackendMemoryUsage {
+  uint64_t arena_bytes = 0;  // 0: no arena
+  uint64_t arena_used = 0;
+  uint64_t arena_peak = 0;
+  uint64_t arena_largest_free = 0;
+  // cudaMalloc calls made for Allocate/UploadWeight so far (1 with an arena).
+  int64_t device_mallocs = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
 
   // Memory for activations, KV pages and index arrays. 64-byte aligned.
+  // Errors: ResourceExhausted (out of backend memory, or of the arena).
   virtual StatusOr<Buffer> Allocate(size_t bytes) = 0;
+  // Where this backend's memory comes from, for logs and tests.
+  virtual BackendMemoryUsage memory_usage() const { return {}; }
   // Host <-> backend copies (plain memcpy on the CPU).
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
@@ -300,7 +326,19 @@ struct CudaBackendOptions {
   // BF16 for the GEMM, F32 accumulation on the tensor cores; faster, less
   // exact).
   std::string matmul_precision = "fp32";
+  // --mem-fraction-static: > 0 takes ArenaBytes(device, fraction) (a
+  // fraction of the device's total memory) in ONE cudaMalloc at creation
+  // and serves every Allocate and weight upload from it
+  // (backend/device_memory.h DeviceArena); creation fails with
+  // ResourceExhausted, before anything else is allocated, when that much is
+  // not free. 0: one cudaMalloc per buffer (tests, tools). In (0, 1].
+  double mem_fraction_static = 0;
 };
+
+// The memory facts of CUDA device `device` (cudaMemGetInfo; creates the
+// device's context in this process). Unavailable when this binary has no
+// CUDA backend or the device does not exist.
+StatusOr<DeviceMemoryFacts> ReadCudaMemoryFacts(int device);
 
 // The CUDA backend (backend/cuda/). Errors: Unavailable when this binary was
 // built without CUDA or no CUDA device is present (the message says which),

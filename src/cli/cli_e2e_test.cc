@@ -231,4 +231,26 @@ TEST_F(CliTest, NanWeightsAreRefusedUnlessTheCheckIsSkipped) {
   }
 }
 
+// strata check runs the GPU memory plan of a --device cuda line where a GPU
+// is visible; where none is (this build machine, CI) it says so and checks
+// the rest. A bad --mem-fraction-static is a problem either way.
+TEST_F(CliTest, CheckPlansGpuMemoryOrSaysWhyNot) {
+  const std::string model = Fixture("llama_default");
+  Result r = Run({"check", "--", "--model-path", model, "--device", "cuda", "--port", "0"});
+  if (r.out.find("GPU memory of") != std::string::npos) {
+    EXPECT_EQ(r.code, 0) << r.out << r.err;  // a GPU is visible: the plan was printed
+    EXPECT_THAT(r.out, HasSubstr("KV pool"));
+  } else {
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("GPU memory not checked"));
+  }
+  r = Run({"check", "--", "--model-path", model, "--device", "cuda", "--port", "0",
+           "--mem-fraction-static", "1.5"});
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--mem-fraction-static 1.5"));
+  r = Run({"check", "--", "--model-path", model, "--port", "0", "--mem-fraction-static", "0.5"});
+  EXPECT_EQ(r.code, 78) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("does nothing with --device cpu"));
+}
+
 }  // namespace

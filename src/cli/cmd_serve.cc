@@ -138,6 +138,9 @@ int ServeCommand(const Args& args) {
   if (plan.host_tier && plan.layout)
     std::fprintf(stderr, "strata serve: HiCache %s\n",
                  DescribeHostTierPlan(*plan.host_tier, *plan.layout).c_str());
+  if (plan.device_memory)
+    std::fprintf(stderr, "strata serve: GPU memory plan: %s\n",
+                 plan.device_memory->Describe().c_str());
   std::string served_name = c.served_model_name;
   if (served_name.empty()) {
     served_name = dir;
@@ -168,8 +171,9 @@ int ServeCommand(const Args& args) {
            "model; set --api-key or listen on 127.0.0.1";
 
   ModelFlags mf = c.model;
-  mf.max_batch_tokens +=
-      c.max_running_requests;  // prompt chunk + one decode token per running request
+  mf.max_batch_tokens = ServeMaxBatchTokens(c);
+  // On a GPU: the one arena (validated above when the GPU was visible).
+  if (mf.device != "cpu") mf.mem_fraction_static = c.mem_fraction_static;
   auto stack = LoadForCli(cmd, mf);
   if (!stack.ok()) return Fail(cmd, stack.status());
   EngineOptions eo = plan.engine;
@@ -194,7 +198,8 @@ int ServeCommand(const Args& args) {
     auto t = disagg::CreateRoleTransport(po);
     if (!t.ok()) return Fail(cmd, t.status());
     transport = std::move(*t);
-    if (disagg::RoleWantsTransportPool(po.mode))
+    // Host memory only: on a GPU the pool is the backend's device memory.
+    if (disagg::RoleWantsTransportPool(po.mode) && mf.device == "cpu")
       eo.kv_pool_allocator = disagg::MakeKvPoolAllocator(transport);
   }
   auto engine = Engine::Create(*stack->model, *stack->backend, eo);
@@ -205,6 +210,11 @@ int ServeCommand(const Args& args) {
         cmd, Internal("the engine allocated " + std::to_string((*engine)->pool().num_pages()) +
                       " KV pages; startup validation planned " + std::to_string(plan.device_pages) +
                       " (KvLayoutForConfig and Model::kv_layout disagree)"));
+  if (const BackendMemoryUsage u = stack->backend->memory_usage(); u.arena_bytes > 0)
+    std::fprintf(stderr,
+                 "strata serve: GPU arena %.2f of %.2f GiB used after startup (%ld cudaMalloc)\n",
+                 u.arena_used / 1073741824.0, u.arena_bytes / 1073741824.0,
+                 static_cast<long>(u.device_mallocs));
   auto registry = metrics::Registry::Create(
       {{"model", served_name}, {"role", pd_mode ? c.disaggregation_mode : "colocated"}});
   if (!registry.ok()) return Fail(cmd, registry.status());

@@ -70,28 +70,37 @@ double ResidentGiB() {
   return pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1073741824.0;
 }
 
+}  // namespace
+
+StatusOr<int> ParseDeviceFlag(const std::string& d) {
+  if (d == "cpu") return -1;
+  if (d == "cuda") return 0;
+  if (d.rfind("cuda:", 0) == 0) {
+    const std::string n = d.substr(5);
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
+      return InvalidArgument("--device " + d + ": expected cuda:N with N a GPU number, e.g. cuda:0");
+    return std::stoi(n);
+  }
+  return InvalidArgument("--device " + d + ": expected cpu, cuda or cuda:N");
+}
+
+namespace {
+
 // --device cpu | cuda | cuda:N.
 StatusOr<std::unique_ptr<Backend>> CreateBackendForCli(const ModelFlags& flags) {
-  const std::string& d = flags.device;
-  if (d == "cpu") {
+  ASSIGN_OR_RETURN(const int ordinal, ParseDeviceFlag(flags.device));
+  if (ordinal < 0) {
     CpuBackendOptions bo;
     bo.num_threads = static_cast<int>(flags.threads);
     bo.isa = flags.isa;
     bo.matmul_precision = flags.matmul_precision;
     return CreateCpuBackend(bo);
   }
-  if (d == "cuda" || d.rfind("cuda:", 0) == 0) {
-    CudaBackendOptions co;
-    co.matmul_precision = flags.matmul_precision;
-    if (d.size() > 5) {
-      const std::string n = d.substr(5);
-      if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
-        return InvalidArgument("--device " + d + ": expected cuda:N with N a GPU number, e.g. cuda:0");
-      co.device = std::stoi(n);
-    }
-    return CreateCudaBackend(co);
-  }
-  return InvalidArgument("--device " + d + ": expected cpu, cuda or cuda:N");
+  CudaBackendOptions co;
+  co.matmul_precision = flags.matmul_precision;
+  co.device = ordinal;
+  co.mem_fraction_static = flags.mem_fraction_static;
+  return CreateCudaBackend(co);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ int UsageError(const std::string& cmd, const Status& status);
 struct ModelFlags {
   std::string model_path;      // empty: the demo model
   std::string device = "cpu";  // cpu, cuda, cuda:N
+  // CudaBackendOptions::mem_fraction_static (0: no arena). Not a flag of
+  // its own here: `strata serve` sets it from --mem-fraction-static.
+  double mem_fraction_static = 0;
   int64_t threads = 0;
   std::string isa = "auto";
   std::string matmul_precision = "fp32";
@@ -30,6 +33,10 @@ struct ModelFlags {
   bool skip_weight_check = false;  // LoadOptions::check_weights off
   void Register(FlagSet& flags);
 };
+
+// --device: -1 for cpu, N for cuda:N (cuda is 0). InvalidArgument naming
+// the allowed forms otherwise.
+StatusOr<int> ParseDeviceFlag(const std::string& device);
 
 struct LoadedStack {
   std::unique_ptr<Backend> backend;

@@ -526,6 +526,27 @@ DeploymentPlan PlanDeployment(const Deployment& d, const std::vector<ServiceInpu
   for (std::string& p : urls.problems) out.problems.push_back(std::move(p));
   for (std::string& w : urls.warnings) out.warnings.push_back(std::move(w));
 
+  // GPU arenas together: services placed on one GPU must fit its free
+  // memory side by side (each plan alone was checked against all of it).
+  std::map<int, std::vector<const ServiceMemory*>> per_gpu;
+  for (const ServiceMemory& m : out.services)
+    if (m.plan.device_memory) per_gpu[m.plan.device_memory->device.device].push_back(&m);
+  for (const auto& [gpu, services] : per_gpu) {
+    if (services.size() < 2) continue;
+    uint64_t sum = 0;
+    std::string names;
+    for (const ServiceMemory* m : services) {
+      sum += m->plan.device_memory->arena_bytes;
+      names += (names.empty() ? "" : ", ") + Quoted(m->name);
+    }
+    const uint64_t free_bytes = services[0]->plan.device_memory->device.free_bytes;
+    if (sum > free_bytes)
+      out.problems.push_back("services " + names + " share cuda:" + std::to_string(gpu) +
+                             ": their --mem-fraction-static arenas take " + Size(sum) +
+                             " together but " + Size(free_bytes) +
+                             " is free; give them fractions that sum to less, or other GPUs");
+  }
+
   // Memory together, per NUMA node and over every allowed node.
   if (host.nodes.empty()) {
     out.warnings.push_back(
@@ -641,6 +662,9 @@ std::string FormatDeploymentPlan(const DeploymentPlan& plan) {
     }
     out += "host memory per NUMA node:\n" + Table(nodes);
   }
+  for (const ServiceMemory& m : plan.services)
+    if (m.plan.device_memory)
+      out += "GPU memory of " + Quoted(m.name) + ": " + m.plan.device_memory->Describe() + "\n";
   return out;
 }
 

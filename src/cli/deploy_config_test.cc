@@ -242,6 +242,49 @@ TEST(DeployPlanTest, TwoServicesThatEachFitANodeAloneAreRefusedTogether) {
   EXPECT_EQ(apart.nodes.size(), 3u);
 }
 
+// Services on one GPU: each arena alone fits the free memory, the two
+// together do not (each service's own plan sees the whole GPU).
+TEST(DeployPlanTest, ArenasOfServicesSharingAGpuAreSummed) {
+  const HostMemoryFacts host = TwoNodes240();
+  auto on_gpu = [&] {
+    ServiceInputs in = Inputs(host);
+    DeviceMemoryFacts d;
+    d.name = "fake GPU";
+    d.total_bytes = uint64_t{80} << 30;
+    d.free_bytes = uint64_t{79} << 30;
+    in.env.device = d;
+    ModelFootprint fp;
+    fp.weight_bytes = fp.checkpoint_bytes = uint64_t{1} << 30;
+    in.env.footprint = fp;
+    return in;
+  };
+  const char* text = R"(
+[[service]]
+name = "a"
+command = "serve"
+device = "cuda"
+mem-fraction-static = 0.6
+port = 30000
+[[service]]
+name = "b"
+command = "serve"
+device = "%s"
+mem-fraction-static = 0.6
+port = 30001
+)";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, text, "cuda:0");
+  const DeploymentPlan shared = PlanDeployment(MustParse(buf), {on_gpu(), on_gpu()}, host);
+  ASSERT_EQ(shared.problems.size(), 1u) << All(shared);
+  EXPECT_THAT(shared.problems[0], HasSubstr("services 'a', 'b' share cuda:0"));
+  EXPECT_THAT(FormatDeploymentPlan(shared), HasSubstr("GPU memory of 'a': arena"));
+  ServiceInputs other = on_gpu();
+  other.env.device->device = 1;  // what ReadServeEnvironment reads for cuda:1
+  std::snprintf(buf, sizeof buf, text, "cuda:1");
+  const DeploymentPlan apart = PlanDeployment(MustParse(buf), {on_gpu(), other}, host);
+  EXPECT_TRUE(apart.ok()) << All(apart);
+}
+
 TEST(DeployPlanTest, TheCgroupBindsOverAllNodes) {
   HostMemoryFacts host = TwoNodes240();
   host.cgroup_limit_bytes = 250 * kGB10;

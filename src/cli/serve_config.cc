@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -31,6 +32,12 @@ const char* const kHiCacheFlags[] = {
 
 std::string MiB(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 }  // namespace
 
 bool ServeConfig::Given(const std::string& flag) const {
@@ -52,6 +59,13 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
         4096);
   f.Int("max-total-tokens", &c->max_total_tokens, "KV cache size in tokens (0: automatic)", 0,
         int64_t{1} << 40);
+  f.Double("mem-fraction-static", &c->mem_fraction_static,
+           "--device cuda: the fraction of the GPU's total memory taken at startup, in one "
+           "allocation, for the weights, the activations and the KV pool (the KV pool is what "
+           "is left; --max-total-tokens caps it); checked before anything is allocated. SGLang's "
+           "flag, except that Strata's activations are inside the fraction (SGLang's live in the "
+           "rest); in (0, 1]; an error with --device cpu",
+           -1e9, 1e9);
   f.Int("page-size", &c->page_size, "tokens per KV page", 1, 1024);
   f.Int("context-length", &c->context_length,
         "longest prompt + output (0: the model's max_position_embeddings)", 0, int64_t{1} << 30);
@@ -175,6 +189,10 @@ void RecordGivenFlags(const FlagSet& flags, ServeConfig* c) {
   c->hicache.ratio_explicit = c->Given("hicache-ratio");
 }
 
+int64_t ServeMaxBatchTokens(const ServeConfig& c) {
+  return c.model.max_batch_tokens + c.max_running_requests;
+}
+
 Status ProbeWritableDir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -216,6 +234,22 @@ ServeEnvironment ReadServeEnvironment(const ServeConfig& config, const std::stri
   env.weight_bytes = WeightFileBytes(model_dir);
   if (!config.hicache.storage_path.empty())
     env.storage_path = ProbeWritableDir(config.hicache.storage_path);
+  auto ordinal = ParseDeviceFlag(config.model.device);
+  const double f = config.mem_fraction_static;
+  if (ordinal.ok() && *ordinal >= 0 && f > 0 && f <= 1) {
+    env.device = ReadCudaMemoryFacts(*ordinal);
+    auto model = ReadModelConfig(model_dir);
+    if (!env.device.ok()) {
+      env.footprint = env.device.status();
+    } else if (!model.ok()) {
+      env.footprint = model.status();
+    } else {
+      ModelOptions mo;
+      mo.max_batch_tokens = static_cast<int32_t>(ServeMaxBatchTokens(config));
+      env.footprint =
+          MeasureModelFootprint(model_dir, *model, mo, config.model.matmul_precision == "bf16");
+    }
+  }
   return env;
 }
 
@@ -274,6 +308,21 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
         problem(std::string("--") + flag +
                 " applies only to a PD role: add --disaggregation-mode prefill or decode");
   }
+  auto ordinal = ParseDeviceFlag(mf.device);
+  if (!ordinal.ok()) problem(ordinal.status().message());
+  const bool on_gpu = ordinal.ok() && *ordinal >= 0;
+  const double frac = c.mem_fraction_static;
+  const bool frac_ok = frac > 0 && frac <= 1;
+  if (!frac_ok)
+    problem("--mem-fraction-static " + Num(frac) +
+            " is outside (0, 1]: it is the fraction of the GPU's total memory for the weights, "
+            "activations and KV pool (SGLang's flag; typically 0.8-0.9, default " +
+            Num(kDefaultMemFractionStatic) + ")");
+  else if (ordinal.ok() && !on_gpu && c.Given("mem-fraction-static"))
+    problem(
+        "--mem-fraction-static sizes GPU memory and does nothing with --device cpu (there "
+        "the KV pool is --max-total-tokens, by default enough for --max-running-requests "
+        "full contexts up to 1 GiB): remove it, or use --device cuda");
   if (!c.reasoning_parser.empty() && !ReasoningFormatFromName(c.reasoning_parser))
     problem("--reasoning-parser: '" + c.reasoning_parser + "' is not one of " +
             std::string(kReasoningParserNames));
@@ -383,6 +432,34 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
   }
   plan.device_pages = *pages;
   if (!kv_ok) return plan;
+  if (on_gpu && frac_ok && !env.device.ok()) {
+    plan.warnings.push_back("GPU memory not checked (" + env.device.status().message() +
+                            "): the model's fit in --mem-fraction-static is known only where the "
+                            "GPU is visible");
+  } else if (on_gpu && frac_ok && env.footprint.ok()) {
+    // An unloadable model (env.footprint's error) is the load's to report.
+    DeviceMemoryPlanInput in;
+    in.device = *env.device;
+    in.mem_fraction_static = frac;
+    in.bf16_matmul = mf.matmul_precision == "bf16";
+    in.model = *env.footprint;
+    in.layout = *layout;
+    in.vocab_size = model->vocab_size;
+    in.runner = EngineRunnerLimits(eo, context, static_cast<int32_t>(ServeMaxBatchTokens(c)),
+                                   model->vocab_size);
+    in.max_total_tokens = c.max_total_tokens;
+    in.context_length = context;
+    auto gpu = PlanDeviceMemory(in);
+    if (!gpu.ok()) {
+      problem(gpu.status().message());
+      return plan;
+    }
+    for (const std::string& w : gpu->warnings) plan.warnings.push_back(w);
+    plan.device_pages = gpu->kv_pages;
+    eo.kv_pool_pages = gpu->kv_pages;
+    plan.device_memory = *gpu;
+    pages = gpu->kv_pages;
+  }
   const uint64_t pool_bytes = static_cast<uint64_t>(*pages) * layout->BytesPerPage();
   const bool pool_in_host = mf.device == "cpu";
   if (pool_in_host && c.max_total_tokens > 0) {

@@ -20,6 +20,7 @@
 
 #include "cache/hicache_plan.h"
 #include "cli/common.h"
+#include "engine/device_memory_plan.h"
 #include "engine/engine.h"
 #include "model/hf_config.h"
 #include "server/response_store.h"
@@ -27,6 +28,10 @@
 #include "util/host_memory.h"
 
 namespace strata::cli {
+
+// SGLang's usual value on 80-141 GB GPUs (its default is derived from the
+// GPU's memory; about 10 GiB are left outside the fraction on big GPUs).
+inline constexpr double kDefaultMemFractionStatic = 0.88;
 
 struct ServeConfig {
   ModelFlags model;  // --model-path, --device, --threads, --chunked-prefill-size, ...
@@ -36,6 +41,9 @@ struct ServeConfig {
   std::string api_key;
   int64_t max_running_requests = 64;
   int64_t max_total_tokens = 0;  // 0: automatic (engine/engine.h PlanKvPoolPages)
+  // --device cuda: the fraction of the GPU's total memory the one arena of
+  // weights, activations and KV pool takes (engine/device_memory_plan.h).
+  double mem_fraction_static = kDefaultMemFractionStatic;
   int64_t page_size = 16;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
   std::string kv_cache_dtype = "f32";
@@ -85,6 +93,9 @@ FlagSet MakeServeFlagSet(ServeConfig* config);
 // After flags.Parse(): records which flags were given (config->given and
 // hicache.ratio_explicit).
 void RecordGivenFlags(const FlagSet& flags, ServeConfig* config);
+// The most rows one forward step of `strata serve` carries: a prompt chunk
+// (--chunked-prefill-size) plus one decode token per running request.
+int64_t ServeMaxBatchTokens(const ServeConfig& config);
 
 // What validation needs to know about the machine and the model files.
 struct ServeEnvironment {
@@ -92,11 +103,19 @@ struct ServeEnvironment {
   uint64_t weight_bytes = 0;  // sum of the model's *.safetensors sizes
   // The probe of --hicache-storage-path (OK when none is given).
   Status storage_path = OkStatus();
+  // --device cuda[:N] only: the GPU's memory facts (Unavailable, saying why,
+  // where no GPU is visible) and what loading the model puts on it
+  // (MeasureModelFootprint; the model's own error when it cannot load).
+  StatusOr<DeviceMemoryFacts> device = Unavailable("its memory facts were not read");
+  StatusOr<ModelFootprint> footprint = Unavailable("not measured");
 };
 
 // I/O: reads the host memory facts, stats the weight files of `model_dir`
 // (no read), and probes --hicache-storage-path (ProbeWritableDir). A failure
-// to read host facts leaves them empty (the HiCache plan then says so).
+// to read host facts leaves them empty (the HiCache plan then says so). On
+// --device cuda[:N] with a valid --mem-fraction-static also the GPU's
+// memory facts (this creates the device's CUDA context) and the model's
+// footprint from its checkpoint headers.
 ServeEnvironment ReadServeEnvironment(const ServeConfig& config, const std::string& model_dir);
 
 // Creates `dir` if missing, writes and removes a temporary file in it.
@@ -113,6 +132,9 @@ struct ServePlan {
   std::optional<KvLayout> layout;
   int64_t device_pages = 0;
   std::optional<HostTierPlan> host_tier;  // with --enable-hierarchical-cache
+  // --device cuda with the GPU's facts known: the arena's plan, whose KV
+  // pages are device_pages (and engine.kv_pool_pages).
+  std::optional<DeviceMemoryPlan> device_memory;
   bool ok() const { return problems.empty(); }
 };
 
@@ -121,8 +143,11 @@ struct ServePlan {
 // --matmul-precision, body caps, --max-total-tokens vs --page-size, every
 // --hicache-* and --numa-node rule); with `model` (config.json, may be
 // null when it could not be read) also --context-length vs the model, the
-// device pool against host memory on --device cpu, and the HiCache host-tier
-// plan (cache/hicache_plan.h) against env.host.
+// device pool against host memory on --device cpu, the HiCache host-tier
+// plan (cache/hicache_plan.h) against env.host, and on --device cuda the
+// GPU memory plan (engine/device_memory_plan.h) against env.device, which
+// then sizes the device pool. --mem-fraction-static must be in (0, 1] and
+// is an error with --device cpu (it would size nothing there).
 ServePlan ValidateServeConfig(const ServeConfig& config, const ModelConfig* model,
                               const ServeEnvironment& env);
 

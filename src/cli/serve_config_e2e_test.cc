@@ -87,6 +87,27 @@ TEST(ServeConfigTest, TotalBodyCapBelowTheRequestLimitIsExit78) {
   EXPECT_THAT(s.Log(), HasSubstr("--max-total-request-body-bytes 2048"));
 }
 
+// --mem-fraction-static (issue 10): out of range, or given with --device
+// cpu, is exit 78 before anything loads (a missing model would be 66).
+TEST(ServeConfigTest, MemFractionStaticErrorsAreExit78BeforeAnythingLoads) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  for (const Case& c :
+       {Case{{"--device", "cuda", "--mem-fraction-static", "0"}, "is outside (0, 1]"},
+        Case{{"--device", "cuda", "--mem-fraction-static", "1.5"}, "is outside (0, 1]"},
+        Case{{"--mem-fraction-static", "0.8"}, "does nothing with --device cpu"},
+        Case{{"--device", "cpu", "--mem-fraction-static=0.9"}, "does nothing with --device cpu"}}) {
+    std::vector<std::string> args = {"--model-path", "/nonexistent"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    Server s(args);
+    EXPECT_EQ(s.WaitExit(kExit), 78) << c.flags.back() << "\n" << s.Log();
+    EXPECT_THAT(s.Log(), HasSubstr("--mem-fraction-static")) << c.flags.back();
+    EXPECT_THAT(s.Log(), HasSubstr(c.says)) << c.flags.back();
+  }
+}
+
 // The key is checked when the head arrives: a client announcing a 30 MB
 // body gets its 401 without sending a byte of it.
 TEST(ServeConfigTest, UnauthenticatedBodiesAreRefusedBeforeTheyAreRead) {

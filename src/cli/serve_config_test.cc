@@ -302,5 +302,103 @@ TEST(ServeConfigValidationTest, ParserNames) {
                   HasSubstr("--reasoning-parser: 'qwq' is not one of qwen3, deepseek-r1")));
 }
 
+
+// --mem-fraction-static (issue 10): its range, --device cpu, and on a
+// (fake) GPU the device memory plan sizing the pool from the arena.
+namespace gpu {
+
+ServeEnvironment FakeGpu(uint64_t total, uint64_t free, const ModelFootprint& fp) {
+  ServeEnvironment env = Machine(64 * kGiB, 32 * kGiB);
+  DeviceMemoryFacts d;
+  d.name = "fake GPU";
+  d.total_bytes = total;
+  d.free_bytes = free;
+  env.device = d;
+  env.footprint = fp;
+  return env;
+}
+
+ModelFootprint Weights(uint64_t bytes) {
+  ModelFootprint fp;
+  fp.weight_bytes = bytes;
+  fp.checkpoint_bytes = bytes;
+  fp.buffer_bytes = 64 << 20;
+  return fp;
+}
+
+TEST(ServeConfigValidationTest, MemFractionStaticRangeAndCpu) {
+  auto model = ReadModelConfig(FixtureDir("llama_default"));
+  ASSERT_TRUE(model.ok());
+  for (const char* bad : {"0", "1.5", "-0.2"}) {
+    const ServePlan p = ValidateServeConfig(
+        Parse({"--device", "cuda", "--mem-fraction-static", bad}), &*model, Machine(64 * kGB, 32 * kGB));
+    ASSERT_EQ(p.problems.size(), 1u) << bad << ": " << All(p);
+    EXPECT_THAT(p.problems[0], HasSubstr("is outside (0, 1]")) << bad;
+  }
+  const ServePlan cpu = ValidateServeConfig(Parse({"--mem-fraction-static", "0.5"}), &*model,
+                                            Machine(64 * kGB, 32 * kGB));
+  ASSERT_EQ(cpu.problems.size(), 1u) << All(cpu);
+  EXPECT_THAT(cpu.problems[0], HasSubstr("does nothing with --device cpu"));
+  // The default on the CPU is no problem (it is never used there).
+  EXPECT_TRUE(ValidateServeConfig(Parse({}), &*model, Machine(64 * kGB, 32 * kGB)).ok());
+  const ServePlan dev = ValidateServeConfig(Parse({"--device", "gpu"}), &*model,
+                                            Machine(64 * kGB, 32 * kGB));
+  EXPECT_THAT(All(dev), HasSubstr("expected cpu, cuda or cuda:N"));
+}
+
+TEST(ServeConfigValidationTest, OnAGpuTheArenaSizesTheDevicePool) {
+  auto model = ReadModelConfig(FixtureDir("llama_default"));
+  ASSERT_TRUE(model.ok());
+  const ServeConfig c = Parse({"--device", "cuda", "--kv-cache-dtype", "bf16"});
+  const ServeEnvironment env = FakeGpu(80 * kGiB, 79 * kGiB, Weights(15 * kGiB));
+  const ServePlan p = ValidateServeConfig(c, &*model, env);
+  ASSERT_TRUE(p.ok()) << All(p);
+  ASSERT_TRUE(p.device_memory.has_value());
+  EXPECT_EQ(p.device_memory->arena_bytes, ArenaBytes(*env.device, kDefaultMemFractionStatic));
+  EXPECT_EQ(p.device_pages, p.device_memory->kv_pages);
+  EXPECT_EQ(p.engine.kv_pool_pages, p.device_pages);
+  // Far more than PlanKvPoolPages' 1 GiB cap.
+  EXPECT_GT(static_cast<uint64_t>(p.device_pages) * p.layout->BytesPerPage(), 50 * kGiB);
+  // The runner limits the plan counted are the engine's.
+  EXPECT_EQ(p.device_memory->runner_bytes,
+            ModelRunner::DeviceBytes(
+                EngineRunnerLimits(p.engine,
+                                   EffectiveContextLength(p.engine, model->max_position_embeddings),
+                                   static_cast<int32_t>(ServeMaxBatchTokens(c)), model->vocab_size),
+                model->vocab_size));
+  // --max-total-tokens caps it.
+  const ServePlan capped = ValidateServeConfig(
+      Parse({"--device", "cuda", "--kv-cache-dtype", "bf16", "--max-total-tokens", "4096"}),
+      &*model, env);
+  ASSERT_TRUE(capped.ok()) << All(capped);
+  EXPECT_EQ(capped.device_pages, 4096 / 16);
+}
+
+TEST(ServeConfigValidationTest, AModelThatDoesNotFitIsAProblemWithTheNumbers) {
+  auto model = ReadModelConfig(FixtureDir("llama_default"));
+  ASSERT_TRUE(model.ok());
+  const ServePlan p =
+      ValidateServeConfig(Parse({"--device", "cuda:1", "--mem-fraction-static", "0.5"}), &*model,
+                          FakeGpu(80 * kGiB, 79 * kGiB, Weights(50 * kGiB)));
+  ASSERT_EQ(p.problems.size(), 1u) << All(p);
+  EXPECT_THAT(p.problems[0], HasSubstr("weights 50.00 GiB"));
+  EXPECT_THAT(p.problems[0], HasSubstr("exceed --mem-fraction-static 0.50"));
+  EXPECT_THAT(p.problems[0], HasSubstr("smallest fraction that fits is 0.6"));
+}
+
+TEST(ServeConfigValidationTest, NoVisibleGpuIsAWarningAndTheLoadDecides) {
+  auto model = ReadModelConfig(FixtureDir("llama_default"));
+  ASSERT_TRUE(model.ok());
+  ServeEnvironment env = Machine(64 * kGB, 32 * kGB);
+  env.device = Unavailable("no CUDA device: cudaGetDeviceCount says 0 devices");
+  const ServePlan p = ValidateServeConfig(Parse({"--device", "cuda"}), &*model, env);
+  EXPECT_TRUE(p.ok()) << All(p);
+  EXPECT_FALSE(p.device_memory.has_value());
+  ASSERT_EQ(p.warnings.size(), 1u);
+  EXPECT_THAT(p.warnings[0], HasSubstr("GPU memory not checked (no CUDA device"));
+}
+
+}  // namespace gpu
+
 }  // namespace
 }  // namespace strata::cli

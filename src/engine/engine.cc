@@ -27,6 +27,25 @@ StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& o
   return std::min(by_tokens, by_bytes);
 }
 
+int32_t PromptLogitRows(const EngineOptions& options, int64_t vocab_size) {
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(options.prompt_logit_floats / std::max<int64_t>(1, vocab_size), 16,
+                          std::max(16, options.chunked_prefill_size)));
+}
+
+RunnerLimits EngineRunnerLimits(const EngineOptions& options, int64_t context_length,
+                                int32_t max_batch_tokens, int64_t vocab_size) {
+  RunnerLimits l;
+  l.max_batch_tokens = max_batch_tokens;
+  l.max_seqs = options.max_running_requests;
+  l.max_logit_rows = static_cast<int32_t>(std::min<int64_t>(
+      max_batch_tokens,
+      int64_t{options.max_running_requests} + PromptLogitRows(options, vocab_size)));
+  const int64_t page = std::max<int32_t>(1, options.page_size);
+  l.max_pages_per_seq = std::max<int64_t>(1, (context_length + page - 1) / page);
+  return l;
+}
+
 Engine::Engine(LoadedModel& model, Backend& backend, const EngineOptions& options)
     : model_(model), backend_(backend), options_(options) {}
 
@@ -41,7 +60,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   const KvLayout layout = model.model->kv_layout(options.page_size, options.kv_dtype);
   RETURN_IF_ERROR(layout.Validate());
   e->context_length_ = EffectiveContextLength(options, model.config.max_position_embeddings);
-  ASSIGN_OR_RETURN(const int64_t pages, PlanKvPoolPages(layout, options, e->context_length_));
+  int64_t pages = options.kv_pool_pages;
+  if (pages <= 0) {
+    ASSIGN_OR_RETURN(pages, PlanKvPoolPages(layout, options, e->context_length_));
+  }
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend, options.kv_pool_allocator.get()));
   if (options.hicache.enabled) {
     if (options.disable_radix_cache)
@@ -52,17 +74,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
     e->radix_ =
         std::make_unique<RadixTree>(RadixTreeConfig{options.page_size}, &e->pool_->allocator());
   }
-  e->runner_ = std::make_unique<ModelRunner>(*model.model, backend, *e->pool_,
-                                             model.model->max_batch_tokens());
+  ASSIGN_OR_RETURN(e->runner_,
+                   ModelRunner::Create(*model.model, backend, *e->pool_,
+                                       EngineRunnerLimits(options, e->context_length_,
+                                                          model.model->max_batch_tokens(),
+                                                          model.config.vocab_size)));
   SchedulerOptions so;
   so.page_size = options.page_size;
   so.max_running_requests = options.max_running_requests;
   so.chunked_prefill_size = options.chunked_prefill_size;
   so.max_batch_tokens = e->runner_->max_batch_tokens();
   // Prompt logprobs: the rows of logits per step (EngineOptions::prompt_logit_floats).
-  so.max_prompt_logit_rows = static_cast<int32_t>(std::clamp<int64_t>(
-      options.prompt_logit_floats / std::max<int64_t>(1, model.config.vocab_size), 16,
-      std::max(16, options.chunked_prefill_size)));
+  so.max_prompt_logit_rows = PromptLogitRows(options, model.config.vocab_size);
   e->scheduler_ = std::make_unique<Scheduler>(so, *e->pool_, e->radix_.get(), e->hicache_.get());
   return e;
 }

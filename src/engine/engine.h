@@ -46,6 +46,10 @@ struct EngineOptions {
   // Tokens of KV the pool holds (0: enough for max_running_requests full
   // contexts, capped at 1 GiB of KV).
   int64_t max_total_tokens = 0;
+  // Pages of the device KV pool, when startup planned them (on CUDA with
+  // --mem-fraction-static: engine/device_memory_plan.h, the arena's
+  // remainder, capped by --max-total-tokens). 0: PlanKvPoolPages.
+  int64_t kv_pool_pages = 0;
   int32_t max_running_requests = 64;
   // Prompt tokens one step may carry (chunked prefill); decode tokens come
   // on top, one per running request.
@@ -82,6 +86,18 @@ int64_t EffectiveContextLength(const EngineOptions& options, int64_t max_positio
 // weights load, so both agree. Fails as NumKvPagesForTokens/ForBytes do.
 StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& options,
                                   int64_t context_length);
+
+// Rows of prompt logprobs one step may return (EngineOptions::
+// prompt_logit_floats over the vocabulary, in [16, max(16,
+// chunked_prefill_size)]): the scheduler's max_prompt_logit_rows.
+int32_t PromptLogitRows(const EngineOptions& options, int64_t vocab_size);
+
+// What the engine's ModelRunner must hold in one step (its per-step
+// buffers are allocated once at these sizes): max_batch_tokens rows,
+// max_running_requests sequences, one logit row per sequence plus the
+// prompt-logprob rows, and page tables of context_length tokens.
+RunnerLimits EngineRunnerLimits(const EngineOptions& options, int64_t context_length,
+                                int32_t max_batch_tokens, int64_t vocab_size);
 
 // Offline API (strata generate, benchmarks, parity tests).
 struct StepOutput {

@@ -1,20 +1,58 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace strata {
 
-ModelRunner::ModelRunner(Model& model, Backend& backend, KvPool& pool, int32_t max_batch_tokens)
-    : model_(model), backend_(backend), pool_(pool), max_batch_tokens_(max_batch_tokens) {
+namespace {
+
+// Bytes of each per-step buffer, in member order: tokens, positions, slots,
+// page tables, logit rows, logits, sequences.
+std::vector<uint64_t> BufferBytes(const RunnerLimits& l, int64_t vocab) {
+  const uint64_t t = static_cast<uint64_t>(std::max(1, l.max_batch_tokens));
+  const uint64_t s = static_cast<uint64_t>(std::max(1, l.max_seqs));
+  const uint64_t r = static_cast<uint64_t>(std::max(1, l.max_logit_rows));
+  const uint64_t pages = s * static_cast<uint64_t>(std::max<int64_t>(1, l.max_pages_per_seq));
+  return {t * sizeof(int32_t), t * sizeof(int32_t), t * sizeof(int64_t), pages * sizeof(int32_t),
+          r * sizeof(int32_t), r * static_cast<uint64_t>(vocab) * sizeof(float),
+          s * sizeof(AttentionSeq)};
+}
+
+}  // namespace
+
+uint64_t ModelRunner::DeviceBytes(const RunnerLimits& limits, int64_t vocab) {
+  uint64_t total = 0;
+  for (uint64_t b : BufferBytes(limits, vocab)) total += ArenaBlockBytes(b);
+  return total;
+}
+
+ModelRunner::ModelRunner(Model& model, Backend& backend, KvPool& pool, const RunnerLimits& limits)
+    : model_(model), backend_(backend), pool_(pool), limits_(limits) {
   const KvLayout& layout = pool.layout();
   for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g)
     for (int l = 0; l < layout.groups[g].num_layers; ++l) kv_.push_back(pool.Layer(g, l));
 }
 
-Status ModelRunner::Reserve(Buffer& buf, size_t bytes) {
-  if (buf.bytes() >= bytes) return OkStatus();
-  ASSIGN_OR_RETURN(buf, backend_.Allocate(std::max<size_t>(bytes, 256)));
-  return OkStatus();
+StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Model& model, Backend& backend,
+                                                           KvPool& pool,
+                                                           const RunnerLimits& limits) {
+  if (limits.max_batch_tokens < 1 || limits.max_seqs < 1 || limits.max_logit_rows < 1 ||
+      limits.max_pages_per_seq < 1)
+    return InvalidArgument("ModelRunner: every limit must be >= 1");
+  std::unique_ptr<ModelRunner> r(new ModelRunner(model, backend, pool, limits));
+  const std::vector<uint64_t> bytes = BufferBytes(limits, model.config().vocab_size);
+  Buffer* bufs[] = {&r->tokens_,     &r->positions_, &r->slots_, &r->page_tables_,
+                    &r->logit_rows_, &r->logits_,    &r->seqs_};
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    auto b = backend.Allocate(bytes[i]);
+    if (!b.ok())
+      return b.status().Annotate("allocating the per-step buffers (" + std::to_string(bytes[i]) +
+                                 " bytes)");
+    *bufs[i] = std::move(b).value();
+  }
+  return r;
 }
 
 Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
@@ -47,18 +85,19 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
     h_seqs_.push_back(s);
   }
   const int32_t n = static_cast<int32_t>(h_tokens_.size());
-  if (n > max_batch_tokens_)
-    return Internal("ModelRunner: step of " + std::to_string(n) + " tokens exceeds " +
-                    std::to_string(max_batch_tokens_));
   const int64_t vocab = vocab_size();
   const size_t nl = h_logit_rows_.size();
-  RETURN_IF_ERROR(Reserve(tokens_, n * sizeof(int32_t)));
-  RETURN_IF_ERROR(Reserve(positions_, n * sizeof(int32_t)));
-  RETURN_IF_ERROR(Reserve(slots_, n * sizeof(int64_t)));
-  RETURN_IF_ERROR(Reserve(page_tables_, h_pages_.size() * sizeof(int32_t)));
-  RETURN_IF_ERROR(Reserve(logit_rows_, nl * sizeof(int32_t)));
-  RETURN_IF_ERROR(Reserve(logits_, nl * vocab * sizeof(float)));
-  RETURN_IF_ERROR(Reserve(seqs_, h_seqs_.size() * sizeof(AttentionSeq)));
+  const RunnerLimits& lim = limits_;
+  if (n > lim.max_batch_tokens || h_seqs_.size() > static_cast<size_t>(lim.max_seqs) ||
+      nl > static_cast<size_t>(lim.max_logit_rows) ||
+      h_pages_.size() * sizeof(int32_t) > page_tables_.bytes())
+    return Internal("ModelRunner: a step of " + std::to_string(n) + " tokens, " +
+                    std::to_string(h_seqs_.size()) + " sequences, " + std::to_string(nl) +
+                    " logit rows and " + std::to_string(h_pages_.size()) +
+                    " page-table entries exceeds the runner's limits (" +
+                    std::to_string(lim.max_batch_tokens) + ", " + std::to_string(lim.max_seqs) +
+                    ", " + std::to_string(lim.max_logit_rows) + ", " +
+                    std::to_string(page_tables_.bytes() / sizeof(int32_t)) + ")");
   // Page-table pointers must point into backend memory.
   auto* dev_pages = static_cast<int32_t*>(page_tables_.data());
   for (size_t i = 0; i < h_seqs_.size(); ++i) h_seqs_[i].page_table = dev_pages + page_offsets[i];

@@ -17,11 +17,12 @@ set -euo pipefail
 build=${1:?usage: stage.sh BUILD_DIR DEST_REPO}
 dest=${2:?usage: stage.sh BUILD_DIR DEST_REPO}/.cudarun
 here=$(cd "$(dirname "$0")" && pwd)
-nice ninja -C "$build" -j2 strata parity_test cuda_backend_test batch_sampler_test
+nice ninja -C "$build" -j2 strata parity_test cuda_backend_test batch_sampler_test cuda_arena_test
 mkdir -p "$dest/lib"
 cp "$build/strata" "$build/src/parity_test" "$build/src/cuda_backend_test" \
-  "$build/src/batch_sampler_test" "$dest/"
-strip "$dest/strata" "$dest/parity_test" "$dest/cuda_backend_test" "$dest/batch_sampler_test"
+  "$build/src/batch_sampler_test" "$build/src/cuda_arena_test" "$dest/"
+strip "$dest/strata" "$dest/parity_test" "$dest/cuda_backend_test" "$dest/batch_sampler_test" \
+  "$dest/cuda_arena_test"
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 "$dest/lib/"
 # UCX (PD transfer) and its plugin directory (device_run.sh sets UCX_MODULE_DIR).
 for l in libucp.so.0 libuct.so.0 libucs.so.0 libucm.so.0 libnuma.so.1; do

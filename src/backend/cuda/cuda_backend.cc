@@ -1,6 +1,17 @@
 // The CUDA backend: Backend ops as kernels (kernels.cu) and cuBLASLt GEMMs
-// on one CUDA stream of one device. Buffers are plain cudaMalloc'ed device
-// memory; weights are copied to the device once by UploadWeight.
+// on one CUDA stream of one device. Weights are copied to the device once by
+// UploadWeight.
+//
+// Memory (CudaBackendOptions::mem_fraction_static):
+//   > 0: one cudaMalloc of ArenaBytes(device, fraction) at Init, checked
+//        against the free memory first; every Allocate and weight upload is
+//        a block of that arena (backend/device_memory.h). Weights and
+//        buffers pack from the bottom, an upload's staging copy comes from
+//        the top and is returned at once, so loading leaves no holes.
+//   0:   one cudaMalloc per buffer (tests and tools).
+// Outside the arena: the CUDA context, cuBLASLt's handle, and CopyBlocks'
+// descriptor array (24 bytes per block of one call, at least 64 KiB, made on
+// the first HiCache copy).
 //
 // Linear precision (CudaBackendOptions::matmul_precision):
 //   fp32: weights are widened to F32 at upload; F32 x F32 GEMM with F32
@@ -35,9 +46,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +102,21 @@ cuda::KvLayer ToKvLayer(const KvLayerView& l) {
 
 void FreeDevice(void* p) { cudaFree(p); }
 void FreePinned(void* p) { cudaFreeHost(p); }
+void FreeArenaBlock(void* arena, void* p) {
+  static_cast<DeviceArena*>(arena)->Free(reinterpret_cast<uintptr_t>(p));
+}
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string GiB(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return buf;
+}
 
 cudaDataType_t CudaType(DType t) {
   switch (t) {
@@ -112,17 +139,39 @@ uint32_t Alignment(const void* p, int64_t ld_bytes) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool bf16_weights, const std::string& device_name, int num_sms)
+  CudaBackend(int device, bool bf16_weights, const std::string& device_name, int num_sms,
+              double mem_fraction_static)
       : device_(device),
         bf16_weights_(bf16_weights),
         device_name_(device_name),
-        num_sms_(num_sms) {}
+        num_sms_(num_sms),
+        mem_fraction_(mem_fraction_static) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
     ReleaseGate();
     cudaStreamSynchronize(stream_);
     if (timer_) FinishTiming();
+    weights_.clear();
+    attn_ws_.Reset();
+    sample_in_.Reset();
+    sample_out_.Reset();
+    sample_scratch_.Reset();
+    sample_mass_.Reset();
+    xh_.Reset();
+    workspace_.Reset();
+    err_buf_.Reset();
+    if (arena_) {
+      if (arena_->num_blocks() == 0) {
+        cudaFree(arena_base_);
+      } else {
+        // Buffers that outlive the backend still free into the arena: keep
+        // it (and its memory) until the process ends.
+        STRATA_LOG(WARN) << "CUDA backend: " << arena_->num_blocks()
+                         << " buffers outlive the backend; its arena stays allocated";
+        (void)arena_.release();
+      }
+    }
     matmul_cache_.clear();
     if (lt_) cublasLtDestroy(lt_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -140,6 +189,7 @@ class CudaBackend final : public Backend {
     if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS)
       return Unavailable("CUDA backend: cublasLtCreate failed on device " +
                          std::to_string(device_));
+    if (mem_fraction_ > 0) RETURN_IF_ERROR(CreateArena());
     ASSIGN_OR_RETURN(err_buf_, Allocate(sizeof(int32_t)));
     CUDA_CHECK(cudaMemsetAsync(err_buf_.data(), 0, sizeof(int32_t), stream_));
     int host_ptr = 0;
@@ -166,8 +216,68 @@ class CudaBackend final : public Backend {
            (bf16_weights_ ? "bf16" : "fp32") + " matmul)";
   }
 
-  StatusOr<Buffer> Allocate(size_t bytes) override {
+  // The arena: checked against the free memory before the one cudaMalloc.
+  Status CreateArena() {
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return Unavailable("CUDA backend: cudaMemGetInfo on device " + std::to_string(device_) +
+                         ": " + cudaGetErrorString(e));
+    }
+    DeviceMemoryFacts facts{device_, device_name_, total_b, free_b};
+    const uint64_t bytes = ArenaBytes(facts, mem_fraction_);
+    const std::string what = "--mem-fraction-static " + Num(mem_fraction_) + " of " + GiB(total_b) +
+                             " on device " + std::to_string(device_) + " (" + device_name_ +
+                             ") is " + GiB(bytes);
+    if (bytes == 0) return InvalidArgument(what + ": too small for any buffer");
+    if (bytes > free_b)
+      return ResourceExhausted(what + ", but only " + GiB(free_b) +
+                               " is free (another process holds the rest: see nvidia-smi); "
+                               "lower --mem-fraction-static or free the GPU");
+    void* base = nullptr;
+    e = cudaMalloc(&base, bytes);
+    ++device_mallocs_;
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return ResourceExhausted("CUDA backend: cudaMalloc of the arena failed: " + what + ": " +
+                               cudaGetErrorString(e));
+    }
+    arena_base_ = base;
+    arena_ = std::make_unique<DeviceArena>(reinterpret_cast<uintptr_t>(base), bytes);
+    return OkStatus();
+  }
+
+  BackendMemoryUsage memory_usage() const override {
+    BackendMemoryUsage u;
+    u.device_mallocs = device_mallocs_;
+    if (arena_) {
+      u.arena_bytes = arena_->size();
+      u.arena_used = arena_->used();
+      u.arena_peak = arena_->peak_used();
+      u.arena_largest_free = arena_->largest_free();
+    }
+    return u;
+  }
+
+  StatusOr<Buffer> Allocate(size_t bytes) override { return AllocateBlock(bytes, false); }
+
+  // `high`: from the top of the arena (a staging copy freed at once).
+  StatusOr<Buffer> AllocateBlock(size_t bytes, bool high) {
+    if (arena_) {
+      const uintptr_t p = high ? arena_->AllocateHigh(bytes) : arena_->Allocate(bytes);
+      if (p == 0)
+        return ResourceExhausted(
+            "CUDA backend: the arena (--mem-fraction-static " + Num(mem_fraction_) + ", " +
+            GiB(arena_->size()) + " on device " + std::to_string(device_) +
+            ") has no free range of " + std::to_string(bytes) + " bytes (" + GiB(arena_->used()) +
+            " used, largest free range " + std::to_string(arena_->largest_free()) +
+            " bytes): startup's memory plan did not foresee this buffer (a Strata bug); raise "
+            "--mem-fraction-static or lower --max-total-tokens");
+      return Buffer(reinterpret_cast<void*>(p), bytes, &FreeArenaBlock, arena_.get());
+    }
     void* p = nullptr;
+    ++device_mallocs_;
     const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
     if (e != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free error so later calls work
@@ -326,24 +436,30 @@ class CudaBackend final : public Backend {
         << " (a Strata bug)";
   }
 
+  // Both buffers are taken before any copy starts, so a failure leaves
+  // nothing allocated and nothing in flight: the weight's own buffer (its
+  // kept dtype, CudaWeightDType) from the bottom, and, when it is widened,
+  // a staging copy of the checkpoint bytes from the top of the arena,
+  // returned once the conversion has run.
   StatusOr<Tensor> UploadWeight(const Tensor& host) override {
     STRATA_CHECK(IsFloatDType(host.dtype)) << DTypeName(host.dtype);
-    const DType want = (bf16_weights_ && host.dtype == DType::kBF16) ? DType::kBF16 : DType::kF32;
+    const DType want = CudaWeightDType(host.dtype, bf16_weights_);
     const size_t src_row = host.cols * DTypeSize(host.dtype);
-    ASSIGN_OR_RETURN(Buffer raw, Allocate(host.rows * src_row));
-    CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), src_row, host.data,
-                                 host.row_stride() * DTypeSize(host.dtype), src_row, host.rows,
-                                 cudaMemcpyHostToDevice, stream_));
-    Tensor t{raw.data(), host.dtype, host.rows, host.cols, 0};
-    if (want != host.dtype) {
-      ASSIGN_OR_RETURN(Buffer wide, Allocate(host.rows * host.cols * DTypeSize(want)));
-      Tensor w{wide.data(), want, host.rows, host.cols, 0};
-      cuda::Convert(ToView(t), ToView(w), stream_);
+    const size_t host_pitch = host.row_stride() * DTypeSize(host.dtype);
+    ASSIGN_OR_RETURN(Buffer out, Allocate(host.rows * host.cols * DTypeSize(want)));
+    Tensor t{out.data(), want, host.rows, host.cols, 0};
+    if (want == host.dtype) {
+      CUDA_CHECK(cudaMemcpy2DAsync(out.data(), src_row, host.data, host_pitch, src_row, host.rows,
+                                   cudaMemcpyHostToDevice, stream_));
+    } else {
+      ASSIGN_OR_RETURN(Buffer raw, AllocateBlock(host.rows * src_row, /*high=*/true));
+      CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), src_row, host.data, host_pitch, src_row, host.rows,
+                                   cudaMemcpyHostToDevice, stream_));
+      Tensor r{raw.data(), host.dtype, host.rows, host.cols, 0};
+      cuda::Convert(ToView(r), ToView(t), stream_);
       SyncStream();  // before `raw` is freed
-      t = w;
-      raw = std::move(wide);
     }
-    weights_.push_back(std::move(raw));
+    weights_.push_back(std::move(out));
     return t;
   }
 
@@ -384,6 +500,9 @@ class CudaBackend final : public Backend {
       const size_t bytes = n * k * DTypeSize(w.dtype);
       if (xh_.bytes() < bytes) {
         SyncStream();  // the old scratch may still be read
+        // Freed first: in the arena the old block merges with the free
+        // range after it instead of staying behind as a hole.
+        xh_.Reset();
         StatusOr<Buffer> buf = Allocate(bytes);
         STRATA_CHECK(buf.ok()) << buf.status().message();
         xh_ = std::move(buf).value();
@@ -535,7 +654,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static constexpr size_t kWorkspaceBytes = 32 << 20;
+  static constexpr size_t kWorkspaceBytes = kCudaGemmWorkspaceBytes;
   static constexpr int64_t kGateTimeoutNs = 100'000'000;
 
   // ---- STRATA_CUDA_OP_TIMING (op_timing.h) ----
@@ -895,6 +1014,12 @@ class CudaBackend final : public Backend {
   int device_;
   bool bf16_weights_;
   std::string device_name_;
+  double mem_fraction_ = 0;
+  // The arena (mem_fraction_ > 0): declared before every Buffer member, so
+  // it outlives them. Blocks are freed from any thread (DeviceArena locks).
+  std::unique_ptr<DeviceArena> arena_;
+  void* arena_base_ = nullptr;
+  std::atomic<int64_t> device_mallocs_{0};
   cudaStream_t stream_ = nullptr;
   // CopyBlocks state, guarded by copy_mu_. The copy stream is created on
   // first use (a backend that never copies pages never has one).
@@ -928,6 +1053,34 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+StatusOr<DeviceMemoryFacts> ReadCudaMemoryFacts(int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Unavailable(std::string("no CUDA device: cudaGetDeviceCount says ") +
+                       (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+  }
+  if (device < 0 || device >= count)
+    return Unavailable("CUDA device " + std::to_string(device) +
+                       " does not exist (this machine has " + std::to_string(count) + ")");
+  cudaDeviceProp prop{};
+  DeviceMemoryFacts f;
+  f.device = device;
+  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) f.name = prop.name;
+  size_t free_b = 0, total_b = 0;
+  e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Unavailable("CUDA device " + std::to_string(device) +
+                       ": cudaMemGetInfo: " + cudaGetErrorString(e));
+  }
+  f.total_bytes = total_b;
+  f.free_bytes = free_b;
+  return f;
+}
+
 StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   bool bf16 = false;
   if (options.matmul_precision == "bf16") {
@@ -936,6 +1089,9 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
     return InvalidArgument("CUDA backend: unknown matmul_precision \"" + options.matmul_precision +
                            "\"; expected fp32 or bf16");
   }
+  if (!(options.mem_fraction_static >= 0 && options.mem_fraction_static <= 1))
+    return InvalidArgument("CUDA backend: mem_fraction_static " + Num(options.mem_fraction_static) +
+                           " is outside [0, 1] (0: no arena)");
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -960,7 +1116,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
                               ") cannot run this binary's sm_90a (Hopper) code; rebuild with "
                               "-DCMAKE_CUDA_ARCHITECTURES=<its arch> or use --device cpu");
   }
-  auto b = std::make_unique<CudaBackend>(options.device, bf16, prop.name, prop.multiProcessorCount);
+  auto b = std::make_unique<CudaBackend>(options.device, bf16, prop.name, prop.multiProcessorCount,
+                                         options.mem_fraction_static);
   RETURN_IF_ERROR(b->Init());
   return std::unique_ptr<Backend>(std::move(b));
 }

@@ -11,4 +11,8 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions&) 
       "which needs nvcc and cuBLASLt from CUDA 13); use --device cpu");
 }
 
+StatusOr<DeviceMemoryFacts> ReadCudaMemoryFacts(int) {
+  return Unavailable("no CUDA device: this strata was built without the CUDA backend");
+}
+
 }  // namespace strata
