@@ -155,7 +155,13 @@ TEST_F(CudaParityTest, Embedding) {
 
 TEST_F(CudaParityTest, RmsNorm) {
   for (DType wt : {DType::kF32, DType::kBF16}) {
-    for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 64}, {7, 129}, {33, 896}, {3, 4096}}) {
+    // Fewer than 264 rows: a thread per element (up to 1024); 300: 256.
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 64},
+                           {7, 129},
+                           {33, 896},
+                           {3, 4096},
+                           {1, 2048},
+                           {300, 2048}}) {
       HostTensor x(DType::kF32, rows, d, d + 5), w(wt, 1, d), out(DType::kF32, rows, d);
       x.Fill(rng_, 3.f);
       w.Fill(rng_);
