@@ -18,6 +18,11 @@
 //         compute (CUBLAS_COMPUTE_32F: no TF32), matching the CPU backend.
 //   bf16: BF16 weights stay BF16; x is rounded to BF16 into a scratch
 //         buffer; tensor-core GEMM with F32 accumulation and F32 output.
+// Either way, x with at most cuda::kGemvMaxRows rows (decode) skips the
+// scratch conversion and cuBLASLt: one GEMV kernel (kernels.h Gemv) reads
+// the weights once, rounds x to the weight's type as it loads it, sums in
+// F32 and adds the bias -- the same products as the GEMM path, summed in
+// another order.
 // Linear dispatches on the weight's dtype, so either kind of weight works
 // with either setting.
 //
@@ -493,6 +498,15 @@ class CudaBackend final : public Backend {
         << ", out " << out.rows << "x" << out.cols;
     const int64_t n = x.rows, m = w.rows, k = x.cols;
     if (n == 0 || m == 0) return;
+    STRATA_CHECK(!bias || (bias->rows * bias->cols == m && IsFloatDType(bias->dtype)));
+    if (n <= cuda::kGemvMaxRows) {
+      // Decode: a bandwidth-bound GEMV with x rounded as it is loaded and
+      // the bias fused; no conversion kernel, no cuBLASLt call.
+      Timed timed(this, w.dtype == DType::kF32 ? "Linear.gemv_f32" : "Linear.gemv_16bit");
+      cuda::Gemv(ToView(x), ToView(w), bias ? ToView(*bias) : cuda::View{}, ToView(out), stream_);
+      Launched();
+      return;
+    }
     const void* b = x.data;
     int64_t ldb = x.row_stride();
     if (w.dtype != DType::kF32) {
@@ -518,7 +532,6 @@ class CudaBackend final : public Backend {
       Gemm(w.data, w.dtype, w.row_stride(), b, ldb, out.data, out.row_stride(), m, n, k);
     }
     if (bias) {
-      STRATA_CHECK(bias->rows * bias->cols == m && IsFloatDType(bias->dtype));
       Timed timed(this, "Linear.bias");
       cuda::AddBias(ToView(out), ToView(*bias), stream_);
     }

@@ -157,7 +157,13 @@ TEST_F(CudaParityTest, Embedding) {
 
 TEST_F(CudaParityTest, RmsNorm) {
   for (DType wt : {DType::kF32, DType::kBF16}) {
-    for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 64}, {7, 129}, {33, 896}, {3, 4096}}) {
+    // Fewer than 264 rows: a thread per element (up to 1024); 300: 256.
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 64},
+                           {7, 129},
+                           {33, 896},
+                           {3, 4096},
+                           {1, 2048},
+                           {300, 2048}}) {
       HostTensor x(DType::kF32, rows, d, d + 5), w(wt, 1, d), out(DType::kF32, rows, d);
       x.Fill(rng_, 3.f);
       w.Fill(rng_);
@@ -236,6 +242,85 @@ TEST_F(CudaParityTest, LinearBf16TensorCores) {
     CheckLinear(b->get(), cpu_.get(), DType::kBF16, c, c.n % 2 == 1, c.m % 2 == 1, true, rng_,
                 &keep);
   keep.clear();
+}
+
+// Small-batch Linear: n <= 8 rows take the GEMV kernel (kernels.h Gemv),
+// n = 9 the GEMM. Weights of every dtype go to the device as they are (not
+// widened by UploadWeight); the reference gets x rounded to the weight's
+// type, as the CUDA backend multiplies it (no rounding for F32 weights).
+// Shapes: Llama-3.2-1B's projections, odd k (no 16-byte vectors), m not a
+// multiple of the rows per block, strided and misaligned x/w/out views.
+struct GemvCase {
+  int64_t n, k, m;
+  int64_t x_pad = 0, w_pad = 0, out_pad = 0;
+  bool bias = false;
+  int64_t x_offset = 0;  // x starts this many floats into its buffer
+};
+
+float RoundToDType(float v, DType t) {
+  if (t == DType::kBF16) return Bf16ToFloat(FloatToBf16(v));
+  if (t == DType::kF16) return F16ToFloat(FloatToF16(v));
+  return v;
+}
+
+TEST_F(CudaParityTest, LinearSmallBatchGemv) {
+  std::vector<GemvCase> cases;
+  for (int64_t n = 1; n <= 9; ++n) cases.push_back({n, 2048, 2048});
+  cases.push_back({1, 2048, 512, 0, 0, 0, true});  // k/v projection
+  cases.push_back({1, 2048, 8192});                // gate/up
+  cases.push_back({1, 8192, 2048});                // down
+  cases.push_back({4, 8192, 2048, 0, 0, 0, true});
+  cases.push_back({8, 2048, 512, 0, 0, 0, true});
+  cases.push_back({1, 2048, 32768});  // lm_head-like (128256 rows in the model)
+  cases.push_back({1, 2047, 300, 0, 0, 0, true});
+  cases.push_back({3, 7, 5, 0, 0, 0, true});
+  cases.push_back({1, 1, 9});
+  cases.push_back({2, 2052, 130});  // k % 8 == 4: scalar for 16-bit, vectors for F32
+  cases.push_back({5, 100, 1, 0, 0, 0, true});
+  cases.push_back({1, 64, 3});
+  cases.push_back({3, 2048, 256, 3, 0, 5, true});    // x rows misaligned
+  cases.push_back({2, 2048, 256, 8, 8, 3});          // strided but 16-byte aligned
+  cases.push_back({1, 512, 64, 0, 4});               // w rows 16-byte aligned only for F32
+  cases.push_back({2, 512, 64, 0, 0, 0, false, 1});  // x base misaligned
+  constexpr float kSentinel = 7.25f;
+  for (DType wt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (const GemvCase& c : cases) {
+      const std::string what = std::string("Linear GEMV ") + DTypeName(wt) +
+                               " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                               " m=" + std::to_string(c.m);
+      HostTensor xh(DType::kF32, c.n, c.x_offset + c.k, c.x_offset + c.k + c.x_pad);
+      xh.Fill(rng_);
+      HostTensor w(wt, c.m, c.k, c.k + c.w_pad), b(wt, 1, c.m);
+      w.Fill(rng_, 0.5f);
+      b.Fill(rng_);
+      // Reference inputs: contiguous, x rounded.
+      HostTensor xr(DType::kF32, c.n, c.k), wc(wt, c.m, c.k);
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t i = 0; i < c.k; ++i) xr.set(r, i, RoundToDType(xh.get(r, c.x_offset + i), wt));
+      for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t i = 0; i < c.k; ++i) wc.set(r, i, w.get(r, i));
+      HostTensor out(DType::kF32, c.n, c.m, c.m + c.out_pad), ref(DType::kF32, c.n, c.m);
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t i = 0; i < out.stride; ++i) out.set(r, i, kSentinel);
+      Tensor bt = b.view();
+      cpu_->Linear(xr.view(), wc.view(), c.bias ? &bt : nullptr, ref.view());
+
+      const Tensor dxb = Up(xh), dw = Up(w), db = Up(b), dout = Up(out);
+      const Tensor dx{static_cast<float*>(dxb.data) + c.x_offset, DType::kF32, c.n, c.k, xh.stride};
+      cuda_->Linear(dx, dw, c.bias ? &db : nullptr, dout);
+      const HostTensor got = Down(dout, out);
+      ExpectClose(got, ref, 2e-5, what);
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t i = c.m; i < out.stride; ++i)
+          ASSERT_EQ(got.get(r, i), kSentinel) << what << ": wrote the padding at " << r << "," << i;
+      if (c.n == 1 && c.k == 2048 && c.m == 2048) {  // fixed summation order
+        cuda_->Linear(dx, dw, nullptr, dout);
+        const HostTensor again = Down(dout, out);
+        EXPECT_EQ(std::memcmp(again.bytes.data(), got.bytes.data(), got.bytes.size()), 0) << what;
+      }
+      keep_.clear();
+    }
+  }
 }
 
 TEST_F(CudaParityTest, SiluMulAndAdd) {

@@ -98,16 +98,20 @@ __global__ void EmbeddingKernel(View table, const int32_t* ids, View out, int32_
   }
 }
 
-// One block per row. Sum of squares in double like the CPU backend, so the
-// scale factor is the same float.
-__global__ void RmsNormKernel(View x, View w, float eps, View out) {
+// One block per row (blockDim.x a multiple of 32, at most kMaxNormThreads).
+// Sum of squares in double like the CPU backend, so the scale factor is the
+// same float.
+constexpr int kMaxNormThreads = 1024;
+__global__ void __launch_bounds__(kMaxNormThreads)
+    RmsNormKernel(View x, View w, float eps, View out) {
   const int64_t r = blockIdx.x;
   const int64_t d = x.cols;
   const float* xr = RowF(x, r);
   double ss = 0;
+#pragma unroll 4
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ss += static_cast<double>(xr[c]) * xr[c];
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  __shared__ double part[kThreads / 32];
+  __shared__ double part[kMaxNormThreads / 32];
   __shared__ float inv_s;
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
   __syncthreads();
@@ -119,6 +123,7 @@ __global__ void RmsNormKernel(View x, View w, float eps, View out) {
   __syncthreads();
   const float inv = inv_s;
   float* o = RowF(out, r);
+#pragma unroll 4
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
     o[c] = __fmul_rn(Load(w.data, w.dtype, c), __fmul_rn(xr[c], inv));
 }
@@ -241,6 +246,176 @@ __global__ void GatherRowsKernel(View x, const int32_t* rows, View out, int64_t 
   }
 }
 
+// --- Small-batch GEMV (Gemv in kernels.h) ---
+//
+// Block b owns G consecutive weight rows j0 = b*G ... j0+G-1; its
+// kGemvWarps warps split k: lane l of warp w takes the V-element chunks
+// starting at (w*32 + l)*V, then every kGemvWarps*32*V further (V = 16
+// bytes of weights: 8 BF16/F16 or 4 F32). Per chunk a thread loads V
+// weights of each of its G rows (one 16-byte load each, streamed past L1)
+// and the matching V floats of each x row (16-byte loads through L1/L2,
+// where x stays: it is re-read by every block), so one x load serves G
+// weight rows. Partial sums acc[g][r] are reduced across the warp by
+// shuffles and across the block's warps through shared memory, in a fixed
+// order. Rows past m are clamped to row m-1 for loading (valid memory,
+// never written) so the inner loop has no row branch.
+constexpr int kGemvWarps = 8;
+
+__device__ inline uint4 LoadStreaming(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ inline void Unpack(uint4 v, float* f, float) {
+  f[0] = __uint_as_float(v.x);
+  f[1] = __uint_as_float(v.y);
+  f[2] = __uint_as_float(v.z);
+  f[3] = __uint_as_float(v.w);
+}
+__device__ inline void Unpack(uint4 v, float* f, __nv_bfloat16) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);  // the lower address is the low half
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+__device__ inline void Unpack(uint4 v, float* f, __half) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h;
+    memcpy(&h, &u[i], sizeof(h));
+    const float2 t = __half22float2(h);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+// x rounded to the weight's type and back, as Convert then the GEMM see it.
+template <typename W>
+__device__ inline float RoundTo(float v) {
+  return ToFloat(FromFloat<W>(v));
+}
+
+// acc[g][r] += wf[g][.] . round(x[r][c, c + V)) for the x rows r < n.
+// VEC: x rows are 16-byte aligned and c + V <= k; else loads are checked
+// against k element by element.
+template <typename W, int R, int G, bool VEC>
+__device__ inline void DotChunk(const View& x, int n, int64_t c, int64_t k,
+                                const float (&wf)[G][16 / sizeof(W)], float (&acc)[G][R]) {
+  constexpr int V = 16 / sizeof(W);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (R > 1 && r >= n) break;  // n is the same for the whole grid
+    const float* xr = static_cast<const float*>(x.data) + r * x.stride + c;
+    float xf[V];
+    if (VEC) {
+#pragma unroll
+      for (int q = 0; q < V / 4; ++q) {
+        const float4 t = __ldg(reinterpret_cast<const float4*>(xr) + q);
+        xf[4 * q] = t.x;
+        xf[4 * q + 1] = t.y;
+        xf[4 * q + 2] = t.z;
+        xf[4 * q + 3] = t.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) xf[i] = c + i < k ? xr[i] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float xv = RoundTo<W>(xf[i]);
+#pragma unroll
+      for (int g = 0; g < G; ++g) acc[g][r] = fmaf(wf[g][i], xv, acc[g][r]);
+    }
+  }
+}
+
+template <typename W, int R, int G>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    GemvKernel(View x, View w, View bias, View out, bool vec) {
+  constexpr int V = 16 / sizeof(W);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = static_cast<int>(x.rows);  // 1 <= n <= R
+  const int64_t k = x.cols, m = w.rows;
+  const int64_t j0 = int64_t{blockIdx.x} * G;
+  const W* wr[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) wr[g] = static_cast<const W*>(w.data) + min(j0 + g, m - 1) * w.stride;
+  float acc[G][R];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[g][r] = 0.f;
+
+  const int64_t step = int64_t{kGemvWarps} * 32 * V;
+  const int64_t c0 = (int64_t{warp} * 32 + lane) * V;
+  if (vec) {
+    // U chunks per trip, all U * G = 8 weight loads issued before any is
+    // used (16-byte loads of w rows: 16-byte aligned, and k % V == 0).
+    constexpr int U = 8 / G;
+    int64_t c = c0;
+    for (; c + (U - 1) * step < k; c += U * step) {
+      uint4 raw[U][G];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int g = 0; g < G; ++g) raw[u][g] = LoadStreaming(wr[g] + c + u * step);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float wf[G][V];
+#pragma unroll
+        for (int g = 0; g < G; ++g) Unpack(raw[u][g], wf[g], W{});
+        DotChunk<W, R, G, true>(x, n, c + u * step, k, wf, acc);
+      }
+    }
+    for (; c < k; c += step) {
+      float wf[G][V];
+#pragma unroll
+      for (int g = 0; g < G; ++g) Unpack(LoadStreaming(wr[g] + c), wf[g], W{});
+      DotChunk<W, R, G, true>(x, n, c, k, wf, acc);
+    }
+  } else {
+    for (int64_t c = c0; c < k; c += step) {
+      float wf[G][V];
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < V; ++i) wf[g][i] = c + i < k ? ToFloat(wr[g][c + i]) : 0.f;
+      DotChunk<W, R, G, false>(x, n, c, k, wf, acc);
+    }
+  }
+
+  __shared__ float part[kGemvWarps][G][R];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= n) break;
+      float v = acc[g][r];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) part[warp][g][r] = v;
+    }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < G * R) {
+    const int g = t / R, r = t % R;
+    const int64_t j = j0 + g;
+    if (r < n && j < m) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kGemvWarps; ++i) s += part[i][g][r];
+      if (bias.data != nullptr) s += Load(bias.data, bias.dtype, j);
+      RowF(out, r)[j] = s;
+    }
+  }
+}
+
 __global__ void CopyBlocksKernel(const CopyDesc* desc, int64_t n) {
   for (int64_t b = blockIdx.x; b < n; b += gridDim.x) {
     const CopyDesc d = desc[b];
@@ -324,7 +499,54 @@ void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* 
 
 void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream) {
   if (x.rows == 0) return;
-  RmsNormKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, stream>>>(x, weight, eps, out);
+  // A row per block: with few rows (decode) only a few SMs work, so each
+  // block gets a thread per element up to 1024, every load of the row in
+  // flight at once (256 threads walked a 2048-wide row in 8 serial steps);
+  // with many rows (prefill) 256, as the blocks fill the GPU anyway.
+  const int64_t cap = x.rows >= 264 ? kThreads : kMaxNormThreads;
+  const int64_t threads = std::min<int64_t>(cap, std::max<int64_t>(32, (x.cols + 31) / 32 * 32));
+  RmsNormKernel<<<static_cast<unsigned>(x.rows), static_cast<unsigned>(threads), 0, stream>>>(
+      x, weight, eps, out);
+}
+
+namespace {
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <typename W>
+void LaunchGemv(const View& x, const View& w, const View& bias, const View& out,
+                cudaStream_t stream) {
+  constexpr int64_t V = 16 / sizeof(W);
+  const bool vec = Aligned16(w.data) && (w.stride * int64_t{sizeof(W)}) % 16 == 0 &&
+                   x.cols % V == 0 && Aligned16(x.data) && x.stride % 4 == 0;
+  const int threads = kGemvWarps * 32;
+  // 4 weight rows per block: each x load serves 4 weight loads, and at
+  // k = 2048 (one chunk per thread per row) a thread still has 4 16-byte
+  // loads in flight; m = 2048 gives 512 blocks, ~4 per SM, one wave. One x
+  // row (batch-1 decode) gets its own instantiation, with no row loop.
+  const int64_t blocks = (w.rows + 3) / 4;
+  if (x.rows == 1) {
+    GemvKernel<W, 1, 4>
+        <<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, bias, out, vec);
+  } else {
+    GemvKernel<W, kGemvMaxRows, 4>
+        <<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, bias, out, vec);
+  }
+}
+}  // namespace
+
+void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream) {
+  if (x.rows == 0 || w.rows == 0) return;
+  switch (w.dtype) {
+    case DType::kBF16:
+      LaunchGemv<__nv_bfloat16>(x, w, bias, out, stream);
+      return;
+    case DType::kF16:
+      LaunchGemv<__half>(x, w, bias, out, stream);
+      return;
+    default:
+      LaunchGemv<float>(x, w, bias, out, stream);
+      return;
+  }
 }
 
 void AddBias(const View& out, const View& bias, cudaStream_t stream) {

@@ -49,6 +49,18 @@ void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* 
 
 void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream);
 
+// Small-batch Linear (decode): out[r][j] = sum_k round(x[r][k]) * w[j][k]
+// (+ bias[j] when bias.data is set), for x.rows in [1, kGemvMaxRows].
+// w is [m x k] row-major (stride w.stride) in BF16, F16 or F32; x and out
+// are F32 with any row stride. round() rounds x to w's dtype (none for F32)
+// -- what the GEMM path does by converting x before cuBLASLt -- and the
+// products are summed in F32. Bandwidth-bound: every weight byte is read
+// once, with 16-byte loads when w and x rows are 16-byte aligned and k is a
+// whole number of 16-byte vectors, else element by element (any shape).
+// Summation order is fixed, so results are deterministic run to run.
+inline constexpr int64_t kGemvMaxRows = 8;
+void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream);
+
 // out[r, c] += bias[c].
 void AddBias(const View& out, const View& bias, cudaStream_t stream);
 

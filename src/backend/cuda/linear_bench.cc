@@ -1,0 +1,138 @@
+// CUDA Linear at decode batch sizes (issue 10): time per call and weight
+// bandwidth (weight bytes / time) for Llama-3.2-1B's projections, at n x
+// rows of x. n <= 8 takes the GEMV kernel, n > 8 the cuBLASLt GEMM, so
+// n = 8 against n = 9/16 shows the two paths on the same weights.
+//
+// Timing: `--calls` calls queued back to back on the backend's stream,
+// then one Synchronize; time / calls. This is what a decode step sees (no
+// host sync between ops) and includes the launch rate: a call shorter than
+// a launch (~2-3 us of host time) measures the launch, not the kernel.
+// Repeated `--reps` times; the median is printed.
+//
+// Usage: linear_bench [--precision=bf16|fp32] [--calls=200] [--reps=5]
+//                     [--rows=1,2,4,8,9,16]
+// Without a CUDA device it prints why and exits 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace strata {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t m, k;
+};
+// Llama-3.2-1B: hidden 2048, 8 kv heads x 64, intermediate 8192, vocab 128256.
+constexpr Shape kShapes[] = {{"q/o 2048x2048", 2048, 2048},
+                             {"k/v 512x2048", 512, 2048},
+                             {"gate/up 8192x2048", 8192, 2048},
+                             {"down 2048x8192", 2048, 8192},
+                             {"lm_head 128256x2048", 128256, 2048}};
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Deterministic, cheap fill (values in [-0.5, 0.5)); the bench needs no
+// distribution, only finite numbers.
+void FillHost(std::vector<float>& v, uint32_t seed) {
+  uint32_t s = seed;
+  for (float& f : v) {
+    s = s * 1664525u + 1013904223u;
+    f = static_cast<float>(s >> 8) / 16777216.f - 0.5f;
+  }
+}
+
+int Run(int argc, char** argv) {
+  std::string precision = "bf16";
+  int calls = 200, reps = 5;
+  std::vector<int64_t> rows = {1, 2, 4, 8, 9, 16};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--precision=", 0) == 0) {
+      precision = a.substr(12);
+    } else if (a.rfind("--calls=", 0) == 0) {
+      calls = std::max(1, std::atoi(a.c_str() + 8));
+    } else if (a.rfind("--reps=", 0) == 0) {
+      reps = std::max(1, std::atoi(a.c_str() + 7));
+    } else if (a.rfind("--rows=", 0) == 0) {
+      rows.clear();
+      for (const char* p = a.c_str() + 7; *p;) {
+        rows.push_back(std::max<int64_t>(1, std::atoll(p)));
+        while (*p && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  CudaBackendOptions o;
+  o.matmul_precision = precision;
+  auto b = CreateCudaBackend(o);
+  if (!b.ok()) {
+    std::printf("linear_bench: %s\n", b.status().message().c_str());
+    return 0;
+  }
+  Backend& be = **b;
+  std::printf("# CUDA Linear, %s weights (--precision=%s), %d calls x %d reps, median\n",
+              precision == "bf16" ? "BF16" : "F32", precision.c_str(), calls, reps);
+  std::printf("%-22s %4s %10s %10s\n", "shape", "n", "us/call", "GB/s(w)");
+  const int64_t max_n = *std::max_element(rows.begin(), rows.end());
+  for (const Shape& s : kShapes) {
+    // Host weights as BF16 (what a checkpoint holds); UploadWeight keeps
+    // them BF16 under --precision=bf16 and widens them to F32 under fp32.
+    std::vector<float> wf(static_cast<size_t>(s.m * s.k));
+    FillHost(wf, 7);
+    std::vector<uint16_t> wh(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) wh[i] = FloatToBf16(wf[i]);
+    wf = {};
+    auto w = be.UploadWeight(Tensor{wh.data(), DType::kBF16, s.m, s.k, 0});
+    if (!w.ok()) {
+      std::printf("%-22s upload failed: %s\n", s.name, w.status().message().c_str());
+      continue;
+    }
+    wh = {};
+    const double wbytes = static_cast<double>(s.m * s.k) * DTypeSize(w->dtype);
+    std::vector<float> xh(static_cast<size_t>(max_n * s.k));
+    FillHost(xh, 11);
+    auto xb = be.Allocate(xh.size() * sizeof(float));
+    auto ob = be.Allocate(static_cast<size_t>(max_n * s.m) * sizeof(float));
+    if (!xb.ok() || !ob.ok()) {
+      std::printf("%-22s allocation failed\n", s.name);
+      continue;
+    }
+    be.CopyToDevice(xb->data(), xh.data(), xh.size() * sizeof(float));
+    for (int64_t n : rows) {
+      const Tensor x{xb->data(), DType::kF32, n, s.k, 0};
+      const Tensor out{ob->data(), DType::kF32, n, s.m, 0};
+      for (int i = 0; i < 10; ++i) be.Linear(x, *w, nullptr, out);  // plans, clocks
+      be.Synchronize();
+      std::vector<double> t;
+      for (int r = 0; r < reps; ++r) {
+        const double t0 = Now();
+        for (int i = 0; i < calls; ++i) be.Linear(x, *w, nullptr, out);
+        be.Synchronize();
+        t.push_back((Now() - t0) / calls);
+      }
+      std::sort(t.begin(), t.end());
+      const double med = t[t.size() / 2];
+      std::printf("%-22s %4lld %10.2f %10.0f\n", s.name, static_cast<long long>(n), med * 1e6,
+                  wbytes / med / 1e9);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) { return strata::Run(argc, argv); }
