@@ -25,6 +25,20 @@ uint64_t CudaBackendArenaBytes(bool bf16_matmul, int64_t max_linear_rows, int64_
   return bytes;
 }
 
+uint64_t CudaBackendStepArenaBytes(int64_t max_rows, int64_t vocab, int max_head_dim) {
+  constexpr uint64_t kSmBound = 256, kRowsPerSm = 128;
+  const uint64_t attention =
+      kSmBound * kRowsPerSm * static_cast<uint64_t>(std::max(max_head_dim, 1) + 2) * sizeof(float);
+  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(max_rows, 1));
+  const uint64_t v = static_cast<uint64_t>(std::max<int64_t>(vocab, 1));
+  auto grown = [](uint64_t b) { return ArenaBlockBytes(std::max<uint64_t>(b * 5 / 4, 4096)); };
+  const uint64_t scratch = grown(rows * v * sizeof(float));
+  const uint64_t masses = grown(rows * 2 * ((v + 255) / 256) * sizeof(double));
+  const uint64_t results = grown(rows * 512);
+  const uint64_t inputs = grown(rows * (512 + v / 8 + (uint64_t{64} << 10)));
+  return ArenaBlockBytes(attention) + scratch + masses + results + inputs;
+}
+
 DeviceArena::DeviceArena(uintptr_t base, uint64_t size) : base_(base), size_(size) {
   STRATA_CHECK(base % kDeviceArenaAlignment == 0) << "arena base " << base << " is not aligned";
   STRATA_CHECK(size % kDeviceArenaAlignment == 0) << "arena size " << size << " is not aligned";

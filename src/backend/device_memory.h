@@ -66,6 +66,16 @@ inline constexpr size_t kCudaGemmWorkspaceBytes = size_t{32} << 20;
 // weight any Linear reads, at the most rows one step carries).
 uint64_t CudaBackendArenaBytes(bool bf16_matmul, int64_t max_linear_rows, int64_t max_16bit_cols);
 
+// Arena bytes the CUDA backend grows into while serving, on top of the
+// above: PagedAttention's split-K partials (the split count is chosen so
+// that splits x query rows x heads stays under 128 rows per SM, here bounded
+// for up to 256 SMs) and SampleRows' device buffers for `max_rows` rows of
+// `vocab` logits (the adjusted-logits scratch, per-block masses, results,
+// and inputs of up to vocab/8 mask bytes plus 64 KiB of bans, biases and
+// penalty tokens per row), each as the backend grows it (x 5/4). Beyond the
+// sampling bound a row is sampled on the host instead (correct, slower).
+uint64_t CudaBackendStepArenaBytes(int64_t max_rows, int64_t vocab, int max_head_dim);
+
 // First-fit allocator over [base, base + size): blocks are
 // kDeviceArenaAlignment-aligned (base must be), a free list ordered by
 // address with neighbours merged on Free. Allocate takes the lowest free

@@ -94,7 +94,8 @@ namespace strata::disagg {
 
 // Bumped on any incompatible change of the messages below; a peer speaking
 // another version fails its Hello (both roles must run the same Strata).
-inline constexpr int kBootstrapProtocolVersion = 1;
+// 2: pool groups carry tokens_per_entry (compressed KV entries).
+inline constexpr int kBootstrapProtocolVersion = 2;
 // Largest frame payload either side accepts (RoomReady of ~1M pages fits).
 inline constexpr size_t kMaxFrameBytes = size_t{16} << 20;
 

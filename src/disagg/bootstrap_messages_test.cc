@@ -237,7 +237,7 @@ TEST(BootstrapMessages, WrongFieldsAreNamed) {
   const Message done = RoomDone{1, 5, -0.5f, {{5, -0.5f}}, 10, 2, false, ""};
   const Message failed = RoomFailed{1, FailureReason::kAborted, "m"};
   const std::vector<Case> cases = {
-      {hello, [](json& j) { j["protocol"] = 2; }, "\"protocol\""},
+      {hello, [](json& j) { j["protocol"] = kBootstrapProtocolVersion + 1; }, "\"protocol\""},
       {hello, [](json& j) { j.erase("protocol"); }, "\"protocol\""},
       {hello, [](json& j) { j["instance_id"] = ""; }, "\"instance_id\""},
       {hello, [](json& j) { j["role"] = "router"; }, "\"role\""},

@@ -137,8 +137,11 @@ StatusOr<DeviceMemoryPlan> PlanDeviceMemory(const DeviceMemoryPlanInput& in) {
   p.weight_bytes = in.model.weight_bytes;
   p.model_buffer_bytes = in.model.buffer_bytes;
   p.runner_bytes = ModelRunner::DeviceBytes(in.runner, in.vocab_size);
+  int max_head_dim = 0;
+  for (const PoolGroupSpec& g : in.layout.groups) max_head_dim = std::max(max_head_dim, g.head_dim);
   p.backend_bytes =
-      CudaBackendArenaBytes(in.bf16_matmul, in.runner.max_batch_tokens, in.model.max_16bit_cols);
+      CudaBackendArenaBytes(in.bf16_matmul, in.runner.max_batch_tokens, in.model.max_16bit_cols) +
+      CudaBackendStepArenaBytes(in.runner.max_logit_rows, in.vocab_size, max_head_dim);
   const std::string frac = Fraction(in.mem_fraction_static);
   const std::string arena = "--mem-fraction-static " + frac + " x " + GiB(d.total_bytes) +
                             " of cuda:" + std::to_string(d.device) + " = " + GiB(p.arena_bytes);

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/engine.h"
 #include "model/model_dir.h"
 #include "model/weights.h"
@@ -15,6 +17,12 @@
 
 namespace strata {
 namespace {
+
+int MaxHeadDim(const KvLayout& l) {
+  int d = 0;
+  for (const PoolGroupSpec& g : l.groups) d = std::max(d, g.head_dim);
+  return d;
+}
 
 std::string Fixture(const std::string& name) {
   return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
@@ -221,7 +229,10 @@ TEST(DeviceMemoryPlanTest, TheKvPoolIsTheArenasRemainderInWholePages) {
   EXPECT_EQ(p->arena_bytes, ArenaBytes(in.device, 0.88));
   EXPECT_EQ(p->weight_bytes, 15 * kGiB);
   EXPECT_EQ(p->runner_bytes, ModelRunner::DeviceBytes(in.runner, in.vocab_size));
-  EXPECT_EQ(p->backend_bytes, CudaBackendArenaBytes(false, 576, 0));
+  EXPECT_EQ(p->backend_bytes,
+            CudaBackendArenaBytes(false, 576, 0) +
+                CudaBackendStepArenaBytes(in.runner.max_logit_rows, in.vocab_size,
+                                          MaxHeadDim(in.layout)));
   const uint64_t rest = p->arena_bytes - 15 * kGiB - p->activation_bytes() - kDeviceArenaAlignment;
   EXPECT_EQ(p->kv_pages, static_cast<int64_t>(rest / in.layout.BytesPerPage()));
   EXPECT_EQ(p->kv_pages, p->kv_pages_fit);
@@ -337,7 +348,10 @@ TEST(DeviceMemoryPlanTest, DeepSeekV3FixtureOnAnH200) {
                                             p->activation_bytes() - kDeviceArenaAlignment) /
                                                per_page,
                                            kMaxKvPages));
-  EXPECT_EQ(p->backend_bytes, CudaBackendArenaBytes(true, mo.max_batch_tokens, fp->max_16bit_cols));
+  EXPECT_EQ(p->backend_bytes,
+            CudaBackendArenaBytes(true, mo.max_batch_tokens, fp->max_16bit_cols) +
+                CudaBackendStepArenaBytes(in.runner.max_logit_rows, in.vocab_size,
+                                          MaxHeadDim(in.layout)));
   EXPECT_GT(fp->max_16bit_cols, 0);  // bf16 keeps the fixture's BF16 weights
 }
 

@@ -299,9 +299,13 @@ class CudaBackend final : public Backend {
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    Timed timed(this, "CopyToDevice");
     // From pageable memory the copy is staged before this returns, so the
-    // caller may reuse `src` at once.
+    // caller may reuse `src` at once. It also waits for the stream first
+    // (CUDA's rule for pageable sources), so under STRATA_CUDA_OP_TIMING=gated
+    // it must not sit behind a shut gate: copies open it and run ungated;
+    // the step's next kernel shuts a new one.
+    ReleaseGate();
+    Timed timed(this, "CopyToDevice", /*arms_gate=*/false);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
 
@@ -694,8 +698,8 @@ class CudaBackend final : public Backend {
   // when timing is on; else nothing.
   class Timed {
    public:
-    Timed(CudaBackend* b, const char* op) : b_(b->timer_ ? b : nullptr) {
-      if (b_) index_ = b_->TimerBegin(op);
+    Timed(CudaBackend* b, const char* op, bool arms_gate = true) : b_(b->timer_ ? b : nullptr) {
+      if (b_) index_ = b_->TimerBegin(op, arms_gate);
     }
     ~Timed() {
       if (b_) CUDA_CHECK(cudaEventRecord(b_->timer_->pending[index_].stop, b_->stream_));
@@ -742,7 +746,7 @@ class CudaBackend final : public Backend {
     return e;
   }
 
-  size_t TimerBegin(const char* op) {
+  size_t TimerBegin(const char* op, bool arms_gate) {
     OpTimer& t = *timer_;
     if (!t.in_step) {
       t.in_step = true;
@@ -750,7 +754,7 @@ class CudaBackend final : public Backend {
       t.step_span_ms = 0;
       t.step_begin = std::chrono::steady_clock::now();
     }
-    if (t.mode == cuda::OpTimingMode::kGated && !t.gate_armed) {
+    if (t.mode == cuda::OpTimingMode::kGated && arms_gate && !t.gate_armed) {
       // The previous gate has finished: every release is followed by a sync.
       __atomic_store_n(&t.gate_host[0], 0, __ATOMIC_SEQ_CST);
       cuda::Gate(t.gate_dev, t.gate_dev + 1, kGateTimeoutNs, stream_);

@@ -70,7 +70,9 @@ std::map<std::string, std::string> Seeds() {
   s["bad_unknown_type.json"] = R"({"type":"room_abort","room":1})";
   s["bad_protocol.json"] = [&] {
     std::string x = hello;
-    x.replace(x.find("\"protocol\":1"), 12, "\"protocol\":2");
+    const std::string ours = "\"protocol\":" + std::to_string(kBootstrapProtocolVersion);
+    x.replace(x.find(ours), ours.size(),
+              "\"protocol\":" + std::to_string(kBootstrapProtocolVersion + 1));
     return x;
   }();
   s["bad_dst_page.json"] =
