@@ -160,6 +160,9 @@ int CompareSteps(const std::string& what, const json& steps, const GenerationRes
 // The reference steps of case `c` a cached run of `name` can reproduce (see
 // ComparableSteps).
 json Steps(const std::string& name, const json& c, bool one_forward_prefill) {
+  // A reference's own KV-cached run (tools/reference/add_cached_goldens.py)
+  // is what a cached engine reproduces when the prompt goes in one forward.
+  if (one_forward_prefill && c.contains("cached_steps")) return c["cached_steps"];
   const size_t n = ComparableSteps(name, c["prompt_ids"].size(), c["steps"].size(),
                                    one_forward_prefill);
   return json(std::vector<json>(c["steps"].begin(), c["steps"].begin() + n));
@@ -346,6 +349,31 @@ TEST(DeepseekV4ParityTest, EveryStepAsAFullRecomputeMatchesTransformers) {
 
 // This version runs DeepSeek V4 on the CPU backend only: on CUDA the load
 // fails, saying so, instead of running host loops on device memory.
+// Every case with its whole prompt in one forward (chunks of 1,024 tokens)
+// against transformers' own KV-cached run (golden cached_steps, from
+// tools/reference/add_cached_goldens.py): one prefill, then one token per
+// step, as Strata runs it. Every step is compared, also those where the
+// reference's cached run departs from its full recompute.
+TEST(DeepseekV4ParityTest, CachedRunsMatchTransformersCachedRun) {
+  const json golden = LoadGolden("deepseek_v4");
+  Stack s = Load("deepseek_v4", "auto", 16, 1024);
+  ASSERT_TRUE(s.engine);
+  int total = 0;
+  for (const json& c : golden["cases"]) {
+    ASSERT_TRUE(c.contains("cached_steps")) << "regenerate with add_cached_goldens.py";
+    ASSERT_LE(c["prompt_ids"].size(), 1024u);
+    std::vector<GenerationRequest> reqs;
+    reqs.push_back(GreedyRequest(c));
+    auto res = s.engine->Generate(std::move(reqs));
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    total += CompareSteps("deepseek_v4 one-forward prompt_len " +
+                              std::to_string(c["prompt_ids"].size()),
+                          c["cached_steps"], (*res)[0], golden["near_tie"]);
+  }
+  EXPECT_GT(total, 150) << "too few steps compared";
+  EXPECT_EQ(s.engine->load().pages_active, 0);
+}
+
 TEST(DeepseekV4ParityTest, CudaRefusesTheModelByName) {
   auto b = CreateCudaBackend(CudaBackendOptions{});
   if (!b.ok() && b.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << b.status().message();
