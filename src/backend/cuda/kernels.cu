@@ -522,15 +522,12 @@ void LaunchGemv(const View& x, const View& w, const View& bias, const View& out,
   // 4 weight rows per block: each x load serves 4 weight loads, and at
   // k = 2048 (one chunk per thread per row) a thread still has 4 16-byte
   // loads in flight; m = 2048 gives 512 blocks, ~4 per SM, one wave. One x
-  // row (batch-1 decode) gets its own instantiation, with no row loop.
+  // row (batch-1 decode) only: with 2-8 rows this kernel measured slower
+  // than convert + cuBLASLt on most Llama-3.2-1B shapes (linear_bench on the
+  // H200: gate/up 8192x2048 at 8 rows 41 us against 10.8 us at 9 rows).
   const int64_t blocks = (w.rows + 3) / 4;
-  if (x.rows == 1) {
-    GemvKernel<W, 1, 4>
-        <<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, bias, out, vec);
-  } else {
-    GemvKernel<W, kGemvMaxRows, 4>
-        <<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, bias, out, vec);
-  }
+  static_assert(kGemvMaxRows == 1, "one instantiation: batch-1 decode");
+  GemvKernel<W, 1, 4><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, bias, out, vec);
 }
 }  // namespace
 

@@ -58,7 +58,11 @@ void RmsNorm(const View& x, const View& weight, float eps, const View& out, cuda
 // once, with 16-byte loads when w and x rows are 16-byte aligned and k is a
 // whole number of 16-byte vectors, else element by element (any shape).
 // Summation order is fixed, so results are deterministic run to run.
-inline constexpr int64_t kGemvMaxRows = 8;
+// One row only: linear_bench on the H200 (Llama-3.2-1B shapes, bf16) had
+// this kernel at 2.1-4.5 TB/s of weights for one row but behind convert +
+// cuBLASLt from 2 rows on most shapes (gate/up 8192x2048: 19 us at 2 rows,
+// 41 us at 8, cuBLASLt 10.8 us at 9).
+inline constexpr int64_t kGemvMaxRows = 1;
 void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream);
 
 // out[r, c] += bias[c].
