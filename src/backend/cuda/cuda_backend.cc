@@ -1031,6 +1031,7 @@ class CudaBackend final : public Backend {
   int device_;
   bool bf16_weights_;
   std::string device_name_;
+  int num_sms_;
   double mem_fraction_ = 0;
   // The arena (mem_fraction_ > 0): declared before every Buffer member, so
   // it outlives them. Blocks are freed from any thread (DeviceArena locks).
@@ -1061,7 +1062,6 @@ class CudaBackend final : public Backend {
   std::vector<cuda::SampleRowArgs> sample_args_;
   std::vector<float> sample_row_;
   Buffer attn_ws_;  // PagedAttention's split-K partials
-  int num_sms_;
   size_t max_smem_per_block_ = 48 << 10;  // opt-in limit, read in Init
   std::vector<Buffer> weights_;
   std::map<PlanKey, std::unique_ptr<MatmulPlan>> matmul_cache_;
