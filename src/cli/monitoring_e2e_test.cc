@@ -558,8 +558,13 @@ TEST_F(MonitoringE2eTest, EveryDashboardQueryReturnsData) {
         return Value("sum(strata_service_up)") == running;
       },
       seconds(30)));
-  EXPECT_EQ(Value("strata_service_crashloop{service=\"broken\"}"), 1);
-  EXPECT_EQ(Value("strata_service_last_exit_code{service=\"broken\"}"), 66);
+  // The launcher's state said crashloop before Prometheus's last scrape of
+  // it may have (a fresh-clone CI run read 0 here once): wait for a scrape.
+  EXPECT_TRUE(Eventually(
+      [] { return Value("strata_service_crashloop{service=\"broken\"}") == 1; }, seconds(30)));
+  EXPECT_TRUE(Eventually(
+      [] { return Value("strata_service_last_exit_code{service=\"broken\"}") == 66; },
+      seconds(30)));
   EXPECT_GT(Value("sum(strata_hicache_hit_tokens_total{tier=~\"host|storage\"})"), 0);
   EXPECT_GT(Value("strata_hicache_storage_bytes"), 0);
   EXPECT_EQ(Value("strata_max_queued_tokens{service=\"chat\"}"), 4096);
