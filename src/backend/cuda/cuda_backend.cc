@@ -313,7 +313,10 @@ class CudaBackend final : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
     {
-      Timed timed(this, "CopyToHost");
+      // Into pageable memory the copy returns only once done, so under
+      // STRATA_CUDA_OP_TIMING=gated the gate opens first (as in CopyToDevice).
+      ReleaseGate();
+      Timed timed(this, "CopyToHost", /*arms_gate=*/false);
       CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     }
     SyncStream();
