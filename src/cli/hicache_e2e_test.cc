@@ -147,7 +147,8 @@ TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
 // incident: a model-specific check refused --hicache-size).
 TEST(HiCacheE2eTest, EveryModelServesWithSizeAndWithRatio) {
   const std::string prompt = Prompts(1)[0];
-  for (const char* model : {"llama_default", "mistral", "qwen2", "qwen3", "deepseek_v3"}) {
+  for (const char* model :
+       {"llama_default", "mistral", "qwen2", "qwen3", "deepseek_v3", "deepseek_v4"}) {
     std::string reference;
     for (const std::vector<std::string>& sizing : std::vector<std::vector<std::string>>{
              {}, {"--hicache-size", "0.05"}, {"--hicache-ratio", "3"}}) {
@@ -171,6 +172,94 @@ TEST(HiCacheE2eTest, EveryModelServesWithSizeAndWithRatio) {
       }
     }
   }
+}
+
+// The incident, replayed (issue 14): DeepSeek V4, the model whose
+// multi-pool KV cache the peer could size only by ratio, under HiCache
+// sized either way. Its seven pool groups (sliding window, compressed
+// entries at rates 4 and 128, indexer keys, compressor and indexer inputs)
+// go to the host and come back with outputs unchanged.
+const char* const kV4Groups[] = {"sliding_kv",           "csa_compressed_kv",
+                                 "csa_indexer_keys",     "csa_compressor_inputs",
+                                 "csa_indexer_inputs",   "hca_compressed_kv",
+                                 "hca_compressor_inputs"};
+
+std::vector<std::string> V4Args() {
+  return {"--model-path", Fixture("deepseek_v4"), "--served-model-name", "m",
+          "--max-total-tokens", "256", "--page-size", "16", "--max-running-requests", "2"};
+}
+
+TEST(HiCacheE2eTest, DeepseekV4OffloadsEveryPoolAndLoadsItBackSizedEitherWay) {
+  const std::vector<std::string> prompts = Prompts(10);
+  std::vector<std::string> expected;
+  {
+    Server off(V4Args());
+    ASSERT_GT(off.port(), 0) << off.Log();
+    for (const auto& p : prompts) expected.push_back(Complete(off, p).text);
+  }
+  for (const std::vector<std::string>& sizing :
+       std::vector<std::vector<std::string>>{{"--hicache-size", "0.05"}, {"--hicache-ratio", "8"}}) {
+    std::vector<std::string> args = V4Args();
+    args.push_back("--enable-hierarchical-cache");
+    args.insert(args.end(), sizing.begin(), sizing.end());
+    Server on(args);
+    ASSERT_GT(on.port(), 0) << sizing[0] << "\n" << on.Log();
+    int64_t prompt_tokens = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Completion c = Complete(on, prompts[i]);
+      EXPECT_EQ(c.text, expected[i]) << sizing[0] << ", first round, prompt " << i;
+      prompt_tokens += c.prompt_tokens;
+    }
+    ASSERT_GT(prompt_tokens, 3 * 256) << "the working set must be several device pools";
+    ExpectIntegrity(on);
+    // Second round: the early prompts left the device long ago; every
+    // group's pages of their prefixes come back from the host.
+    int64_t cached = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Completion c = Complete(on, prompts[i]);
+      EXPECT_EQ(c.text, expected[i]) << sizing[0] << ", second round, prompt " << i;
+      cached += c.cached_tokens;
+    }
+    EXPECT_GT(cached, prompt_tokens / 2) << sizing[0] << "\n" << on.Log();
+    ExpectIntegrity(on);
+    EXPECT_GT(on.Metric(Series("strata_hicache_load_back_tokens_total", "tier", "host")), 0)
+        << sizing[0];
+    EXPECT_GT(on.Metric(Series("strata_hicache_backup_tokens_total", "tier", "host")), 0);
+    for (const char* g : kV4Groups) {
+      EXPECT_GT(on.Metric("strata_hicache_host_pages{model=\"m\",role=\"colocated\",group=\"" +
+                          std::string(g) + "\",state=\"used\"}"),
+                0)
+          << sizing[0] << " " << g;
+      for (const char* tier : {"device", "host"})
+        EXPECT_GT(on.Metric("strata_kv_pool_bytes{model=\"m\",role=\"colocated\",group=\"" +
+                            std::string(g) + "\",tier=\"" + tier + "\"}"),
+                  0)
+            << sizing[0] << " " << g << " " << tier;
+    }
+  }
+}
+
+// An impossible host tier for V4 is exit 78 before the weights load,
+// naming each pool's bytes and what fits, sized either way.
+TEST(HiCacheE2eTest, DeepseekV4ImpossibleHostTierIsExit78NamingEveryPool) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("hicache_v4_noweights_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(Fixture("deepseek_v4"), dir, fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") fs::remove(e.path());
+  for (const std::vector<std::string>& sizing : std::vector<std::vector<std::string>>{
+           {"--hicache-size", "100000"}, {"--hicache-ratio", "100000"}}) {
+    Server s({"--model-path", dir.string(), "--enable-hierarchical-cache", sizing[0], sizing[1]});
+    EXPECT_EQ(s.WaitExit(std::chrono::seconds(60)), 78) << sizing[0] << "\n" << s.Log();
+    const std::string log = s.Log();
+    EXPECT_THAT(log, ::testing::HasSubstr(sizing[0] + " " + sizing[1] + " asks for")) << log;
+    for (const char* g : kV4Groups) EXPECT_THAT(log, ::testing::HasSubstr(std::string(g) + " "));
+    EXPECT_THAT(log, ::testing::HasSubstr("At most --hicache-ratio"));
+    EXPECT_THAT(log, ::testing::HasSubstr("--hicache-size"));
+    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("loaded")));
+  }
+  fs::remove_all(dir);
 }
 
 TEST(HiCacheE2eTest, RestartFindsStoragePrefixesAndCorruptFilesAreMisses) {

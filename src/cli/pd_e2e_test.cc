@@ -295,6 +295,9 @@ INSTANTIATE_TEST_SUITE_P(
         OutputsCase{16, "mistral", "bf16"}, OutputsCase{8, "qwen2", "f32"},
         // MLA: one K-only latent pool group.
         OutputsCase{16, "deepseek_v3", "bf16"}, OutputsCase{1, "deepseek_v3_lite", "f32"},
+        // DeepSeek V4: seven pool groups, compressed ones of 4 and 128
+        // tokens per entry (an entry lives in its window's last page).
+        OutputsCase{16, "deepseek_v4", "bf16"}, OutputsCase{1, "deepseek_v4", "f32"},
         // Each transport of UCX_TLS.
         OutputsCase{16, "qwen3", "f32", "tcp"}, OutputsCase{16, "qwen3", "f32", "shm"}),
     [](const auto& info) {

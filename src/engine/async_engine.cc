@@ -71,6 +71,24 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
     (*used)->Get({"cached"});
     kv_used_ = *used;
   }
+  // Bytes of each pool group on each tier, fixed at startup: a model with
+  // several pools (DeepSeek's) shows where its KV memory went.
+  if (auto f = r.AddGauge("strata_kv_pool_bytes",
+                          "Bytes of the KV cache per pool group and tier (device: the engine's pool; host: the "
+                          "HiCache host tier), fixed at startup.",
+                          {"group", "tier"});
+      f.ok()) {
+    const KvLayout& layout = engine_->pool().layout();
+    for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
+      const double page = static_cast<double>(layout.BytesPerPage(g));
+      (*f)->Get({layout.groups[g].name, "device"}).Set(page * engine_->pool().num_pages());
+      if (engine_->hicache())
+        (*f)->Get({layout.groups[g].name, "host"})
+            .Set(page * engine_->hicache()->host_pool().num_pages());
+    }
+  } else {
+    STRATA_LOG(ERROR) << f.status().ToString();
+  }
   auto counter = [&](const char* name, const char* help) -> metrics::Counter* {
     auto f = r.AddCounter(name, help);
     if (!f.ok()) {
