@@ -43,6 +43,6 @@ if ninja -C "$build" -t targets all 2>/dev/null | grep '^constrain_bench:' >/dev
 fi
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
-cp "$here/profile_decode.sh" "$dest/"
-chmod +x "$dest/device_run.sh" "$dest/profile_decode.sh"
+cp "$here/profile_decode.sh" "$here/serve_bench.sh" "$dest/"
+chmod +x "$dest/device_run.sh" "$dest/profile_decode.sh" "$dest/serve_bench.sh"
 du -sh "$dest"
