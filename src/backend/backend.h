@@ -149,6 +149,12 @@ struct AttentionParams {
   int32_t head_dim = 0;
   float scale = 0.f;           // usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;  // 0: full causal; else attend to the last W positions incl. self
+  // The longest kv_len of the call's sequences, or an upper bound on it
+  // (ForwardBatch::max_kv_len: the host knows it without reading the
+  // AttentionSeq array back); 0: unknown. A hint for how to split the work
+  // (the CUDA backend cuts the KV range into no more pieces than it has):
+  // outputs never depend on it, even when it understates.
+  int32_t max_kv_len = 0;
 };
 
 // Rotary embedding parameters, computed once by the model from its config

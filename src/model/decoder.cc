@@ -152,6 +152,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
   ap.head_dim = static_cast<int32_t>(hd);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.sliding_window = d_.sliding_window;
+  ap.max_kv_len = batch.max_kv_len;
 
   auto bias = [](const Tensor& t) { return t.data ? &t : nullptr; };
   backend_.Embedding(embed_, batch.token_ids, x);

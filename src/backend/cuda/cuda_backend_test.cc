@@ -551,11 +551,20 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   Tensor dout{up(out.bytes.data(), out.bytes.size()), DType::kF32, out.rows, out.cols, 0};
   const auto* ds =
       static_cast<const AttentionSeq*>(up(dev_seqs.data(), dev_seqs.size() * sizeof(AttentionSeq)));
-  cuda->PagedAttention(dq, dev_layer, ds, num_seqs, params, dout);
-  HostTensor got = out;
-  cuda->Synchronize();
-  cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
-  ExpectClose(got, ref, 1e-5, what);
+  // max_kv_len: unknown (splits from the SM count alone), exact (no more
+  // splits than the longest context fills) and understated (a hint only:
+  // one piece, still right).
+  int32_t max_kv = 0;
+  for (const auto& sp : specs) max_kv = std::max(max_kv, sp.kv_len);
+  for (int32_t hint : {0, max_kv, 1}) {
+    AttentionParams p = params;
+    p.max_kv_len = hint;
+    cuda->PagedAttention(dq, dev_layer, ds, num_seqs, p, dout);
+    HostTensor got = out;
+    cuda->Synchronize();
+    cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
+    ExpectClose(got, ref, 1e-5, what + " max_kv_len " + std::to_string(hint));
+  }
 }
 
 // ---- CopyBlocks (HiCache page copies) ----

@@ -104,6 +104,7 @@ struct Seq {
 struct AttentionArgs {
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, sliding_window = 0;
   float scale = 0.f;
+  int32_t max_kv_len = 0;  // AttentionParams::max_kv_len: an upper bound, 0 unknown
 };
 // Flash-style paged attention (kernels.cu has the tiling): tiles of
 // (token, head-of-the-GQA-group) query rows of one sequence and KV head
@@ -111,7 +112,11 @@ struct AttentionArgs {
 // KV range is cut into AttentionSplits pieces (split-K, flash-decoding)
 // whose partial (max, sum, acc) go to `workspace` and are merged by a
 // second kernel. V may alias K (layer.v == layer.k, MLA): its rows are read
-// once. head_dim <= kMaxHeadDim.
+// once. head_dim <= kMaxHeadDim. AttentionSplits: enough blocks for the
+// SMs, but no more pieces than args.max_kv_len (when set) has kAttnCols
+// positions, so a short context launches no block without KV.
+// PagedAttentionWorkspaceBytes ignores max_kv_len (it only lowers the split
+// count): one size for a decode whose context grows, never a regrow.
 // REQUIRES: workspace_bytes >= PagedAttentionWorkspaceBytes(q.rows,
 // num_seqs, args, num_sms); q.rows == out.rows; every sequence's q_len <=
 // kv_len and its rows inside q.
