@@ -176,6 +176,13 @@ struct RopeParams {
   bool interleaved = false;
 };
 
+// One output of Backend::LinearGroup: out = x . w^T (+ bias).
+struct LinearPart {
+  Tensor w;
+  const Tensor* bias = nullptr;  // may be null
+  Tensor out;
+};
+
 // Batched copies between backend memory and host memory (HiCache backups
 // and load-backs, PD staging). Blocks may differ in size; they must not
 // overlap one another.
@@ -251,6 +258,25 @@ class Backend {
   // out[n, m] = x[n, k] . w[m, k]^T (+ bias[m]). x, out F32; w any weight
   // dtype, accumulated in F32. bias may be null. out must not alias x.
   virtual void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
+
+  // Linear of one x against several weights with the same k (q/k/v,
+  // gate/up): for each part, part.out = x . part.w^T (+ part.bias), exactly
+  // what Linear(x, part.w, part.bias, part.out) gives. A backend may compute
+  // them in one pass (CUDA: one GEMV launch for a decode row); this default
+  // calls Linear per part, so a backend without an override (the CPU) is
+  // unchanged to the bit. No out may alias x.
+  virtual void LinearGroup(const Tensor& x, std::span<const LinearPart> parts) {
+    for (const LinearPart& p : parts) Linear(x, p.w, p.bias, p.out);
+  }
+
+  // The residual add and the norm after it: x += delta, then out =
+  // RmsNorm(x), exactly Add(x, delta, x) then RmsNorm(x, weight, eps, out)
+  // (this default). out must not alias x or delta.
+  virtual void AddRmsNorm(Tensor x, const Tensor& delta, const Tensor& weight, float eps,
+                          Tensor out) {
+    Add(x, delta, x);
+    RmsNorm(x, weight, eps, out);
+  }
 
   // out = silu(gate) * up, elementwise. out may alias gate or up.
   virtual void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) = 0;

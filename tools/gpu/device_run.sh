@@ -16,6 +16,15 @@ export UCX_MODULE_DIR=$PWD/lib/ucx  # UCX's transport plugins, staged with it
 mkdir -p "$(dirname @STRATA_SOURCE_DIR@)" && ln -sfn "$R" @STRATA_SOURCE_DIR@
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 echo "== op parity"; ./cuda_backend_test > "$OUT/op_test.log" 2>&1; tail -3 "$OUT/op_test.log"
+if [ -n "${SANITIZE:-}" ]; then  # SANITIZE='gtest filter' (e.g. '*LinearGroup*:*AddRmsNorm*')
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool on $SANITIZE"
+    timeout 240 "$CS" --tool $tool ./cuda_backend_test --gtest_filter="$SANITIZE" \
+      > "$OUT/sanitizer_$tool.log" 2>&1
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer_$tool.log" | tail -3
+  done
+fi
 echo "== device sampling vs the host Sampler (and its cost per step)"
 ./batch_sampler_test > "$OUT/batch_sampler_test.log" 2>&1
 grep -E "device sampling|device rows|FAILED|PASSED" "$OUT/batch_sampler_test.log" | head -60
@@ -51,6 +60,10 @@ for p in fp32 bf16; do
   ./strata bench engine --device cuda --matmul-precision $p --model-path /tmp/l1b --prompt-len 512 \
     --gen-len 128 --repeats 3 --json 2>&1 | tail -1 | tee "$OUT/bench_$p.json"
 done
+if [ -x ./linear_bench ]; then
+  echo "== Linear / LinearGroup at one row (GEMV), bf16"
+  timeout 120 ./linear_bench --precision=bf16 --rows=1 --reps=3 | tee "$OUT/linear_bench.txt"
+fi
 # Issue 10's goal shape: 8.03 B parameters, 16.06 GB of bf16 weights, untied
 # head. Tiled fill and no GGUF: written in seconds, to /dev/shm when it has
 # room (the page cache holds it either way; 128 GiB of host memory).

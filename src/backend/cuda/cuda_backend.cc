@@ -24,7 +24,9 @@
 // F32 and adds the bias -- the same products as the GEMM path, summed in
 // another order.
 // Linear dispatches on the weight's dtype, so either kind of weight works
-// with either setting.
+// with either setting. LinearGroup (q/k/v, gate/up) of a decode row is one
+// GEMV launch over all its weights (kernels.h GemvGroup); AddRmsNorm one
+// kernel for the residual add and the norm.
 //
 // Page copies (CopyBlocks, for HiCache) run on a second non-blocking
 // stream, the copy stream, so they overlap the compute stream's kernels:
@@ -497,15 +499,54 @@ class CudaBackend final : public Backend {
     Launched();
   }
 
-  void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+  void AddRmsNorm(Tensor x, const Tensor& delta, const Tensor& weight, float eps,
+                  Tensor out) override {
+    CheckSameShape(x, delta, out);
+    STRATA_CHECK(out.data != x.data && out.data != delta.data) << "AddRmsNorm: out aliases an input";
+    STRATA_CHECK(weight.rows * weight.cols == x.cols)
+        << "norm weight has " << weight.rows << "x" << weight.cols;
+    STRATA_CHECK(IsFloatDType(weight.dtype));
+    Timed timed(this, "AddRmsNorm");
+    cuda::AddRmsNorm(ToView(x), ToView(delta), ToView(weight), eps, ToView(out), stream_);
+    Launched();
+  }
+
+  static void CheckLinear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
     STRATA_CHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32);
     STRATA_CHECK(IsFloatDType(w.dtype)) << DTypeName(w.dtype);
     STRATA_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows)
         << "Linear shapes: x " << x.rows << "x" << x.cols << ", w " << w.rows << "x" << w.cols
         << ", out " << out.rows << "x" << out.cols;
+    STRATA_CHECK(!bias || (bias->rows * bias->cols == w.rows && IsFloatDType(bias->dtype)));
+  }
+
+  // A decode row against all parts in one GEMV launch; otherwise (more
+  // rows: cuBLASLt per part; mixed weight dtypes; too many parts) Linear per
+  // part, the base class's default.
+  void LinearGroup(const Tensor& x, std::span<const LinearPart> parts) override {
+    bool one_launch = x.rows <= cuda::kGemvMaxRows && !parts.empty() &&
+                      parts.size() <= static_cast<size_t>(cuda::kGemvMaxParts);
+    for (const LinearPart& p : parts) one_launch = one_launch && p.w.dtype == parts[0].w.dtype;
+    if (!one_launch) {
+      Backend::LinearGroup(x, parts);
+      return;
+    }
+    cuda::GemvPart gp[cuda::kGemvMaxParts];
+    for (size_t i = 0; i < parts.size(); ++i) {
+      CheckLinear(x, parts[i].w, parts[i].bias, parts[i].out);
+      gp[i] = {ToView(parts[i].w), parts[i].bias ? ToView(*parts[i].bias) : cuda::View{},
+               ToView(parts[i].out)};
+    }
+    if (x.rows == 0) return;
+    Timed timed(this, parts[0].w.dtype == DType::kF32 ? "Linear.gemv_f32" : "Linear.gemv_16bit");
+    cuda::GemvGroup(ToView(x), gp, static_cast<int>(parts.size()), stream_);
+    Launched();
+  }
+
+  void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+    CheckLinear(x, w, bias, out);
     const int64_t n = x.rows, m = w.rows, k = x.cols;
     if (n == 0 || m == 0) return;
-    STRATA_CHECK(!bias || (bias->rows * bias->cols == m && IsFloatDType(bias->dtype)));
     if (n <= cuda::kGemvMaxRows) {
       // Decode: a bandwidth-bound GEMV with x rounded as it is loaded and
       // the bias fused; no conversion kernel, no cuBLASLt call.

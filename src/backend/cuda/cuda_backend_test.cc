@@ -323,6 +323,95 @@ TEST_F(CudaParityTest, LinearSmallBatchGemv) {
   }
 }
 
+// LinearGroup: one GEMV launch over q/k/v- and gate/up-like parts (k/v
+// smaller than q, m not a multiple of the 4 rows a block owns, biases on
+// some parts, a strided out, an empty part) gives each part exactly the
+// bytes Linear gives it alone, and the CPU's values; more rows and mixed
+// dtypes take Linear per part.
+TEST_F(CudaParityTest, LinearGroupEqualsLinearPerPart) {
+  struct Case {
+    int64_t n, k;
+    std::vector<int64_t> ms;
+    bool mixed_dtypes = false;
+  };
+  const Case cases[] = {{1, 2048, {2048, 512, 512}}, {1, 4096, {14336, 14336}}, {1, 100, {33, 7, 1}},
+                        {1, 64, {0, 9}},             {3, 256, {64, 30, 30}},    {1, 512, {128, 64}, true}};
+  for (DType wt : {DType::kBF16, DType::kF32}) {
+    for (const Case& c : cases) {
+      std::string what = std::string("LinearGroup ") + DTypeName(wt) + " n=" + std::to_string(c.n) +
+                         " k=" + std::to_string(c.k) + " m=";
+      for (int64_t m : c.ms) what += std::to_string(m) + ",";
+      HostTensor x(DType::kF32, c.n, c.k);
+      x.Fill(rng_);
+      const Tensor dx = Up(x);
+      std::vector<HostTensor> ws, bs, outs;
+      std::vector<Tensor> dws, dbs, douts, dsingle;
+      for (size_t i = 0; i < c.ms.size(); ++i) {
+        const DType t = c.mixed_dtypes && i == 1 ? DType::kF16 : wt;
+        ws.emplace_back(t, c.ms[i], c.k);
+        ws.back().Fill(rng_, 0.5f);
+        bs.emplace_back(t, 1, c.ms[i]);
+        bs.back().Fill(rng_);
+        outs.emplace_back(DType::kF32, c.n, c.ms[i], c.ms[i] + 2);
+        dws.push_back(Up(ws.back()));  // as is (UploadWeight would widen to F32 here)
+        dbs.push_back(Up(bs.back()));
+        douts.push_back(Up(outs.back()));
+        dsingle.push_back(Up(outs.back()));
+      }
+      std::vector<LinearPart> parts;
+      for (size_t i = 0; i < c.ms.size(); ++i)
+        parts.push_back({dws[i], i % 2 == 0 ? &dbs[i] : nullptr, douts[i]});
+      cuda_->LinearGroup(dx, parts);
+      for (size_t i = 0; i < c.ms.size(); ++i) {
+        const HostTensor got = Down(douts[i], outs[i]);
+        cuda_->Linear(dx, dws[i], parts[i].bias, dsingle[i]);
+        const HostTensor single = Down(dsingle[i], outs[i]);
+        EXPECT_EQ(std::memcmp(got.bytes.data(), single.bytes.data(), got.bytes.size()), 0)
+            << what << " part " << i << ": differs from Linear alone";
+        // The CPU on x rounded to the weight's type (what the GEMV and the
+        // tensor-core GEMM multiply).
+        HostTensor xr = x, ref = outs[i];
+        for (int64_t r = 0; r < c.n; ++r)
+          for (int64_t j = 0; j < c.k; ++j) xr.set(r, j, RoundToDType(x.get(r, j), ws[i].dtype));
+        Tensor bt = bs[i].view();
+        cpu_->Linear(xr.view(), ws[i].view(), i % 2 == 0 ? &bt : nullptr, ref.view());
+        ExpectClose(got, ref, 2e-5, what + " part " + std::to_string(i) + " vs cpu");
+      }
+      keep_.clear();
+    }
+  }
+}
+
+// AddRmsNorm: x += delta and the norm in one kernel, the bytes of Add then
+// RmsNorm on CUDA (x and out both) and the CPU's values.
+TEST_F(CudaParityTest, AddRmsNormEqualsAddThenRmsNorm) {
+  for (DType wt : {DType::kF32, DType::kBF16}) {
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 2048}, {1, 4096}, {7, 129}, {300, 896}}) {
+      const std::string what = "AddRmsNorm " + std::to_string(rows) + "x" + std::to_string(d);
+      HostTensor x(DType::kF32, rows, d, d + 3), delta(DType::kF32, rows, d), w(wt, 1, d),
+          out(DType::kF32, rows, d);
+      x.Fill(rng_, 3.f);
+      delta.Fill(rng_);
+      w.Fill(rng_);
+      const Tensor dw = cuda_->UploadWeight(w.view()).value();
+      const Tensor dx = Up(x), dx2 = Up(x), dd = Up(delta), dout = Up(out), dout2 = Up(out);
+      cuda_->AddRmsNorm(dx, dd, dw, 1e-5f, dout);
+      cuda_->Add(dx2, dd, dx2);
+      cuda_->RmsNorm(dx2, dw, 1e-5f, dout2);
+      const HostTensor gx = Down(dx, x), gout = Down(dout, out);
+      const HostTensor sx = Down(dx2, x), sout = Down(dout2, out);
+      EXPECT_EQ(std::memcmp(gx.bytes.data(), sx.bytes.data(), gx.bytes.size()), 0) << what << " x";
+      EXPECT_EQ(std::memcmp(gout.bytes.data(), sout.bytes.data(), gout.bytes.size()), 0)
+          << what << " out";
+      HostTensor rx = x, rout = out;
+      cpu_->AddRmsNorm(rx.view(), delta.view(), w.view(), 1e-5f, rout.view());
+      ExpectClose(gx, rx, 1e-6, what + " x vs cpu");
+      ExpectClose(gout, rout, 1e-6, what + " out vs cpu");
+      keep_.clear();
+    }
+  }
+}
+
 TEST_F(CudaParityTest, SiluMulAndAdd) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {5, 4864}, {65, 33}}) {
     HostTensor g(DType::kF32, rows, cols, cols + 1), u(DType::kF32, rows, cols),

@@ -48,6 +48,11 @@ void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* 
                cudaStream_t stream);
 
 void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream);
+// x += delta, then out = RmsNorm(x): one kernel whose results are Add's and
+// RmsNorm's to the bit (the same float add, the same norm code and thread
+// count). out must not alias x or delta.
+void AddRmsNorm(const View& x, const View& delta, const View& weight, float eps, const View& out,
+                cudaStream_t stream);
 
 // Small-batch Linear (decode): out[r][j] = sum_k round(x[r][k]) * w[j][k]
 // (+ bias[j] when bias.data is set), for x.rows in [1, kGemvMaxRows].
@@ -64,6 +69,16 @@ void RmsNorm(const View& x, const View& weight, float eps, const View& out, cuda
 // 41 us at 8, cuBLASLt 10.8 us at 9).
 inline constexpr int64_t kGemvMaxRows = 1;
 void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream);
+// Gemv of one x against up to kGemvMaxParts weights of one dtype and the
+// same k, in ONE launch (q/k/v, gate/up of a decode row): each part's out is
+// exactly what Gemv gives for it, and the grid is the parts' blocks side by
+// side, so small projections (k/v: 128 blocks alone on 132 SMs) ride along
+// with a large one instead of each paying a launch and a tail.
+struct GemvPart {
+  View w, bias, out;  // bias.data null: none
+};
+inline constexpr int kGemvMaxParts = 3;
+void GemvGroup(const View& x, const GemvPart* parts, int n, cudaStream_t stream);
 
 // out[r, c] += bias[c].
 void AddBias(const View& out, const View& bias, cudaStream_t stream);
