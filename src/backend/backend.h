@@ -269,6 +269,18 @@ class Backend {
     for (const LinearPart& p : parts) Linear(x, p.w, p.bias, p.out);
   }
 
+  // The MLP's gated activation: out = silu(x . gate.w^T + gate.bias) *
+  // (x . up.w^T + up.bias), exactly LinearGroup(x, {gate, up}) then
+  // SiluMul(gate.out, up.out, out) (this default). gate.out and up.out are
+  // scratch: a backend that fuses (CUDA, one decode row) leaves them
+  // unwritten. out may alias either.
+  virtual void LinearSiluMul(const Tensor& x, const LinearPart& gate, const LinearPart& up,
+                             Tensor out) {
+    const LinearPart parts[] = {gate, up};
+    LinearGroup(x, parts);
+    SiluMul(gate.out, up.out, out);
+  }
+
   // The residual add and the norm after it: x += delta, then out =
   // RmsNorm(x), exactly Add(x, delta, x) then RmsNorm(x, weight, eps, out)
   // (this default). out must not alias x or delta.

@@ -503,6 +503,9 @@ class GatedCopyBackend : public Backend {
   void AddRmsNorm(Tensor x, const Tensor& d, const Tensor& w, float e, Tensor o) override {
     b_.AddRmsNorm(x, d, w, e, o);
   }
+  void LinearSiluMul(const Tensor& x, const LinearPart& g, const LinearPart& u, Tensor o) override {
+    b_.LinearSiluMul(x, g, u, o);
+  }
   void GatherRows(const Tensor& x, const int32_t* r, Tensor o) override { b_.GatherRows(x, r, o); }
   void ScaleAddRows(const Tensor& x, const int32_t* r, const float* s, Tensor o) override {
     b_.ScaleAddRows(x, r, s, o);

@@ -174,9 +174,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
     backend_.PagedAttention(q, kv[l], batch.seqs, batch.num_seqs, ap, attn);
     backend_.Linear(attn, L.o, bias(L.o_bias), out);
     backend_.AddRmsNorm(x, out, L.post_norm, eps, h);
-    const LinearPart gate_up[] = {{L.gate, bias(L.gate_bias), gate}, {L.up, bias(L.up_bias), up}};
-    backend_.LinearGroup(h, gate_up);
-    backend_.SiluMul(gate, up, gate);
+    backend_.LinearSiluMul(h, {L.gate, bias(L.gate_bias), gate}, {L.up, bias(L.up_bias), up}, gate);
     backend_.Linear(gate, L.down, bias(L.down_bias), out);
     if (l + 1 < layers_.size()) {
       backend_.AddRmsNorm(x, out, layers_[l + 1].input_norm, eps, h);

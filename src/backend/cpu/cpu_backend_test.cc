@@ -285,9 +285,9 @@ TEST_P(CpuBackendTest, SiluMulAndAdd) {
   }
 }
 
-// The fused seams' defaults (LinearGroup, AddRmsNorm) are the unfused ops
+// The fused seams' defaults (LinearGroup, LinearSiluMul, AddRmsNorm) are the unfused ops
 // to the bit, so models written against them stay exact on the CPU.
-TEST_P(CpuBackendTest, LinearGroupAndAddRmsNormEqualTheUnfusedOps) {
+TEST_P(CpuBackendTest, FusedSeamsEqualTheUnfusedOps) {
   for (int64_t rows : {1, 5}) {
     const int64_t k = 96;
     HostTensor x(DType::kF32, rows, k), wq(DType::kBF16, 64, k), wk(DType::kBF16, 16, k),
@@ -304,6 +304,16 @@ TEST_P(CpuBackendTest, LinearGroupAndAddRmsNormEqualTheUnfusedOps) {
     backend_->Linear(x.view(), wk.view(), nullptr, k1.view());
     EXPECT_EQ(q.bytes, q1.bytes);
     EXPECT_EQ(kk.bytes, k1.bytes);
+
+    HostTensor wu(DType::kBF16, 64, k), act(DType::kF32, rows, 64), up = act, act1 = act,
+        up1 = act;
+    wu.Fill(rng_, 0.5f);
+    backend_->LinearSiluMul(x.view(), {wq.view(), &bt, q.view()}, {wu.view(), nullptr, up.view()},
+                            act.view());
+    backend_->Linear(x.view(), wq.view(), &bt, act1.view());
+    backend_->Linear(x.view(), wu.view(), nullptr, up1.view());
+    backend_->SiluMul(act1.view(), up1.view(), act1.view());
+    EXPECT_EQ(act.bytes, act1.bytes);
 
     HostTensor r(DType::kF32, rows, k), d(DType::kF32, rows, k), w(DType::kBF16, 1, k),
         out(DType::kF32, rows, k);

@@ -546,6 +546,27 @@ class CudaBackend final : public Backend {
     Launched();
   }
 
+  // A decode row: one launch writing silu(gate) * up (GemvSiluMul);
+  // otherwise the default, LinearGroup then SiluMul.
+  void LinearSiluMul(const Tensor& x, const LinearPart& gate, const LinearPart& up,
+                     Tensor out) override {
+    if (x.rows > cuda::kGemvMaxRows || gate.w.dtype != up.w.dtype || gate.w.rows != up.w.rows) {
+      Backend::LinearSiluMul(x, gate, up, out);
+      return;
+    }
+    CheckLinear(x, gate.w, gate.bias, gate.out);
+    CheckLinear(x, up.w, up.bias, up.out);
+    STRATA_CHECK(out.dtype == DType::kF32 && out.rows == x.rows && out.cols == gate.w.rows)
+        << "LinearSiluMul out " << out.rows << "x" << out.cols;
+    if (x.rows == 0) return;
+    auto part = [](const LinearPart& p) {
+      return cuda::GemvPart{ToView(p.w), p.bias ? ToView(*p.bias) : cuda::View{}, ToView(p.out)};
+    };
+    Timed timed(this, gate.w.dtype == DType::kF32 ? "Linear.gemv_f32" : "Linear.gemv_16bit");
+    cuda::GemvSiluMul(ToView(x), part(gate), part(up), ToView(out), stream_);
+    Launched();
+  }
+
   void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
     CheckLinear(x, w, bias, out);
     const int64_t n = x.rows, m = w.rows, k = x.cols;

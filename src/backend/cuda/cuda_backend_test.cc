@@ -382,6 +382,54 @@ TEST_F(CudaParityTest, LinearGroupEqualsLinearPerPart) {
   }
 }
 
+// LinearSiluMul: gate and up of a decode row in one launch writing
+// silu(gate) * up: the bytes of LinearGroup then SiluMul on CUDA (an odd m
+// leaves a block half full; biases on gate only, up only, both), the CPU's
+// values; more rows take the default.
+TEST_F(CudaParityTest, LinearSiluMulEqualsGroupThenSiluMul) {
+  struct Case {
+    int64_t n, k, m;
+    bool gate_bias, up_bias;
+  };
+  const Case cases[] = {{1, 2048, 8192, false, false}, {1, 4096, 14336, false, false},
+                        {1, 100, 33, true, false},     {1, 64, 1, false, true},
+                        {1, 2047, 70, true, true},     {3, 256, 64, true, true}};
+  for (DType wt : {DType::kBF16, DType::kF32}) {
+    for (const Case& c : cases) {
+      const std::string what = std::string("LinearSiluMul ") + DTypeName(wt) + " n=" +
+                               std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                               " m=" + std::to_string(c.m);
+      HostTensor x(DType::kF32, c.n, c.k), wg(wt, c.m, c.k), wu(wt, c.m, c.k), bg(wt, 1, c.m),
+          bu(wt, 1, c.m), out(DType::kF32, c.n, c.m);
+      x.Fill(rng_, 2.f);
+      wg.Fill(rng_, 0.5f);
+      wu.Fill(rng_, 0.5f);
+      bg.Fill(rng_);
+      bu.Fill(rng_);
+      const Tensor dx = Up(x), dwg = Up(wg), dwu = Up(wu), dbg = Up(bg), dbu = Up(bu);
+      const Tensor dg = Up(out), du = Up(out), dout = Up(out), dg2 = Up(out), du2 = Up(out);
+      const LinearPart gate{dwg, c.gate_bias ? &dbg : nullptr, dg};
+      const LinearPart up{dwu, c.up_bias ? &dbu : nullptr, du};
+      cuda_->LinearSiluMul(dx, gate, up, dout);
+      const HostTensor got = Down(dout, out);
+      const LinearPart parts[] = {{dwg, gate.bias, dg2}, {dwu, up.bias, du2}};
+      cuda_->LinearGroup(dx, parts);
+      cuda_->SiluMul(dg2, du2, dg2);
+      const HostTensor unfused = Down(dg2, out);
+      EXPECT_EQ(std::memcmp(got.bytes.data(), unfused.bytes.data(), got.bytes.size()), 0)
+          << what << ": differs from LinearGroup then SiluMul";
+      HostTensor xr = x, g = out, u = out, ref = out;
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t j = 0; j < c.k; ++j) xr.set(r, j, RoundToDType(x.get(r, j), wt));
+      Tensor tbg = bg.view(), tbu = bu.view();
+      cpu_->LinearSiluMul(xr.view(), {wg.view(), c.gate_bias ? &tbg : nullptr, g.view()},
+                          {wu.view(), c.up_bias ? &tbu : nullptr, u.view()}, ref.view());
+      ExpectClose(got, ref, 2e-5, what + " vs cpu");
+      keep_.clear();
+    }
+  }
+}
+
 // AddRmsNorm: x += delta and the norm in one kernel, the bytes of Add then
 // RmsNorm on CUDA (x and out both) and the CPU's values.
 TEST_F(CudaParityTest, AddRmsNormEqualsAddThenRmsNorm) {

@@ -362,16 +362,24 @@ struct GemvLaunchPart {
 struct GemvLaunch {
   GemvLaunchPart part[kGemvMaxParts];
   int n;
+  // GemvSiluMul: parts 0 (gate) and 1 (up) of equal m; block b owns rows
+  // b*G/2 ... of both (G/2 of each, the same chunks of k per thread as a
+  // plain launch, so each sum is Gemv's) and writes silu(gate) * up to
+  // silu_out instead of either part's out.
+  bool silu_mul;
+  View silu_out;
 };
 
 template <typename W, int R, int G>
 __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch parts) {
   // This block's part (block-uniform; unrolled so the parameters are read
   // with constant indices, not copied to local memory).
+  const bool silu = parts.silu_mul;
+  constexpr int H = G / 2;  // rows of each matrix per block under silu
   int pi = 0;
 #pragma unroll
   for (int i = 1; i < kGemvMaxParts; ++i)
-    if (i < parts.n && blockIdx.x >= parts.part[i].first_block) pi = i;
+    if (!silu && i < parts.n && blockIdx.x >= parts.part[i].first_block) pi = i;
   View w, bias, out;
   int64_t first = 0;
   bool vec = false;
@@ -388,10 +396,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = static_cast<int>(x.rows);  // 1 <= n <= R
   const int64_t k = x.cols, m = w.rows;
-  const int64_t j0 = (int64_t{blockIdx.x} - first) * G;
+  const int64_t j0 = silu ? int64_t{blockIdx.x} * H : (int64_t{blockIdx.x} - first) * G;
   const W* wr[G];
 #pragma unroll
-  for (int g = 0; g < G; ++g) wr[g] = static_cast<const W*>(w.data) + min(j0 + g, m - 1) * w.stride;
+  for (int g = 0; g < G; ++g) {
+    if (silu) {
+      const View& pw = g < H ? parts.part[0].w : parts.part[1].w;
+      wr[g] = static_cast<const W*>(pw.data) + min(j0 + g % H, m - 1) * pw.stride;
+    } else {
+      wr[g] = static_cast<const W*>(w.data) + min(j0 + g, m - 1) * w.stride;
+    }
+  }
   float acc[G][R];
 #pragma unroll
   for (int g = 0; g < G; ++g)
@@ -449,6 +464,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch
     }
   __syncthreads();
   const int t = threadIdx.x;
+  if (silu) {
+    // The sums in Gemv's order and SiluMul's float expression.
+    if (t < H * R) {
+      const int g = t / R, r = t % R;
+      const int64_t j = j0 + g;
+      if (r < n && j < m) {
+        float sg = 0.f, su = 0.f;
+#pragma unroll
+        for (int i = 0; i < kGemvWarps; ++i) sg += part[i][g][r];
+#pragma unroll
+        for (int i = 0; i < kGemvWarps; ++i) su += part[i][g + H][r];
+        const View& bg = parts.part[0].bias;
+        const View& bu = parts.part[1].bias;
+        if (bg.data != nullptr) sg += Load(bg.data, bg.dtype, j);
+        if (bu.data != nullptr) su += Load(bu.data, bu.dtype, j);
+        RowF(parts.silu_out, r)[j] = sg / (1.f + expf(-sg)) * su;
+      }
+    }
+    return;
+  }
   if (t < G * R) {
     const int g = t / R, r = t % R;
     const int64_t j = j0 + g;
@@ -579,8 +614,10 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // H200: gate/up 8192x2048 at 8 rows 41 us against 10.8 us at 9 rows).
 constexpr int kGemvRowsPerBlock = 4;
 
+// silu_out set: GemvSiluMul (parts 0 and 1, equal m).
 template <typename W>
-void LaunchGemv(const View& x, const GemvPart* parts, int n, cudaStream_t stream) {
+void LaunchGemv(const View& x, const GemvPart* parts, int n, const View* silu_out,
+                cudaStream_t stream) {
   constexpr int64_t V = 16 / sizeof(W);
   const bool x_vec = x.cols % V == 0 && Aligned16(x.data) && x.stride % 4 == 0;
   GemvLaunch launch{};
@@ -594,25 +631,49 @@ void LaunchGemv(const View& x, const GemvPart* parts, int n, cudaStream_t stream
     blocks += (w.rows + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock;
   }
   if (blocks == 0) return;
+  if (silu_out != nullptr) {
+    // Both matrices' rows in every block: one path for the block, the
+    // 16-byte one only when both qualify.
+    const bool vec = launch.part[0].vec && launch.part[1].vec;
+    launch.part[0].vec = launch.part[1].vec = vec;
+    launch.silu_mul = true;
+    launch.silu_out = *silu_out;
+    constexpr int64_t kHalf = kGemvRowsPerBlock / 2;
+    blocks = (parts[0].w.rows + kHalf - 1) / kHalf;
+  }
   static_assert(kGemvMaxRows == 1, "one instantiation: batch-1 decode");
   GemvKernel<W, 1, kGemvRowsPerBlock>
       <<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(x, launch);
 }
 }  // namespace
 
-void GemvGroup(const View& x, const GemvPart* parts, int n, cudaStream_t stream) {
+namespace {
+void DispatchGemv(const View& x, const GemvPart* parts, int n, const View* silu_out,
+                  cudaStream_t stream) {
   if (x.rows == 0 || n == 0) return;
   switch (parts[0].w.dtype) {
     case DType::kBF16:
-      LaunchGemv<__nv_bfloat16>(x, parts, n, stream);
+      LaunchGemv<__nv_bfloat16>(x, parts, n, silu_out, stream);
       return;
     case DType::kF16:
-      LaunchGemv<__half>(x, parts, n, stream);
+      LaunchGemv<__half>(x, parts, n, silu_out, stream);
       return;
     default:
-      LaunchGemv<float>(x, parts, n, stream);
+      LaunchGemv<float>(x, parts, n, silu_out, stream);
       return;
   }
+}
+}  // namespace
+
+void GemvGroup(const View& x, const GemvPart* parts, int n, cudaStream_t stream) {
+  DispatchGemv(x, parts, n, nullptr, stream);
+}
+
+void GemvSiluMul(const View& x, const GemvPart& gate, const GemvPart& up, const View& out,
+                 cudaStream_t stream) {
+  if (gate.w.rows == 0) return;
+  const GemvPart parts[2] = {gate, up};
+  DispatchGemv(x, parts, 2, &out, stream);
 }
 
 void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream) {

@@ -79,6 +79,13 @@ struct GemvPart {
 };
 inline constexpr int kGemvMaxParts = 3;
 void GemvGroup(const View& x, const GemvPart* parts, int n, cudaStream_t stream);
+// out = silu(x . gate.w^T + gate.bias) * (x . up.w^T + up.bias), one launch:
+// each block owns 2 rows of both weights, sums them as Gemv does and applies
+// SiluMul's float expression, so out is GemvGroup then SiluMul to the bit.
+// gate.out / up.out are not written. REQUIRES: gate.w and up.w of one dtype
+// and shape.
+void GemvSiluMul(const View& x, const GemvPart& gate, const GemvPart& up, const View& out,
+                 cudaStream_t stream);
 
 // out[r, c] += bias[c].
 void AddBias(const View& out, const View& bias, cudaStream_t stream);
