@@ -161,8 +161,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
   backend_.RmsNorm(x, layers_[0].input_norm, eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& L = layers_[l];
-    const LinearPart qkv[] = {{L.q, bias(L.q_bias), q}, {L.k, bias(L.k_bias), k},
-                              {L.v, bias(L.v_bias), v}};
+    const LinearPart qkv[] = {
+        {L.q, bias(L.q_bias), q}, {L.k, bias(L.k_bias), k}, {L.v, bias(L.v_bias), v}};
     backend_.LinearGroup(h, qkv);
     if (d_.qk_norm) {
       Tensor qh{q.data, DType::kF32, n * nh, hd, 0}, kh{k.data, DType::kF32, n * nkv, hd, 0};

@@ -242,9 +242,10 @@ double Run(DType dt, int ps, int heads, int kvh, int hd, int window, std::vector
         }
       }
   const char* dn = dt == DType::kF32 ? "f32" : dt == DType::kBF16 ? "bf16" : "f16";
-  std::printf("%-5s ps %2d heads %2d/%d hd %3d win %3d alias %d max_kv %5d splits %2d  max err %.3g\n",
-              dn, ps, heads, kvh, hd, window, alias, a.max_kv_len,
-              AttentionSplits(rows, specs.size(), a, num_sms), worst);
+  std::printf(
+      "%-5s ps %2d heads %2d/%d hd %3d win %3d alias %d max_kv %5d splits %2d  max err %.3g\n", dn,
+      ps, heads, kvh, hd, window, alias, a.max_kv_len,
+      AttentionSplits(rows, specs.size(), a, num_sms), worst);
   return worst;
 }
 

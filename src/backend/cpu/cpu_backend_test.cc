@@ -305,8 +305,7 @@ TEST_P(CpuBackendTest, FusedSeamsEqualTheUnfusedOps) {
     EXPECT_EQ(q.bytes, q1.bytes);
     EXPECT_EQ(kk.bytes, k1.bytes);
 
-    HostTensor wu(DType::kBF16, 64, k), act(DType::kF32, rows, 64), up = act, act1 = act,
-        up1 = act;
+    HostTensor wu(DType::kBF16, 64, k), act(DType::kF32, rows, 64), up = act, act1 = act, up1 = act;
     wu.Fill(rng_, 0.5f);
     backend_->LinearSiluMul(x.view(), {wq.view(), &bt, q.view()}, {wu.view(), nullptr, up.view()},
                             act.view());

@@ -24,9 +24,10 @@
 // F32 and adds the bias -- the same products as the GEMM path, summed in
 // another order.
 // Linear dispatches on the weight's dtype, so either kind of weight works
-// with either setting. LinearGroup (q/k/v, gate/up) of a decode row is one
-// GEMV launch over all its weights (kernels.h GemvGroup); AddRmsNorm one
-// kernel for the residual add and the norm.
+// with either setting. LinearGroup (q/k/v) of a decode row is one GEMV
+// launch over all its weights (kernels.h GemvGroup), LinearSiluMul (gate/up
+// and SiLU·mul) one more (GemvSiluMul); AddRmsNorm one kernel for the
+// residual add and the norm.
 //
 // Page copies (CopyBlocks, for HiCache) run on a second non-blocking
 // stream, the copy stream, so they overlap the compute stream's kernels:
@@ -67,9 +68,9 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/sample_kernels.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/op_timing.h"
+#include "backend/cuda/sample_kernels.h"
 #include "util/logging.h"
 
 namespace strata {
@@ -505,7 +506,8 @@ class CudaBackend final : public Backend {
   void AddRmsNorm(Tensor x, const Tensor& delta, const Tensor& weight, float eps,
                   Tensor out) override {
     CheckSameShape(x, delta, out);
-    STRATA_CHECK(out.data != x.data && out.data != delta.data) << "AddRmsNorm: out aliases an input";
+    STRATA_CHECK(out.data != x.data && out.data != delta.data)
+        << "AddRmsNorm: out aliases an input";
     STRATA_CHECK(weight.rows * weight.cols == x.cols)
         << "norm weight has " << weight.rows << "x" << weight.cols;
     STRATA_CHECK(IsFloatDType(weight.dtype));
@@ -670,8 +672,7 @@ class CudaBackend final : public Backend {
                  q.rows == out.rows);
     STRATA_CHECK(IsFloatDType(layer.dtype) && layer.page_size > 0);
     if (num_seqs == 0 || q.rows == 0) return;
-    cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale,
-                          p.max_kv_len};
+    cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale, p.max_kv_len};
     const bool v_alias = layer.v == nullptr || layer.v == layer.k;
     STRATA_CHECK(cuda::AttentionSmemBytes(hd, v_alias) <= max_smem_per_block_)
         << "CUDA backend: attention with head_dim " << hd << " needs "

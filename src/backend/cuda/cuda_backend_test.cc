@@ -334,8 +334,9 @@ TEST_F(CudaParityTest, LinearGroupEqualsLinearPerPart) {
     std::vector<int64_t> ms;
     bool mixed_dtypes = false;
   };
-  const Case cases[] = {{1, 2048, {2048, 512, 512}}, {1, 4096, {14336, 14336}}, {1, 100, {33, 7, 1}},
-                        {1, 64, {0, 9}},             {3, 256, {64, 30, 30}},    {1, 512, {128, 64}, true}};
+  const Case cases[] = {{1, 2048, {2048, 512, 512}}, {1, 4096, {14336, 14336}},
+                        {1, 100, {33, 7, 1}},        {1, 64, {0, 9}},
+                        {3, 256, {64, 30, 30}},      {1, 512, {128, 64}, true}};
   for (DType wt : {DType::kBF16, DType::kF32}) {
     for (const Case& c : cases) {
       std::string what = std::string("LinearGroup ") + DTypeName(wt) + " n=" + std::to_string(c.n) +
@@ -396,8 +397,8 @@ TEST_F(CudaParityTest, LinearSiluMulEqualsGroupThenSiluMul) {
                         {1, 2047, 70, true, true},     {3, 256, 64, true, true}};
   for (DType wt : {DType::kBF16, DType::kF32}) {
     for (const Case& c : cases) {
-      const std::string what = std::string("LinearSiluMul ") + DTypeName(wt) + " n=" +
-                               std::to_string(c.n) + " k=" + std::to_string(c.k) +
+      const std::string what = std::string("LinearSiluMul ") + DTypeName(wt) +
+                               " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                                " m=" + std::to_string(c.m);
       HostTensor x(DType::kF32, c.n, c.k), wg(wt, c.m, c.k), wu(wt, c.m, c.k), bg(wt, 1, c.m),
           bu(wt, 1, c.m), out(DType::kF32, c.n, c.m);

@@ -592,15 +592,15 @@ unsigned NormThreads(const View& x) {
 
 void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream) {
   if (x.rows == 0) return;
-  RmsNormKernel<false><<<static_cast<unsigned>(x.rows), NormThreads(x), 0, stream>>>(
-      x, View{}, weight, eps, out);
+  RmsNormKernel<false>
+      <<<static_cast<unsigned>(x.rows), NormThreads(x), 0, stream>>>(x, View{}, weight, eps, out);
 }
 
 void AddRmsNorm(const View& x, const View& delta, const View& weight, float eps, const View& out,
                 cudaStream_t stream) {
   if (x.rows == 0) return;
-  RmsNormKernel<true><<<static_cast<unsigned>(x.rows), NormThreads(x), 0, stream>>>(
-      x, delta, weight, eps, out);
+  RmsNormKernel<true>
+      <<<static_cast<unsigned>(x.rows), NormThreads(x), 0, stream>>>(x, delta, weight, eps, out);
 }
 
 namespace {

@@ -11,7 +11,8 @@
 //
 // Then LinearGroup at one row (one GEMV launch over q/k/v or gate/up) next
 // to the same parts as separate Linear calls, for Llama-3.2-1B's and
-// Llama-3.1-8B's shapes (hidden 4096, 8 kv heads x 128, intermediate 14336).
+// Llama-3.1-8B's shapes (hidden 4096, 8 kv heads x 128, intermediate 14336);
+// for gate/up also LinearSiluMul (the GEMVs and SiLU·mul in one launch).
 //
 // Usage: linear_bench [--precision=bf16|fp32] [--calls=200] [--reps=5]
 //                     [--rows=1,2,4,8,9,16]
@@ -197,6 +198,18 @@ int Run(int argc, char** argv) {
     });
     std::printf("%-22s %12.2f %10.0f %12.2f %10.0f\n", g.name, tg * 1e6, wbytes / tg / 1e9,
                 tp * 1e6, wbytes / tp / 1e9);
+    if (parts.size() == 2) {  // gate/up: + SiLU·mul into a third buffer
+      auto act = be.Allocate(static_cast<size_t>(g.ms[0]) * sizeof(float));
+      if (!act.ok()) continue;
+      const Tensor a{act->data(), DType::kF32, 1, g.ms[0], 0};
+      const double ts = time([&] { be.LinearSiluMul(x, parts[0], parts[1], a); });
+      const double tu = time([&] {
+        be.LinearGroup(x, parts);
+        be.SiluMul(parts[0].out, parts[1].out, a);
+      });
+      std::printf("%-22s %12.2f %10.0f %12.2f %10.0f\n", "  + silu_mul (fused/not)", ts * 1e6,
+                  wbytes / ts / 1e9, tu * 1e6, wbytes / tu / 1e9);
+    }
   }
   return 0;
 }

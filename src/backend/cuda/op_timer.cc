@@ -116,9 +116,9 @@ void OpTimer::EndStep() {
 
 void OpTimer::Finish() {
   EndStep();
-  const std::string s = table_.Format(mode_ == OpTimingMode::kGated
-                                          ? "gated: device time without launch gaps"
-                                          : "events: includes waits for launches");
+  const std::string s =
+      table_.Format(mode_ == OpTimingMode::kGated ? "gated: device time without launch gaps"
+                                                  : "events: includes waits for launches");
   if (!s.empty()) std::fprintf(stderr, "%s", s.c_str());
 }
 
