@@ -176,7 +176,7 @@ struct RopeParams {
   bool interleaved = false;
 };
 
-// One output of Backend::LinearGroup: out = x . w^T (+ bias).
+// One output of Backend::LinearGroup / LinearSiluMul: out = x . w^T (+ bias).
 struct LinearPart {
   Tensor w;
   const Tensor* bias = nullptr;  // may be null
