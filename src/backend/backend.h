@@ -149,6 +149,12 @@ struct AttentionParams {
   int32_t head_dim = 0;
   float scale = 0.f;           // usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;  // 0: full causal; else attend to the last W positions incl. self
+  // The longest kv_len of the call's sequences, or an upper bound on it
+  // (ForwardBatch::max_kv_len: the host knows it without reading the
+  // AttentionSeq array back); 0: unknown. A hint for how to split the work
+  // (the CUDA backend cuts the KV range into no more pieces than it has):
+  // outputs never depend on it, even when it understates.
+  int32_t max_kv_len = 0;
 };
 
 // Rotary embedding parameters, computed once by the model from its config
@@ -168,6 +174,13 @@ struct RopeParams {
   // odds] as transformers' apply_rotary_pos_emb_interleave does, so q and k
   // stay consistent with each other.
   bool interleaved = false;
+};
+
+// One output of Backend::LinearGroup / LinearSiluMul: out = x . w^T (+ bias).
+struct LinearPart {
+  Tensor w;
+  const Tensor* bias = nullptr;  // may be null
+  Tensor out;
 };
 
 // Batched copies between backend memory and host memory (HiCache backups
@@ -245,6 +258,37 @@ class Backend {
   // out[n, m] = x[n, k] . w[m, k]^T (+ bias[m]). x, out F32; w any weight
   // dtype, accumulated in F32. bias may be null. out must not alias x.
   virtual void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
+
+  // Linear of one x against several weights with the same k (q/k/v,
+  // gate/up): for each part, part.out = x . part.w^T (+ part.bias), exactly
+  // what Linear(x, part.w, part.bias, part.out) gives. A backend may compute
+  // them in one pass (CUDA: one GEMV launch for a decode row); this default
+  // calls Linear per part, so a backend without an override (the CPU) is
+  // unchanged to the bit. No out may alias x.
+  virtual void LinearGroup(const Tensor& x, std::span<const LinearPart> parts) {
+    for (const LinearPart& p : parts) Linear(x, p.w, p.bias, p.out);
+  }
+
+  // The MLP's gated activation: out = silu(x . gate.w^T + gate.bias) *
+  // (x . up.w^T + up.bias), exactly LinearGroup(x, {gate, up}) then
+  // SiluMul(gate.out, up.out, out) (this default). gate.out and up.out are
+  // scratch: a backend that fuses (CUDA, one decode row) leaves them
+  // unwritten. out may alias either.
+  virtual void LinearSiluMul(const Tensor& x, const LinearPart& gate, const LinearPart& up,
+                             Tensor out) {
+    const LinearPart parts[] = {gate, up};
+    LinearGroup(x, parts);
+    SiluMul(gate.out, up.out, out);
+  }
+
+  // The residual add and the norm after it: x += delta, then out =
+  // RmsNorm(x), exactly Add(x, delta, x) then RmsNorm(x, weight, eps, out)
+  // (this default). out must not alias x or delta.
+  virtual void AddRmsNorm(Tensor x, const Tensor& delta, const Tensor& weight, float eps,
+                          Tensor out) {
+    Add(x, delta, x);
+    RmsNorm(x, weight, eps, out);
+  }
 
   // out = silu(gate) * up, elementwise. out may alias gate or up.
   virtual void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) = 0;

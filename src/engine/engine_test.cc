@@ -454,7 +454,7 @@ namespace {
 
 // Every op goes to `inner`; CopyBlocks (the HiCache controller's copies)
 // first waits until the gate opens, so a backup stays in flight.
-class GatedCopyBackend final : public Backend {
+class GatedCopyBackend : public Backend {
  public:
   explicit GatedCopyBackend(Backend& inner) : b_(inner) {}
   void Open() {
@@ -496,6 +496,15 @@ class GatedCopyBackend final : public Backend {
   void PagedAttention(const Tensor& q, const KvLayerView& l, const AttentionSeq* s, int32_t n,
                       const AttentionParams& p, Tensor o) override {
     b_.PagedAttention(q, l, s, n, p, o);
+  }
+  void LinearGroup(const Tensor& x, std::span<const LinearPart> parts) override {
+    b_.LinearGroup(x, parts);
+  }
+  void AddRmsNorm(Tensor x, const Tensor& d, const Tensor& w, float e, Tensor o) override {
+    b_.AddRmsNorm(x, d, w, e, o);
+  }
+  void LinearSiluMul(const Tensor& x, const LinearPart& g, const LinearPart& u, Tensor o) override {
+    b_.LinearSiluMul(x, g, u, o);
   }
   void GatherRows(const Tensor& x, const int32_t* r, Tensor o) override { b_.GatherRows(x, r, o); }
   void ScaleAddRows(const Tensor& x, const int32_t* r, const float* s, Tensor o) override {
@@ -548,6 +557,53 @@ TEST(EngineHiCacheTest, WaitsForPagesPinnedByABackupInFlight) {
   ASSERT_EQ(res->size(), 2u);
   for (const GenerationResult& r : *res) EXPECT_EQ(r.output.size(), 2u);
   EXPECT_TRUE((*e)->CheckIntegrity().ok()) << (*e)->CheckIntegrity().ToString();
+}
+
+// Forwards every op (gate open) and records, per PagedAttention call, the
+// max_kv_len hint against the longest kv_len of the call's sequences (the
+// CPU backend's memory is host memory, so the Seq array is readable here).
+class AttentionHintRecorder final : public GatedCopyBackend {
+ public:
+  explicit AttentionHintRecorder(Backend& inner) : GatedCopyBackend(inner) { Open(); }
+  void PagedAttention(const Tensor& q, const KvLayerView& l, const AttentionSeq* s, int32_t n,
+                      const AttentionParams& p, Tensor o) override {
+    int32_t longest = 0;
+    for (int32_t i = 0; i < n; ++i) longest = std::max(longest, s[i].kv_len);
+    ++calls;
+    if (p.max_kv_len != longest) ++wrong;
+    widest = std::max(widest, longest);
+    GatedCopyBackend::PagedAttention(q, l, s, n, p, o);
+  }
+  int calls = 0, wrong = 0;
+  int32_t widest = 0;
+};
+
+// The runner tells attention the step's longest context (the CUDA backend
+// sizes its split-K from it), in prefill, decode and mixed batches.
+TEST(EngineAttentionHintTest, EveryAttentionCallGetsTheLongestContext) {
+  CpuBackendOptions bo;
+  bo.num_threads = 1;
+  auto cpu = std::move(*CreateCpuBackend(bo));
+  AttentionHintRecorder rec(*cpu);
+  auto m = LoadModelDir(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/llama_default",
+                        rec, LoadOptions{});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EngineOptions eo;
+  eo.page_size = 16;
+  eo.max_total_tokens = 512;
+  auto e = Engine::Create(**m, rec, eo);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  std::vector<GenerationRequest> reqs;
+  for (int len : {5, 40, 90}) {
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < len; ++t) prompt.push_back(4 + (t * 7 + len) % 300);
+    reqs.push_back(Greedy(prompt, 6));
+  }
+  auto res = (*e)->Generate(std::move(reqs));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_GT(rec.calls, 0);
+  EXPECT_EQ(rec.wrong, 0) << "of " << rec.calls << " attention calls";
+  EXPECT_EQ(rec.widest, 90 + 6 - 1);  // the last decode step's context
 }
 
 }  // namespace

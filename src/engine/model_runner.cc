@@ -117,6 +117,7 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
   b.num_seqs = static_cast<int32_t>(h_seqs_.size());
   b.logit_rows = static_cast<const int32_t*>(logit_rows_.data());
   b.num_logit_rows = static_cast<int32_t>(nl);
+  for (const AttentionSeq& s : h_seqs_) b.max_kv_len = std::max(b.max_kv_len, s.kv_len);
   Tensor out = logits_.AsTensor(DType::kF32, static_cast<int64_t>(nl), vocab);
   RETURN_IF_ERROR(model_.Forward(b, kv_, out));
   *logits = out;

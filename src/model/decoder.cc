@@ -152,15 +152,18 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
   ap.head_dim = static_cast<int32_t>(hd);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.sliding_window = d_.sliding_window;
+  ap.max_kv_len = batch.max_kv_len;
 
   auto bias = [](const Tensor& t) { return t.data ? &t : nullptr; };
   backend_.Embedding(embed_, batch.token_ids, x);
+  // Each residual add is fused with the norm after it (the next layer's
+  // input norm; the last layer's final norm runs on the gathered rows).
+  backend_.RmsNorm(x, layers_[0].input_norm, eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& L = layers_[l];
-    backend_.RmsNorm(x, L.input_norm, eps, h);
-    backend_.Linear(h, L.q, bias(L.q_bias), q);
-    backend_.Linear(h, L.k, bias(L.k_bias), k);
-    backend_.Linear(h, L.v, bias(L.v_bias), v);
+    const LinearPart qkv[] = {
+        {L.q, bias(L.q_bias), q}, {L.k, bias(L.k_bias), k}, {L.v, bias(L.v_bias), v}};
+    backend_.LinearGroup(h, qkv);
     if (d_.qk_norm) {
       Tensor qh{q.data, DType::kF32, n * nh, hd, 0}, kh{k.data, DType::kF32, n * nkv, hd, 0};
       backend_.RmsNorm(qh, L.q_norm, eps, qh);
@@ -170,13 +173,14 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
     backend_.StoreKv(k, v, kv[l], batch.kv_slots);
     backend_.PagedAttention(q, kv[l], batch.seqs, batch.num_seqs, ap, attn);
     backend_.Linear(attn, L.o, bias(L.o_bias), out);
-    backend_.Add(x, out, x);
-    backend_.RmsNorm(x, L.post_norm, eps, h);
-    backend_.Linear(h, L.gate, bias(L.gate_bias), gate);
-    backend_.Linear(h, L.up, bias(L.up_bias), up);
-    backend_.SiluMul(gate, up, gate);
+    backend_.AddRmsNorm(x, out, L.post_norm, eps, h);
+    backend_.LinearSiluMul(h, {L.gate, bias(L.gate_bias), gate}, {L.up, bias(L.up_bias), up}, gate);
     backend_.Linear(gate, L.down, bias(L.down_bias), out);
-    backend_.Add(x, out, x);
+    if (l + 1 < layers_.size()) {
+      backend_.AddRmsNorm(x, out, layers_[l + 1].input_norm, eps, h);
+    } else {
+      backend_.Add(x, out, x);
+    }
   }
   LogitsOfRows(backend_, x, batch, final_norm_, lm_head_, eps,
                Scratch(kLast, batch.num_logit_rows, H), logits);

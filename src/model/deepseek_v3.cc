@@ -410,6 +410,7 @@ void DeepseekV3Model::Attention(const Layer& L, const ForwardBatch& batch, const
   ap.num_kv_heads = 1;
   ap.head_dim = static_cast<int32_t>(row);
   ap.scale = attn_scale_;
+  ap.max_kv_len = batch.max_kv_len;
   backend_.PagedAttention(qabs, values, batch.seqs, batch.num_seqs, ap, attn);
   for (int64_t hd = 0; hd < nh; ++hd) {
     backend_.Linear(attn.Cols(hd * row, lat), L.kv_b.Rows(hd * (nope + vd) + nope, vd), nullptr,

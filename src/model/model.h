@@ -37,6 +37,9 @@ struct ForwardBatch {
   int32_t num_seqs = 0;
   const int32_t* logit_rows = nullptr;
   int32_t num_logit_rows = 0;
+  // Host-side: max over seqs of kv_len (0: unknown), for
+  // AttentionParams::max_kv_len.
+  int32_t max_kv_len = 0;
 };
 
 struct ModelOptions {

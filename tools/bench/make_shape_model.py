@@ -18,6 +18,9 @@ matrices, norms near 1) so activations stay finite through all layers.
 Usage:
   /usr/bin/python3 tools/bench/make_shape_model.py --shape qwen2.5-0.5b \
       --tokenizer-dir DEMO_MODEL_DIR --out /tmp/strata-bench/qwen2.5-0.5b
+  # Issue 10's 8 B goal shape on the GPU machine, safetensors only, tiled fill:
+  python3 tools/bench/make_shape_model.py --shape llama-3.1-8b --fill tiled --no-gguf \
+      --tokenizer-dir DEMO_MODEL_DIR --out /tmp/l8b
 
 Needs only numpy (Debian: python3-numpy). The GGUF writer follows the spec
 at https://github.com/ggml-org/ggml/blob/master/docs/gguf.md.
@@ -94,6 +97,41 @@ SHAPES = {
         "use_cache": True,
         "vocab_size": 128256,
     },
+    # Issue 10's goal shape (meta-llama/Llama-3.1-8B's config.json): 8.03 B
+    # parameters, 16.06 GB in bf16, untied head. Use --fill tiled --no-gguf
+    # on the GPU machine (seconds instead of minutes).
+    "llama-3.1-8b": {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 128000,
+        "eos_token_id": 128001,
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "initializer_range": 0.02,
+        "intermediate_size": 14336,
+        "max_position_embeddings": 131072,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "factor": 8.0,
+            "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.43.0.dev0",
+        "use_cache": True,
+        "vocab_size": 128256,
+    },
     # Llama layout (rope permutation in GGUF, llama3 rope factors), tiny dims.
     "tiny-llama": {
         "architectures": ["LlamaForCausalLM"],
@@ -151,6 +189,7 @@ SHAPES = {
 
 WEIGHT_STD = 0.02  # --weight-std; larger (0.1-0.3) gives decisive logits for parity checks
 CHUNK = 1 << 24  # elements generated at a time (64 MiB of float32)
+TILE = 1 << 22  # --fill tiled: elements of the one random block per kind (8 MiB of bf16)
 
 
 def to_bf16(x):
@@ -218,24 +257,54 @@ def layout(cfg):
     return ts
 
 
+def values(rng, n, kind, std):
+    """n bf16 values of a tensor of `kind`: uniform with unit variance (half the
+    cost of normal samples, same scale; the values only need to keep
+    activations finite), scaled for the kind."""
+    x = rng.random(n, dtype=np.float32)
+    x -= np.float32(0.5)
+    x *= np.float32(math.sqrt(12.0))
+    if kind == "matrix":
+        x *= np.float32(std)
+    elif kind == "norm":
+        x = np.float32(1.0) + np.float32(0.1) * x
+    else:
+        x *= np.float32(0.1)
+    return to_bf16(x)
+
+
 def generate(t, seed, std):
     """Yields the tensor's bf16 bits in row-major chunks; deterministic per name."""
     rng = np.random.default_rng([seed, zlib.crc32(t.hf_name.encode())])
     left = t.numel
     while left:
         n = min(left, CHUNK)
-        # Uniform with unit variance: half the cost of normal samples, same
-        # scale; the values only need to keep activations finite.
-        x = rng.random(n, dtype=np.float32)
-        x -= np.float32(0.5)
-        x *= np.float32(math.sqrt(12.0))
-        if t.kind == "matrix":
-            x *= np.float32(std)
-        elif t.kind == "norm":
-            x = np.float32(1.0) + np.float32(0.1) * x
-        else:
-            x *= np.float32(0.1)
-        yield to_bf16(x)
+        yield values(rng, n, t.kind, std)
+        left -= n
+
+
+_tiles = {}
+
+
+def generate_tiled(t, seed, std):
+    """Like generate(), but every tensor of a kind repeats one random block of
+    TILE values, entered at an offset from the tensor's name: 8 B parameters
+    in seconds (numpy draws ~0.2 G values/s) and disk-bound. Fine for speed;
+    rows repeat every TILE / cols rows, so not for anything that needs
+    independent weights."""
+    key = (seed, t.kind, std)
+    if key not in _tiles:
+        _tiles[key] = values(np.random.default_rng([seed, zlib.crc32(t.kind.encode())]), TILE,
+                             t.kind, std)
+    tile = _tiles[key]
+    start = zlib.crc32(t.hf_name.encode()) % TILE
+    left = t.numel
+    first = tile[start:start + left]
+    yield first
+    left -= first.size
+    while left:
+        n = min(left, TILE)
+        yield tile[:n]
         left -= n
 
 
@@ -390,10 +459,11 @@ def gguf_model_kvs(cfg, name):
 # ---- main -----------------------------------------------------------------
 
 
-def write(shape, out, tok_dir, seed, std):
+def write(shape, out, tok_dir, seed, std, fill="random", gguf=True):
     cfg = {k: v for k, v in SHAPES[shape].items() if v is not None}
     os.makedirs(out, exist_ok=True)
     tensors = layout(cfg)
+    gen = generate_tiled if fill == "tiled" else generate
 
     # safetensors header: offsets follow the tensor order.
     header, off = {"__metadata__": {"format": "pt"}}, 0
@@ -419,40 +489,50 @@ def write(shape, out, tok_dir, seed, std):
     for name, arr in extra:
         infos.append((name, [arr.size], GGML_F32, goff))
         goff = align(goff + arr.nbytes)
-    meta = gguf_model_kvs(cfg, f"random {shape}") + gguf_tokenizer_kvs(tok_dir, cfg)
-    ghead = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(meta)) + b"".join(meta)
-    for name, dims, ggml_type, o in infos:
-        ghead += g_str(name) + struct.pack("<I", len(dims))
-        ghead += b"".join(struct.pack("<Q", d) for d in dims)
-        ghead += struct.pack("<IQ", ggml_type, o)
-    ghead += b"\0" * (align(len(ghead)) - len(ghead))
 
     st_path = os.path.join(out, "model.safetensors")
     gg_path = os.path.join(out, "model-bf16.gguf")
-    with open(st_path + ".tmp", "wb") as st, open(gg_path + ".tmp", "wb") as gg:
+    gg = None
+    with open(st_path + ".tmp", "wb") as st:
         st.write(struct.pack("<Q", len(hjson)) + hjson)
-        gg.write(ghead)
-        gbase = gg.tell()
+        if gguf:
+            meta = gguf_model_kvs(cfg, f"random {shape}") + gguf_tokenizer_kvs(tok_dir, cfg)
+            ghead = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(meta)) + b"".join(meta)
+            for name, dims, ggml_type, o in infos:
+                ghead += g_str(name) + struct.pack("<I", len(dims))
+                ghead += b"".join(struct.pack("<Q", d) for d in dims)
+                ghead += struct.pack("<IQ", ggml_type, o)
+            ghead += b"\0" * (align(len(ghead)) - len(ghead))
+            gg = open(gg_path + ".tmp", "wb")
+            gg.write(ghead)
+            gbase = gg.tell()
         for t, (_, _, ggml_type, o) in zip(tensors, infos):
+            if gg is None:
+                for bits in gen(t, seed, std):
+                    st.write(memoryview(bits))
+                continue
             assert gg.tell() - gbase == o
             as_gguf = (lambda b: b) if ggml_type == GGML_BF16 else bf16_to_f32
             if t.permute_heads:  # small (q/k): materialise, permute rows for GGUF
-                bits = np.concatenate(list(generate(t, seed, std)))
+                bits = np.concatenate(list(gen(t, seed, std)))
                 st.write(memoryview(bits))
                 rows = bits.reshape(t.shape[0], -1)
                 gg.write(memoryview(as_gguf(np.ascontiguousarray(
                     rope_interleave(rows, t.permute_heads)).reshape(-1))))
             else:
-                for bits in generate(t, seed, std):
+                for bits in gen(t, seed, std):
                     st.write(memoryview(bits))
                     gg.write(memoryview(as_gguf(bits)))
             gg.write(b"\0" * (align(gg.tell() - gbase) - (gg.tell() - gbase)))
-        for (name, arr), (_, _, _, o) in zip(extra, infos[len(tensors):]):
-            assert gg.tell() - gbase == o
-            gg.write(arr.astype("<f4").tobytes())
-            gg.write(b"\0" * (align(gg.tell() - gbase) - (gg.tell() - gbase)))
+        if gg is not None:
+            for (name, arr), (_, _, _, o) in zip(extra, infos[len(tensors):]):
+                assert gg.tell() - gbase == o
+                gg.write(arr.astype("<f4").tobytes())
+                gg.write(b"\0" * (align(gg.tell() - gbase) - (gg.tell() - gbase)))
+            gg.close()
     os.replace(st_path + ".tmp", st_path)
-    os.replace(gg_path + ".tmp", gg_path)
+    if gg is not None:
+        os.replace(gg_path + ".tmp", gg_path)
 
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -467,7 +547,7 @@ def write(shape, out, tok_dir, seed, std):
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(os.path.join(tok_dir, name), os.path.join(out, name))
     params = sum(t.numel for t in tensors)
-    print(json.dumps({"shape": shape, "dir": out, "gguf": gg_path, "params": params,
+    print(json.dumps({"shape": shape, "dir": out, "gguf": gg_path if gguf else None, "params": params,
                       "weight_bytes_bf16": st_bytes}))
 
 
@@ -481,8 +561,14 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--weight-std", type=float, default=WEIGHT_STD,
                     help="std of the matrices (default 0.02, like trained checkpoints)")
+    ap.add_argument("--fill", choices=["random", "tiled"], default="random",
+                    help="random: every value drawn (the default; minutes for billions of "
+                         "parameters); tiled: one random block per kind repeated (seconds, "
+                         "disk-bound; for speed benchmarks of large shapes)")
+    ap.add_argument("--no-gguf", action="store_true",
+                    help="write only the Hugging Face directory (no model-bf16.gguf)")
     a = ap.parse_args()
-    write(a.shape, a.out, a.tokenizer_dir, a.seed, a.weight_std)
+    write(a.shape, a.out, a.tokenizer_dir, a.seed, a.weight_std, a.fill, not a.no_gguf)
 
 
 if __name__ == "__main__":

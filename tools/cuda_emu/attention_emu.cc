@@ -154,8 +154,10 @@ struct Spec {
 };
 
 // Returns max abs error vs a double reference.
+// max_kv_hint: AttentionArgs::max_kv_len; -1: the longest kv_len (what the
+// model passes), 0: unknown.
 double Run(DType dt, int ps, int heads, int kvh, int hd, int window, std::vector<Spec> specs,
-           bool alias, int num_sms, std::mt19937& rng) {
+           bool alias, int num_sms, std::mt19937& rng, int max_kv_hint = -1) {
   int64_t pages = 3, rows = 0;
   for (auto& s : specs) pages += (s.kv_len + ps - 1) / ps, rows += s.q_len;
   const int64_t e = int64_t(kvh) * hd, esz = dt == DType::kF32 ? 4 : 2;
@@ -197,6 +199,11 @@ double Run(DType dt, int ps, int heads, int kvh, int hd, int window, std::vector
   View qv{q.data(), DType::kF32, rows, cols, cols}, ov{out.data(), DType::kF32, rows, cols, cols};
   KvLayer layer{kb.data(), alias ? kb.data() : vb.data(), dt, ps, kvh, hd, pages};
   AttentionArgs a{heads, kvh, hd, window, 1.f / std::sqrt(float(hd))};
+  a.max_kv_len = max_kv_hint;
+  if (max_kv_hint < 0) {  // the model's path: the longest context
+    a.max_kv_len = 0;
+    for (auto& s : specs) a.max_kv_len = std::max(a.max_kv_len, s.kv_len);
+  }
   const size_t wsb = PagedAttentionWorkspaceBytes(rows, specs.size(), a, num_sms);
   std::vector<float> ws(std::max<size_t>(wsb / 4, 1), NAN);
   PagedAttention(qv, layer, seqs.data(), seqs.size(), a, ov, wsb ? ws.data() : nullptr, wsb,
@@ -235,9 +242,10 @@ double Run(DType dt, int ps, int heads, int kvh, int hd, int window, std::vector
         }
       }
   const char* dn = dt == DType::kF32 ? "f32" : dt == DType::kBF16 ? "bf16" : "f16";
-  std::printf("%-5s ps %2d heads %2d/%d hd %3d win %3d alias %d splits %2d  max err %.3g\n", dn, ps,
-              heads, kvh, hd, window, alias, AttentionSplits(rows, specs.size(), a, num_sms),
-              worst);
+  std::printf(
+      "%-5s ps %2d heads %2d/%d hd %3d win %3d alias %d max_kv %5d splits %2d  max err %.3g\n", dn,
+      ps, heads, kvh, hd, window, alias, a.max_kv_len,
+      AttentionSplits(rows, specs.size(), a, num_sms), worst);
   return worst;
 }
 
@@ -246,10 +254,31 @@ int main(int argc, char** argv) {
   std::mt19937 rng(5);
   const int sms = 132;  // an H200
   const bool small = argc > 1 && std::strcmp(argv[1], "small") == 0;
+  // The split count follows the longest context (a host-side check).
+  {
+    AttentionArgs a{32, 8, 64, 0, 0.125f};  // Llama-3.2-1B, one decode token
+    const int unknown = AttentionSplits(1, 1, a, sms);
+    const size_t ws = PagedAttentionWorkspaceBytes(1, 1, a, sms);
+    bool ok = unknown == kMaxSplits;
+    for (auto [kv, want] : {std::pair{1, 1}, {16, 1}, {32, 1}, {33, 2}, {1000, 32}, {100000, 64}}) {
+      a.max_kv_len = kv;
+      ok = ok && AttentionSplits(1, 1, a, sms) == want &&
+           PagedAttentionWorkspaceBytes(1, 1, a, sms) == ws;  // one size: never regrown
+    }
+    a.max_kv_len = 5000, a.sliding_window = 100;  // a tile sees at most 100 + 15 positions
+    ok = ok && AttentionSplits(1, 1, a, sms) == 4;
+    std::printf("split counts from max_kv_len: %s\n", ok ? "OK" : "FAIL");
+    if (!ok) return 1;
+  }
   double w = 0;
   // Decode rows, long and short contexts: many split-K pieces, empty ones, the reduce.
   w = std::max(w, Run(DType::kBF16, 16, 8, 2, 64, 0, {{1, 300}, {1, 150}, {1, 33}, {1, 1}}, false,
                       sms, rng));
+  // The same with the split count from the SM count alone (max_kv_len
+  // unknown: more pieces, many empty) and from an understated hint (one).
+  w = std::max(w, Run(DType::kBF16, 16, 8, 2, 64, 0, {{1, 300}, {1, 150}, {1, 33}, {1, 1}}, false,
+                      sms, rng, 0));
+  w = std::max(w, Run(DType::kBF16, 16, 8, 2, 64, 0, {{1, 300}, {1, 33}}, false, sms, rng, 1));
   // Few SMs, so one piece: tiles written directly; a sliding window.
   w = std::max(w, Run(DType::kBF16, 16, 16, 2, 64, 25, {{60, 100}, {1, 200}}, false, 1, rng));
   // MLA: hd 576, V = K.

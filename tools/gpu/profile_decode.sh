@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs on the GPU machine (staged by tools/gpu/stage.sh as .cudarun/profile_decode.sh):
 # where a batch-1 decode step's time goes. Runs `strata bench engine
-# --device cuda` on the Llama-3.2-1B shape at a short context three times:
+# --device cuda` on the Llama-3.2-1B shape (SHAPE=llama-3.1-8b: issue 10's
+# goal shape, tiled random weights) at a short context three times:
 # plain (bench_noprof.json), with STRATA_CUDA_OP_TIMING=1 (per-op GPU time
 # from cudaEvent pairs, including waits for launches: op_timing.txt) and with
 # STRATA_CUDA_OP_TIMING=gated (each step queued behind a gate, so op times
@@ -17,9 +18,12 @@ export UCX_MODULE_DIR=$PWD/lib/ucx
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 echo "nsys: ${NSYS:-none}"
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
-[ -d /tmp/l1b ] || python3 "$R/tools/bench/make_shape_model.py" --shape llama-3.2-1b \
-  --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out /tmp/l1b > /dev/null
-args="bench engine --device cuda --matmul-precision ${PRECISION:-bf16} --model-path /tmp/l1b --prompt-len ${PROMPT_LEN:-16} --gen-len ${GEN_LEN:-64} --repeats 1 --json"
+SHAPE=${SHAPE:-llama-3.2-1b}
+dir=/tmp/l1b
+[ "$SHAPE" = llama-3.2-1b ] || dir=/tmp/$SHAPE
+[ -d $dir ] || python3 "$R/tools/bench/make_shape_model.py" --shape "$SHAPE" --fill tiled --no-gguf \
+  --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out $dir > /dev/null
+args="bench engine --device cuda --matmul-precision ${PRECISION:-bf16} --model-path $dir --prompt-len ${PROMPT_LEN:-16} --gen-len ${GEN_LEN:-64} --repeats 1 --json"
 ./strata $args 2>&1 | tail -1 | tee "$OUT/bench_noprof.json"
 for mode in 1 gated; do
   f=$OUT/op_timing$([ $mode = gated ] && echo _gated).txt

@@ -4,7 +4,7 @@
 # machine's image has CUDA but none of Strata's Debian libraries), the one
 # shared libraries that image lacks (libutf8proc, UCX), and device_run.sh;
 # with a bench build also constrain_bench, libbenchmark and the Qwen3
-# tokenizer files it measures masks over.
+# tokenizer files it measures masks over, and linear_bench.
 #
 #   tools/gpu/stage.sh BUILD_DIR DEST_REPO
 #   then on the GPU machine, from DEST_REPO's root:  .cudarun/device_run.sh
@@ -40,6 +40,11 @@ if ninja -C "$build" -t targets all 2>/dev/null | grep '^constrain_bench:' >/dev
   cp "$build/src/constrain_bench" "$dest/" && strip "$dest/constrain_bench"
   cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$dest/lib/"
   mkdir -p "$dest/qwen3-tokenizer" && cp -L "$qwen3"/tokenizer*.json "$dest/qwen3-tokenizer/"
+fi
+# The GEMV / LinearGroup bench (a bench build with CUDA).
+if ninja -C "$build" -t targets all 2>/dev/null | grep '^linear_bench:' >/dev/null; then
+  nice ninja -C "$build" -j2 linear_bench
+  cp "$build/src/linear_bench" "$dest/" && strip "$dest/linear_bench"
 fi
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"

@@ -285,6 +285,49 @@ TEST_P(CpuBackendTest, SiluMulAndAdd) {
   }
 }
 
+// The fused seams' defaults (LinearGroup, LinearSiluMul, AddRmsNorm) are the unfused ops
+// to the bit, so models written against them stay exact on the CPU.
+TEST_P(CpuBackendTest, FusedSeamsEqualTheUnfusedOps) {
+  for (int64_t rows : {1, 5}) {
+    const int64_t k = 96;
+    HostTensor x(DType::kF32, rows, k), wq(DType::kBF16, 64, k), wk(DType::kBF16, 16, k),
+        bq(DType::kBF16, 1, 64);
+    x.Fill(rng_);
+    wq.Fill(rng_, 0.5f);
+    wk.Fill(rng_, 0.5f);
+    bq.Fill(rng_);
+    HostTensor q(DType::kF32, rows, 64), kk(DType::kF32, rows, 16), q1 = q, k1 = kk;
+    const Tensor bt = bq.view();
+    const LinearPart parts[] = {{wq.view(), &bt, q.view()}, {wk.view(), nullptr, kk.view()}};
+    backend_->LinearGroup(x.view(), parts);
+    backend_->Linear(x.view(), wq.view(), &bt, q1.view());
+    backend_->Linear(x.view(), wk.view(), nullptr, k1.view());
+    EXPECT_EQ(q.bytes, q1.bytes);
+    EXPECT_EQ(kk.bytes, k1.bytes);
+
+    HostTensor wu(DType::kBF16, 64, k), act(DType::kF32, rows, 64), up = act, act1 = act, up1 = act;
+    wu.Fill(rng_, 0.5f);
+    backend_->LinearSiluMul(x.view(), {wq.view(), &bt, q.view()}, {wu.view(), nullptr, up.view()},
+                            act.view());
+    backend_->Linear(x.view(), wq.view(), &bt, act1.view());
+    backend_->Linear(x.view(), wu.view(), nullptr, up1.view());
+    backend_->SiluMul(act1.view(), up1.view(), act1.view());
+    EXPECT_EQ(act.bytes, act1.bytes);
+
+    HostTensor r(DType::kF32, rows, k), d(DType::kF32, rows, k), w(DType::kBF16, 1, k),
+        out(DType::kF32, rows, k);
+    r.Fill(rng_, 3.f);
+    d.Fill(rng_);
+    w.Fill(rng_);
+    HostTensor r1 = r, out1 = out;
+    backend_->AddRmsNorm(r.view(), d.view(), w.view(), 1e-5f, out.view());
+    backend_->Add(r1.view(), d.view(), r1.view());
+    backend_->RmsNorm(r1.view(), w.view(), 1e-5f, out1.view());
+    EXPECT_EQ(r.bytes, r1.bytes);
+    EXPECT_EQ(out.bytes, out1.bytes);
+  }
+}
+
 TEST_P(CpuBackendTest, GatherRows) {
   HostTensor x(DType::kF32, 5, 7), out(DType::kF32, 2, 7);
   x.Fill(rng_);

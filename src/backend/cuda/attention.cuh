@@ -428,14 +428,25 @@ int AttentionSplits(int64_t q_rows, int32_t num_seqs, const AttentionArgs& a, in
   const int64_t tiles = std::max<int64_t>({1, (q_rows * group + kAttnRows - 1) / kAttnRows,
                                            std::min<int64_t>(num_seqs, q_rows) * per_seq}) *
                         a.num_kv_heads;
-  // Enough blocks for four per SM; a piece is never under kAttnCols
-  // positions, so a short context uses fewer of them (the rest exit).
-  const int64_t want = (4LL * std::max(num_sms, 1) + tiles - 1) / tiles;
+  // Enough blocks for four per SM.
+  int64_t want = (4LL * std::max(num_sms, 1) + tiles - 1) / tiles;
+  // A piece is never under kAttnCols positions, so pieces beyond the
+  // longest tile range's count of them would exit at once (a 16-token
+  // context at batch 1 launched 64 pieces per KV head for one of work). A
+  // tile's range is at most the longest kv_len, and under a sliding window
+  // at most window + kAttnRows - 1 (its tokens' windows together).
+  if (a.max_kv_len > 0) {
+    int64_t span = a.max_kv_len;
+    if (a.sliding_window > 0) span = std::min<int64_t>(span, a.sliding_window + kAttnRows - 1);
+    want = std::min(want, (span + kAttnCols - 1) / kAttnCols);
+  }
   return static_cast<int>(std::min<int64_t>(std::max<int64_t>(want, 1), kMaxSplits));
 }
 
-size_t PagedAttentionWorkspaceBytes(int64_t q_rows, int32_t num_seqs, const AttentionArgs& a,
+size_t PagedAttentionWorkspaceBytes(int64_t q_rows, int32_t num_seqs, const AttentionArgs& args,
                                     int num_sms) {
+  AttentionArgs a = args;
+  a.max_kv_len = 0;  // the most splits any max_kv_len allows
   const int splits = AttentionSplits(q_rows, num_seqs, a, num_sms);
   if (splits == 1) return 0;
   return static_cast<size_t>(splits) * q_rows * a.num_heads * (a.head_dim + 2) * sizeof(float);

@@ -24,7 +24,10 @@
 // F32 and adds the bias -- the same products as the GEMM path, summed in
 // another order.
 // Linear dispatches on the weight's dtype, so either kind of weight works
-// with either setting.
+// with either setting. LinearGroup (q/k/v) of a decode row is one GEMV
+// launch over all its weights (kernels.h GemvGroup), LinearSiluMul (gate/up
+// and SiLU·mul) one more (GemvSiluMul); AddRmsNorm one kernel for the
+// residual add and the norm.
 //
 // Page copies (CopyBlocks, for HiCache) run on a second non-blocking
 // stream, the copy stream, so they overlap the compute stream's kernels:
@@ -38,7 +41,7 @@
 // it (sample_kernels.h lists when); only then are its logits copied to the
 // host and sampled there. Vocabularies above INT32_MAX, and a failure to
 // allocate the sampling buffers, send every row to the host that way.
-// Per-op GPU timing (STRATA_CUDA_OP_TIMING=1 or =gated; op_timing.h): a
+// Per-op GPU timing (STRATA_CUDA_OP_TIMING=1 or =gated; op_timer.h): a
 // cudaEvent pair around every op and host<->device copy, read back at the
 // next CopyToHost / Synchronize (the stream is idle then) and summed per op
 // kind and step class; the table goes to stderr when the backend is
@@ -52,7 +55,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -66,8 +68,9 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/sample_kernels.h"
+#include "backend/cuda/op_timer.h"
 #include "backend/cuda/op_timing.h"
+#include "backend/cuda/sample_kernels.h"
 #include "util/logging.h"
 
 namespace strata {
@@ -156,7 +159,8 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     ReleaseGate();
     cudaStreamSynchronize(stream_);
-    if (timer_) FinishTiming();
+    if (timer_) timer_->Finish();
+    timer_.reset();
     weights_.clear();
     attn_ws_.Reset();
     sample_in_.Reset();
@@ -212,7 +216,9 @@ class CudaBackend final : public Backend {
     ASSIGN_OR_RETURN(workspace_, Allocate(kWorkspaceBytes));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const cuda::OpTimingMode mode = cuda::ParseOpTimingMode(std::getenv("STRATA_CUDA_OP_TIMING"));
-    if (mode != cuda::OpTimingMode::kOff) RETURN_IF_ERROR(StartTiming(mode));
+    if (mode != cuda::OpTimingMode::kOff) {
+      ASSIGN_OR_RETURN(timer_, cuda::OpTimer::Create(mode, stream_));
+    }
     return OkStatus();
   }
 
@@ -320,7 +326,7 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     }
     SyncStream();
-    if (timer_) HarvestTiming();
+    if (timer_) timer_->Harvest();
   }
 
   // Host memory pinned by PinHostMemory is mapped into the device's address
@@ -439,7 +445,7 @@ class CudaBackend final : public Backend {
 
   void Synchronize() override {
     SyncStream();
-    if (timer_) EndTimedStep();
+    if (timer_) timer_->EndStep();
     CUDA_CHECK(cudaGetLastError());
     int32_t code = 0;
     CUDA_CHECK(cudaMemcpy(&code, err_buf_.data(), sizeof code, cudaMemcpyDeviceToHost));
@@ -480,7 +486,7 @@ class CudaBackend final : public Backend {
     STRATA_CHECK(out.cols == table.cols) << out.cols << " vs " << table.cols;
     if (out.rows == 0) return;
     Timed timed(this, "Embedding");
-    if (timer_ && timer_->step_tokens < 0) timer_->step_tokens = out.rows;
+    if (timer_) timer_->NoteStepTokens(out.rows);
     cuda::Embedding(ToView(table), ids, ToView(out), ErrWord(), stream_);
     Launched();
   }
@@ -497,15 +503,76 @@ class CudaBackend final : public Backend {
     Launched();
   }
 
-  void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+  void AddRmsNorm(Tensor x, const Tensor& delta, const Tensor& weight, float eps,
+                  Tensor out) override {
+    CheckSameShape(x, delta, out);
+    STRATA_CHECK(out.data != x.data && out.data != delta.data)
+        << "AddRmsNorm: out aliases an input";
+    STRATA_CHECK(weight.rows * weight.cols == x.cols)
+        << "norm weight has " << weight.rows << "x" << weight.cols;
+    STRATA_CHECK(IsFloatDType(weight.dtype));
+    Timed timed(this, "AddRmsNorm");
+    cuda::AddRmsNorm(ToView(x), ToView(delta), ToView(weight), eps, ToView(out), stream_);
+    Launched();
+  }
+
+  static void CheckLinear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
     STRATA_CHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32);
     STRATA_CHECK(IsFloatDType(w.dtype)) << DTypeName(w.dtype);
     STRATA_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows)
         << "Linear shapes: x " << x.rows << "x" << x.cols << ", w " << w.rows << "x" << w.cols
         << ", out " << out.rows << "x" << out.cols;
+    STRATA_CHECK(!bias || (bias->rows * bias->cols == w.rows && IsFloatDType(bias->dtype)));
+  }
+
+  // A decode row against all parts in one GEMV launch; otherwise (more
+  // rows: cuBLASLt per part; mixed weight dtypes; too many parts) Linear per
+  // part, the base class's default.
+  void LinearGroup(const Tensor& x, std::span<const LinearPart> parts) override {
+    bool one_launch = x.rows <= cuda::kGemvMaxRows && !parts.empty() &&
+                      parts.size() <= static_cast<size_t>(cuda::kGemvMaxParts);
+    for (const LinearPart& p : parts) one_launch = one_launch && p.w.dtype == parts[0].w.dtype;
+    if (!one_launch) {
+      Backend::LinearGroup(x, parts);
+      return;
+    }
+    cuda::GemvPart gp[cuda::kGemvMaxParts];
+    for (size_t i = 0; i < parts.size(); ++i) {
+      CheckLinear(x, parts[i].w, parts[i].bias, parts[i].out);
+      gp[i] = {ToView(parts[i].w), parts[i].bias ? ToView(*parts[i].bias) : cuda::View{},
+               ToView(parts[i].out)};
+    }
+    if (x.rows == 0) return;
+    Timed timed(this, parts[0].w.dtype == DType::kF32 ? "Linear.gemv_f32" : "Linear.gemv_16bit");
+    cuda::GemvGroup(ToView(x), gp, static_cast<int>(parts.size()), stream_);
+    Launched();
+  }
+
+  // A decode row: one launch writing silu(gate) * up (GemvSiluMul);
+  // otherwise the default, LinearGroup then SiluMul.
+  void LinearSiluMul(const Tensor& x, const LinearPart& gate, const LinearPart& up,
+                     Tensor out) override {
+    if (x.rows > cuda::kGemvMaxRows || gate.w.dtype != up.w.dtype || gate.w.rows != up.w.rows) {
+      Backend::LinearSiluMul(x, gate, up, out);
+      return;
+    }
+    CheckLinear(x, gate.w, gate.bias, gate.out);
+    CheckLinear(x, up.w, up.bias, up.out);
+    STRATA_CHECK(out.dtype == DType::kF32 && out.rows == x.rows && out.cols == gate.w.rows)
+        << "LinearSiluMul out " << out.rows << "x" << out.cols;
+    if (x.rows == 0) return;
+    auto part = [](const LinearPart& p) {
+      return cuda::GemvPart{ToView(p.w), p.bias ? ToView(*p.bias) : cuda::View{}, ToView(p.out)};
+    };
+    Timed timed(this, gate.w.dtype == DType::kF32 ? "Linear.gemv_f32" : "Linear.gemv_16bit");
+    cuda::GemvSiluMul(ToView(x), part(gate), part(up), ToView(out), stream_);
+    Launched();
+  }
+
+  void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+    CheckLinear(x, w, bias, out);
     const int64_t n = x.rows, m = w.rows, k = x.cols;
     if (n == 0 || m == 0) return;
-    STRATA_CHECK(!bias || (bias->rows * bias->cols == m && IsFloatDType(bias->dtype)));
     if (n <= cuda::kGemvMaxRows) {
       // Decode: a bandwidth-bound GEMV with x rounded as it is loaded and
       // the bias fused; no conversion kernel, no cuBLASLt call.
@@ -605,7 +672,7 @@ class CudaBackend final : public Backend {
                  q.rows == out.rows);
     STRATA_CHECK(IsFloatDType(layer.dtype) && layer.page_size > 0);
     if (num_seqs == 0 || q.rows == 0) return;
-    cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale};
+    cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale, p.max_kv_len};
     const bool v_alias = layer.v == nullptr || layer.v == layer.k;
     STRATA_CHECK(cuda::AttentionSmemBytes(hd, v_alias) <= max_smem_per_block_)
         << "CUDA backend: attention with head_dim " << hd << " needs "
@@ -675,100 +742,25 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kWorkspaceBytes = kCudaGemmWorkspaceBytes;
-  static constexpr int64_t kGateTimeoutNs = 100'000'000;
 
-  // ---- STRATA_CUDA_OP_TIMING (op_timing.h) ----
-  struct OpTimer {
-    cuda::OpTimingMode mode = cuda::OpTimingMode::kOff;
-    cuda::OpTimingTable table;
-    std::vector<cudaEvent_t> free_events, all_events;
-    struct Pending {
-      const char* op;
-      cudaEvent_t start, stop;
-    };
-    std::vector<Pending> pending;  // recorded since the last harvest
-    bool in_step = false;
-    int64_t step_tokens = -1;  // rows of the step's first Embedding
-    double step_span_ms = 0;   // GPU span of the step's harvests so far
-    std::chrono::steady_clock::time_point step_begin;
-    // Gated mode: host words mapped into the device (cudaHostAllocMapped).
-    int32_t* gate_host = nullptr;  // [0]: open flag, [1]: timed out
-    int32_t* gate_dev = nullptr;
-    bool gate_armed = false;
-  };
-
+  // ---- STRATA_CUDA_OP_TIMING (op_timer.h) ----
   // RAII: records op's start event now and its stop event at scope exit,
   // when timing is on; else nothing.
   class Timed {
    public:
-    Timed(CudaBackend* b, const char* op, bool arms_gate = true) : b_(b->timer_ ? b : nullptr) {
-      if (b_) index_ = b_->TimerBegin(op, arms_gate);
+    Timed(CudaBackend* b, const char* op, bool arms_gate = true) : t_(b->timer_.get()) {
+      if (t_) index_ = t_->Begin(op, arms_gate);
     }
     ~Timed() {
-      if (b_) CUDA_CHECK(cudaEventRecord(b_->timer_->pending[index_].stop, b_->stream_));
+      if (t_) t_->End(index_);
     }
     Timed(const Timed&) = delete;
     Timed& operator=(const Timed&) = delete;
 
    private:
-    CudaBackend* b_;
+    cuda::OpTimer* t_;
     size_t index_ = 0;
   };
-
-  Status StartTiming(cuda::OpTimingMode mode) {
-    auto t = std::make_unique<OpTimer>();
-    t->mode = mode;
-    if (mode == cuda::OpTimingMode::kGated) {
-      void* h = nullptr;
-      if (cudaHostAlloc(&h, 2 * sizeof(int32_t), cudaHostAllocMapped) != cudaSuccess) {
-        cudaGetLastError();
-        return Unavailable(
-            "CUDA backend: STRATA_CUDA_OP_TIMING=gated: cannot allocate mapped "
-            "host memory for the gate; use STRATA_CUDA_OP_TIMING=1");
-      }
-      t->gate_host = static_cast<int32_t*>(h);
-      t->gate_host[0] = t->gate_host[1] = 0;
-      void* d = nullptr;
-      CUDA_CHECK(cudaHostGetDevicePointer(&d, h, 0));
-      t->gate_dev = static_cast<int32_t*>(d);
-    }
-    timer_ = std::move(t);
-    return OkStatus();
-  }
-
-  cudaEvent_t TakeEvent() {
-    OpTimer& t = *timer_;
-    if (t.free_events.empty()) {
-      cudaEvent_t e;
-      CUDA_CHECK(cudaEventCreate(&e));
-      t.all_events.push_back(e);
-      return e;
-    }
-    cudaEvent_t e = t.free_events.back();
-    t.free_events.pop_back();
-    return e;
-  }
-
-  size_t TimerBegin(const char* op, bool arms_gate) {
-    OpTimer& t = *timer_;
-    if (!t.in_step) {
-      t.in_step = true;
-      t.step_tokens = -1;
-      t.step_span_ms = 0;
-      t.step_begin = std::chrono::steady_clock::now();
-    }
-    if (t.mode == cuda::OpTimingMode::kGated && arms_gate && !t.gate_armed) {
-      // The previous gate has finished: every release is followed by a sync.
-      __atomic_store_n(&t.gate_host[0], 0, __ATOMIC_SEQ_CST);
-      cuda::Gate(t.gate_dev, t.gate_dev + 1, kGateTimeoutNs, stream_);
-      CUDA_CHECK(cudaPeekAtLastError());
-      t.gate_armed = true;
-    }
-    const cudaEvent_t start = TakeEvent(), stop = TakeEvent();
-    CUDA_CHECK(cudaEventRecord(start, stream_));
-    t.pending.push_back({op, start, stop});
-    return t.pending.size() - 1;
-  }
 
   // Every wait for the compute stream goes through here: in gated mode the
   // stream cannot drain while its gate is shut.
@@ -777,57 +769,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void ReleaseGate() {
-    if (timer_ && timer_->gate_armed) {
-      __atomic_store_n(&timer_->gate_host[0], 1, __ATOMIC_SEQ_CST);
-      timer_->gate_armed = false;
-    }
-  }
-
-  // REQUIRES: the stream is idle (SyncStream). Reads and recycles the
-  // events recorded since the last harvest.
-  void HarvestTiming() {
-    OpTimer& t = *timer_;
-    if (t.pending.empty()) return;
-    const std::string cls = cuda::StepClass(t.step_tokens);
-    for (const OpTimer::Pending& p : t.pending) {
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
-      t.table.AddOp(cls, p.op, ms);
-      t.free_events.push_back(p.start);
-      t.free_events.push_back(p.stop);
-    }
-    float span = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&span, t.pending.front().start, t.pending.back().stop));
-    t.step_span_ms += span;
-    t.pending.clear();
-    if (t.gate_host && __atomic_load_n(&t.gate_host[1], __ATOMIC_SEQ_CST) != 0) {
-      t.table.AddGateTimeout();
-      __atomic_store_n(&t.gate_host[1], 0, __ATOMIC_SEQ_CST);
-    }
-  }
-
-  // REQUIRES: the stream is idle.
-  void EndTimedStep() {
-    OpTimer& t = *timer_;
-    HarvestTiming();
-    if (!t.in_step) return;
-    const double wall_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t.step_begin)
-            .count();
-    t.table.AddStep(cuda::StepClass(t.step_tokens), wall_ms, t.step_span_ms);
-    t.in_step = false;
-  }
-
-  // At destruction: the last step, the table to stderr, the events freed.
-  void FinishTiming() {
-    EndTimedStep();
-    const std::string s = timer_->table.Format(timer_->mode == cuda::OpTimingMode::kGated
-                                                   ? "gated: device time without launch gaps"
-                                                   : "events: includes waits for launches");
-    if (!s.empty()) std::fprintf(stderr, "%s", s.c_str());
-    for (cudaEvent_t e : timer_->all_events) cudaEventDestroy(e);
-    if (timer_->gate_host) cudaFreeHost(timer_->gate_host);
-    timer_.reset();
+    if (timer_) timer_->ReleaseGate();
   }
 
   static void CheckSameShape(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -1068,7 +1010,7 @@ class CudaBackend final : public Backend {
   size_t max_smem_per_block_ = 48 << 10;  // opt-in limit, read in Init
   std::vector<Buffer> weights_;
   std::map<PlanKey, std::unique_ptr<MatmulPlan>> matmul_cache_;
-  std::unique_ptr<OpTimer> timer_;  // null unless STRATA_CUDA_OP_TIMING is set
+  std::unique_ptr<cuda::OpTimer> timer_;  // null unless STRATA_CUDA_OP_TIMING is set
 };
 
 }  // namespace

@@ -323,6 +323,144 @@ TEST_F(CudaParityTest, LinearSmallBatchGemv) {
   }
 }
 
+// LinearGroup: one GEMV launch over q/k/v- and gate/up-like parts (k/v
+// smaller than q, m not a multiple of the 4 rows a block owns, biases on
+// some parts, a strided out, an empty part) gives each part exactly the
+// bytes Linear gives it alone, and the CPU's values; more rows and mixed
+// dtypes take Linear per part.
+TEST_F(CudaParityTest, LinearGroupEqualsLinearPerPart) {
+  struct Case {
+    int64_t n, k;
+    std::vector<int64_t> ms;
+    bool mixed_dtypes = false;
+  };
+  const Case cases[] = {{1, 2048, {2048, 512, 512}}, {1, 4096, {14336, 14336}},
+                        {1, 100, {33, 7, 1}},        {1, 64, {0, 9}},
+                        {3, 256, {64, 30, 30}},      {1, 512, {128, 64}, true}};
+  for (DType wt : {DType::kBF16, DType::kF32}) {
+    for (const Case& c : cases) {
+      std::string what = std::string("LinearGroup ") + DTypeName(wt) + " n=" + std::to_string(c.n) +
+                         " k=" + std::to_string(c.k) + " m=";
+      for (int64_t m : c.ms) what += std::to_string(m) + ",";
+      HostTensor x(DType::kF32, c.n, c.k);
+      x.Fill(rng_);
+      const Tensor dx = Up(x);
+      std::vector<HostTensor> ws, bs, outs;
+      std::vector<Tensor> dws, dbs, douts, dsingle;
+      for (size_t i = 0; i < c.ms.size(); ++i) {
+        const DType t = c.mixed_dtypes && i == 1 ? DType::kF16 : wt;
+        ws.emplace_back(t, c.ms[i], c.k);
+        ws.back().Fill(rng_, 0.5f);
+        bs.emplace_back(t, 1, c.ms[i]);
+        bs.back().Fill(rng_);
+        outs.emplace_back(DType::kF32, c.n, c.ms[i], c.ms[i] + 2);
+        dws.push_back(Up(ws.back()));  // as is (UploadWeight would widen to F32 here)
+        dbs.push_back(Up(bs.back()));
+        douts.push_back(Up(outs.back()));
+        dsingle.push_back(Up(outs.back()));
+      }
+      std::vector<LinearPart> parts;
+      for (size_t i = 0; i < c.ms.size(); ++i)
+        parts.push_back({dws[i], i % 2 == 0 ? &dbs[i] : nullptr, douts[i]});
+      cuda_->LinearGroup(dx, parts);
+      for (size_t i = 0; i < c.ms.size(); ++i) {
+        const HostTensor got = Down(douts[i], outs[i]);
+        cuda_->Linear(dx, dws[i], parts[i].bias, dsingle[i]);
+        const HostTensor single = Down(dsingle[i], outs[i]);
+        EXPECT_EQ(std::memcmp(got.bytes.data(), single.bytes.data(), got.bytes.size()), 0)
+            << what << " part " << i << ": differs from Linear alone";
+        // The CPU on x rounded to the weight's type (what the GEMV and the
+        // tensor-core GEMM multiply).
+        HostTensor xr = x, ref = outs[i];
+        for (int64_t r = 0; r < c.n; ++r)
+          for (int64_t j = 0; j < c.k; ++j) xr.set(r, j, RoundToDType(x.get(r, j), ws[i].dtype));
+        Tensor bt = bs[i].view();
+        cpu_->Linear(xr.view(), ws[i].view(), i % 2 == 0 ? &bt : nullptr, ref.view());
+        ExpectClose(got, ref, 2e-5, what + " part " + std::to_string(i) + " vs cpu");
+      }
+      keep_.clear();
+    }
+  }
+}
+
+// LinearSiluMul: gate and up of a decode row in one launch writing
+// silu(gate) * up: the bytes of LinearGroup then SiluMul on CUDA (an odd m
+// leaves a block half full; biases on gate only, up only, both), the CPU's
+// values; more rows take the default.
+TEST_F(CudaParityTest, LinearSiluMulEqualsGroupThenSiluMul) {
+  struct Case {
+    int64_t n, k, m;
+    bool gate_bias, up_bias;
+  };
+  const Case cases[] = {{1, 2048, 8192, false, false}, {1, 4096, 14336, false, false},
+                        {1, 100, 33, true, false},     {1, 64, 1, false, true},
+                        {1, 2047, 70, true, true},     {3, 256, 64, true, true}};
+  for (DType wt : {DType::kBF16, DType::kF32}) {
+    for (const Case& c : cases) {
+      const std::string what = std::string("LinearSiluMul ") + DTypeName(wt) +
+                               " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                               " m=" + std::to_string(c.m);
+      HostTensor x(DType::kF32, c.n, c.k), wg(wt, c.m, c.k), wu(wt, c.m, c.k), bg(wt, 1, c.m),
+          bu(wt, 1, c.m), out(DType::kF32, c.n, c.m);
+      x.Fill(rng_, 2.f);
+      wg.Fill(rng_, 0.5f);
+      wu.Fill(rng_, 0.5f);
+      bg.Fill(rng_);
+      bu.Fill(rng_);
+      const Tensor dx = Up(x), dwg = Up(wg), dwu = Up(wu), dbg = Up(bg), dbu = Up(bu);
+      const Tensor dg = Up(out), du = Up(out), dout = Up(out), dg2 = Up(out), du2 = Up(out);
+      const LinearPart gate{dwg, c.gate_bias ? &dbg : nullptr, dg};
+      const LinearPart up{dwu, c.up_bias ? &dbu : nullptr, du};
+      cuda_->LinearSiluMul(dx, gate, up, dout);
+      const HostTensor got = Down(dout, out);
+      const LinearPart parts[] = {{dwg, gate.bias, dg2}, {dwu, up.bias, du2}};
+      cuda_->LinearGroup(dx, parts);
+      cuda_->SiluMul(dg2, du2, dg2);
+      const HostTensor unfused = Down(dg2, out);
+      EXPECT_EQ(std::memcmp(got.bytes.data(), unfused.bytes.data(), got.bytes.size()), 0)
+          << what << ": differs from LinearGroup then SiluMul";
+      HostTensor xr = x, g = out, u = out, ref = out;
+      for (int64_t r = 0; r < c.n; ++r)
+        for (int64_t j = 0; j < c.k; ++j) xr.set(r, j, RoundToDType(x.get(r, j), wt));
+      Tensor tbg = bg.view(), tbu = bu.view();
+      cpu_->LinearSiluMul(xr.view(), {wg.view(), c.gate_bias ? &tbg : nullptr, g.view()},
+                          {wu.view(), c.up_bias ? &tbu : nullptr, u.view()}, ref.view());
+      ExpectClose(got, ref, 2e-5, what + " vs cpu");
+      keep_.clear();
+    }
+  }
+}
+
+// AddRmsNorm: x += delta and the norm in one kernel, the bytes of Add then
+// RmsNorm on CUDA (x and out both) and the CPU's values.
+TEST_F(CudaParityTest, AddRmsNormEqualsAddThenRmsNorm) {
+  for (DType wt : {DType::kF32, DType::kBF16}) {
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 2048}, {1, 4096}, {7, 129}, {300, 896}}) {
+      const std::string what = "AddRmsNorm " + std::to_string(rows) + "x" + std::to_string(d);
+      HostTensor x(DType::kF32, rows, d, d + 3), delta(DType::kF32, rows, d), w(wt, 1, d),
+          out(DType::kF32, rows, d);
+      x.Fill(rng_, 3.f);
+      delta.Fill(rng_);
+      w.Fill(rng_);
+      const Tensor dw = cuda_->UploadWeight(w.view()).value();
+      const Tensor dx = Up(x), dx2 = Up(x), dd = Up(delta), dout = Up(out), dout2 = Up(out);
+      cuda_->AddRmsNorm(dx, dd, dw, 1e-5f, dout);
+      cuda_->Add(dx2, dd, dx2);
+      cuda_->RmsNorm(dx2, dw, 1e-5f, dout2);
+      const HostTensor gx = Down(dx, x), gout = Down(dout, out);
+      const HostTensor sx = Down(dx2, x), sout = Down(dout2, out);
+      EXPECT_EQ(std::memcmp(gx.bytes.data(), sx.bytes.data(), gx.bytes.size()), 0) << what << " x";
+      EXPECT_EQ(std::memcmp(gout.bytes.data(), sout.bytes.data(), gout.bytes.size()), 0)
+          << what << " out";
+      HostTensor rx = x, rout = out;
+      cpu_->AddRmsNorm(rx.view(), delta.view(), w.view(), 1e-5f, rout.view());
+      ExpectClose(gx, rx, 1e-6, what + " x vs cpu");
+      ExpectClose(gout, rout, 1e-6, what + " out vs cpu");
+      keep_.clear();
+    }
+  }
+}
+
 TEST_F(CudaParityTest, SiluMulAndAdd) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {5, 4864}, {65, 33}}) {
     HostTensor g(DType::kF32, rows, cols, cols + 1), u(DType::kF32, rows, cols),
@@ -551,11 +689,20 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   Tensor dout{up(out.bytes.data(), out.bytes.size()), DType::kF32, out.rows, out.cols, 0};
   const auto* ds =
       static_cast<const AttentionSeq*>(up(dev_seqs.data(), dev_seqs.size() * sizeof(AttentionSeq)));
-  cuda->PagedAttention(dq, dev_layer, ds, num_seqs, params, dout);
-  HostTensor got = out;
-  cuda->Synchronize();
-  cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
-  ExpectClose(got, ref, 1e-5, what);
+  // max_kv_len: unknown (splits from the SM count alone), exact (no more
+  // splits than the longest context fills) and understated (a hint only:
+  // one piece, still right).
+  int32_t max_kv = 0;
+  for (const auto& sp : specs) max_kv = std::max(max_kv, sp.kv_len);
+  for (int32_t hint : {0, max_kv, 1}) {
+    AttentionParams p = params;
+    p.max_kv_len = hint;
+    cuda->PagedAttention(dq, dev_layer, ds, num_seqs, p, dout);
+    HostTensor got = out;
+    cuda->Synchronize();
+    cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
+    ExpectClose(got, ref, 1e-5, what + " max_kv_len " + std::to_string(hint));
+  }
 }
 
 // ---- CopyBlocks (HiCache page copies) ----

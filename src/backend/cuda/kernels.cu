@@ -102,14 +102,28 @@ __global__ void EmbeddingKernel(View table, const int32_t* ids, View out, int32_
 // Sum of squares in double like the CPU backend, so the scale factor is the
 // same float.
 constexpr int kMaxNormThreads = 1024;
+// kAdd: x += delta first (AddRmsNorm), each thread writing and then reading
+// back only its own elements; the norm is then RmsNorm's to the bit (same
+// code, same thread count), and the sum x + delta is Add's float add.
+template <bool kAdd>
 __global__ void __launch_bounds__(kMaxNormThreads)
-    RmsNormKernel(View x, View w, float eps, View out) {
+    RmsNormKernel(View x, View delta, View w, float eps, View out) {
   const int64_t r = blockIdx.x;
   const int64_t d = x.cols;
-  const float* xr = RowF(x, r);
+  float* xr = RowF(x, r);
   double ss = 0;
+  if (kAdd) {
+    const float* dr = RowF(delta, r);
 #pragma unroll 4
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ss += static_cast<double>(xr[c]) * xr[c];
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      const float v = xr[c] + dr[c];
+      xr[c] = v;
+      ss += static_cast<double>(v) * v;
+    }
+  } else {
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ss += static_cast<double>(xr[c]) * xr[c];
+  }
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   __shared__ double part[kMaxNormThreads / 32];
   __shared__ float inv_s;
@@ -335,17 +349,64 @@ __device__ inline void DotChunk(const View& x, int n, int64_t c, int64_t k,
   }
 }
 
+// One launch may cover several weights of the same k against the same x
+// (GemvGroup: q/k/v, gate/up): part i owns blocks [first_block_i,
+// first_block_{i+1}); a block does exactly what a launch of its part alone
+// would do with block index blockIdx.x - first_block, so a part's results
+// are those of Gemv on it, to the bit.
+struct GemvLaunchPart {
+  View w, bias, out;
+  int64_t first_block;
+  bool vec;  // the 16-byte path (w rows and x aligned, k a whole number of vectors)
+};
+struct GemvLaunch {
+  GemvLaunchPart part[kGemvMaxParts];
+  int n;
+  // GemvSiluMul: parts 0 (gate) and 1 (up) of equal m; block b owns rows
+  // b*G/2 ... of both (G/2 of each, the same chunks of k per thread as a
+  // plain launch, so each sum is Gemv's) and writes silu(gate) * up to
+  // silu_out instead of either part's out.
+  bool silu_mul;
+  View silu_out;
+};
+
 template <typename W, int R, int G>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    GemvKernel(View x, View w, View bias, View out, bool vec) {
+__global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch parts) {
+  // This block's part (block-uniform; unrolled so the parameters are read
+  // with constant indices, not copied to local memory).
+  const bool silu = parts.silu_mul;
+  constexpr int H = G / 2;  // rows of each matrix per block under silu
+  int pi = 0;
+#pragma unroll
+  for (int i = 1; i < kGemvMaxParts; ++i)
+    if (!silu && i < parts.n && blockIdx.x >= parts.part[i].first_block) pi = i;
+  View w, bias, out;
+  int64_t first = 0;
+  bool vec = false;
+#pragma unroll
+  for (int i = 0; i < kGemvMaxParts; ++i)
+    if (i == pi) {
+      w = parts.part[i].w;
+      bias = parts.part[i].bias;
+      out = parts.part[i].out;
+      first = parts.part[i].first_block;
+      vec = parts.part[i].vec;
+    }
   constexpr int V = 16 / sizeof(W);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = static_cast<int>(x.rows);  // 1 <= n <= R
   const int64_t k = x.cols, m = w.rows;
-  const int64_t j0 = int64_t{blockIdx.x} * G;
+  const int64_t j0 = silu ? int64_t{blockIdx.x} * H : (int64_t{blockIdx.x} - first) * G;
   const W* wr[G];
 #pragma unroll
-  for (int g = 0; g < G; ++g) wr[g] = static_cast<const W*>(w.data) + min(j0 + g, m - 1) * w.stride;
+  for (int g = 0; g < G; ++g) {
+    if (silu) {
+      const View& pw = g < H ? parts.part[0].w : parts.part[1].w;
+      wr[g] = static_cast<const W*>(pw.data) + min(j0 + g % H, m - 1) * pw.stride;
+    } else {
+      wr[g] = static_cast<const W*>(w.data) + min(j0 + g, m - 1) * w.stride;
+    }
+  }
   float acc[G][R];
 #pragma unroll
   for (int g = 0; g < G; ++g)
@@ -403,6 +464,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
   __syncthreads();
   const int t = threadIdx.x;
+  if (silu) {
+    // The sums in Gemv's order and SiluMul's float expression.
+    if (t < H * R) {
+      const int g = t / R, r = t % R;
+      const int64_t j = j0 + g;
+      if (r < n && j < m) {
+        float sg = 0.f, su = 0.f;
+#pragma unroll
+        for (int i = 0; i < kGemvWarps; ++i) sg += part[i][g][r];
+#pragma unroll
+        for (int i = 0; i < kGemvWarps; ++i) su += part[i][g + H][r];
+        const View& bg = parts.part[0].bias;
+        const View& bu = parts.part[1].bias;
+        if (bg.data != nullptr) sg += Load(bg.data, bg.dtype, j);
+        if (bu.data != nullptr) su += Load(bu.data, bu.dtype, j);
+        RowF(parts.silu_out, r)[j] = sg / (1.f + expf(-sg)) * su;
+      }
+    }
+    return;
+  }
   if (t < G * R) {
     const int g = t / R, r = t % R;
     const int64_t j = j0 + g;
@@ -497,53 +578,107 @@ void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* 
   EmbeddingKernel<<<Blocks(out.rows * out.cols), kThreads, 0, stream>>>(table, ids, out, err);
 }
 
+namespace {
+// A row per block: with few rows (decode) only a few SMs work, so each
+// block gets a thread per element up to 1024, every load of the row in
+// flight at once (256 threads walked a 2048-wide row in 8 serial steps);
+// with many rows (prefill) 256, as the blocks fill the GPU anyway.
+unsigned NormThreads(const View& x) {
+  const int64_t cap = x.rows >= 264 ? kThreads : kMaxNormThreads;
+  return static_cast<unsigned>(
+      std::min<int64_t>(cap, std::max<int64_t>(32, (x.cols + 31) / 32 * 32)));
+}
+}  // namespace
+
 void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream) {
   if (x.rows == 0) return;
-  // A row per block: with few rows (decode) only a few SMs work, so each
-  // block gets a thread per element up to 1024, every load of the row in
-  // flight at once (256 threads walked a 2048-wide row in 8 serial steps);
-  // with many rows (prefill) 256, as the blocks fill the GPU anyway.
-  const int64_t cap = x.rows >= 264 ? kThreads : kMaxNormThreads;
-  const int64_t threads = std::min<int64_t>(cap, std::max<int64_t>(32, (x.cols + 31) / 32 * 32));
-  RmsNormKernel<<<static_cast<unsigned>(x.rows), static_cast<unsigned>(threads), 0, stream>>>(
-      x, weight, eps, out);
+  RmsNormKernel<false>
+      <<<static_cast<unsigned>(x.rows), NormThreads(x), 0, stream>>>(x, View{}, weight, eps, out);
+}
+
+void AddRmsNorm(const View& x, const View& delta, const View& weight, float eps, const View& out,
+                cudaStream_t stream) {
+  if (x.rows == 0) return;
+  RmsNormKernel<true>
+      <<<static_cast<unsigned>(x.rows), NormThreads(x), 0, stream>>>(x, delta, weight, eps, out);
 }
 
 namespace {
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// 4 weight rows per block: each x load serves 4 weight loads, and at
+// k = 2048 (one chunk per thread per row) a thread still has 4 16-byte
+// loads in flight; m = 2048 gives 512 blocks, ~4 per SM, one wave. One x
+// row (batch-1 decode) only: with 2-8 rows this kernel measured slower
+// than convert + cuBLASLt on most Llama-3.2-1B shapes (linear_bench on the
+// H200: gate/up 8192x2048 at 8 rows 41 us against 10.8 us at 9 rows).
+constexpr int kGemvRowsPerBlock = 4;
+
+// silu_out set: GemvSiluMul (parts 0 and 1, equal m).
 template <typename W>
-void LaunchGemv(const View& x, const View& w, const View& bias, const View& out,
+void LaunchGemv(const View& x, const GemvPart* parts, int n, const View* silu_out,
                 cudaStream_t stream) {
   constexpr int64_t V = 16 / sizeof(W);
-  const bool vec = Aligned16(w.data) && (w.stride * int64_t{sizeof(W)}) % 16 == 0 &&
-                   x.cols % V == 0 && Aligned16(x.data) && x.stride % 4 == 0;
-  const int threads = kGemvWarps * 32;
-  // 4 weight rows per block: each x load serves 4 weight loads, and at
-  // k = 2048 (one chunk per thread per row) a thread still has 4 16-byte
-  // loads in flight; m = 2048 gives 512 blocks, ~4 per SM, one wave. One x
-  // row (batch-1 decode) only: with 2-8 rows this kernel measured slower
-  // than convert + cuBLASLt on most Llama-3.2-1B shapes (linear_bench on the
-  // H200: gate/up 8192x2048 at 8 rows 41 us against 10.8 us at 9 rows).
-  const int64_t blocks = (w.rows + 3) / 4;
+  const bool x_vec = x.cols % V == 0 && Aligned16(x.data) && x.stride % 4 == 0;
+  GemvLaunch launch{};
+  int64_t blocks = 0;
+  for (int i = 0; i < n; ++i) {
+    const View& w = parts[i].w;
+    if (w.rows == 0) continue;
+    GemvLaunchPart& p = launch.part[launch.n++];
+    p = GemvLaunchPart{w, parts[i].bias, parts[i].out, blocks,
+                       x_vec && Aligned16(w.data) && (w.stride * int64_t{sizeof(W)}) % 16 == 0};
+    blocks += (w.rows + kGemvRowsPerBlock - 1) / kGemvRowsPerBlock;
+  }
+  if (blocks == 0) return;
+  if (silu_out != nullptr) {
+    // Both matrices' rows in every block: one path for the block, the
+    // 16-byte one only when both qualify.
+    const bool vec = launch.part[0].vec && launch.part[1].vec;
+    launch.part[0].vec = launch.part[1].vec = vec;
+    launch.silu_mul = true;
+    launch.silu_out = *silu_out;
+    constexpr int64_t kHalf = kGemvRowsPerBlock / 2;
+    blocks = (parts[0].w.rows + kHalf - 1) / kHalf;
+  }
   static_assert(kGemvMaxRows == 1, "one instantiation: batch-1 decode");
-  GemvKernel<W, 1, 4><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, w, bias, out, vec);
+  GemvKernel<W, 1, kGemvRowsPerBlock>
+      <<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(x, launch);
 }
 }  // namespace
 
-void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream) {
-  if (x.rows == 0 || w.rows == 0) return;
-  switch (w.dtype) {
+namespace {
+void DispatchGemv(const View& x, const GemvPart* parts, int n, const View* silu_out,
+                  cudaStream_t stream) {
+  if (x.rows == 0 || n == 0) return;
+  switch (parts[0].w.dtype) {
     case DType::kBF16:
-      LaunchGemv<__nv_bfloat16>(x, w, bias, out, stream);
+      LaunchGemv<__nv_bfloat16>(x, parts, n, silu_out, stream);
       return;
     case DType::kF16:
-      LaunchGemv<__half>(x, w, bias, out, stream);
+      LaunchGemv<__half>(x, parts, n, silu_out, stream);
       return;
     default:
-      LaunchGemv<float>(x, w, bias, out, stream);
+      LaunchGemv<float>(x, parts, n, silu_out, stream);
       return;
   }
+}
+}  // namespace
+
+void GemvGroup(const View& x, const GemvPart* parts, int n, cudaStream_t stream) {
+  DispatchGemv(x, parts, n, nullptr, stream);
+}
+
+void GemvSiluMul(const View& x, const GemvPart& gate, const GemvPart& up, const View& out,
+                 cudaStream_t stream) {
+  if (gate.w.rows == 0) return;
+  const GemvPart parts[2] = {gate, up};
+  DispatchGemv(x, parts, 2, &out, stream);
+}
+
+void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream) {
+  const GemvPart part{w, bias, out};
+  GemvGroup(x, &part, 1, stream);
 }
 
 void AddBias(const View& out, const View& bias, cudaStream_t stream) {

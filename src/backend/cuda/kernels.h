@@ -48,6 +48,11 @@ void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* 
                cudaStream_t stream);
 
 void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream);
+// x += delta, then out = RmsNorm(x): one kernel whose results are Add's and
+// RmsNorm's to the bit (the same float add, the same norm code and thread
+// count). out must not alias x or delta.
+void AddRmsNorm(const View& x, const View& delta, const View& weight, float eps, const View& out,
+                cudaStream_t stream);
 
 // Small-batch Linear (decode): out[r][j] = sum_k round(x[r][k]) * w[j][k]
 // (+ bias[j] when bias.data is set), for x.rows in [1, kGemvMaxRows].
@@ -64,6 +69,23 @@ void RmsNorm(const View& x, const View& weight, float eps, const View& out, cuda
 // 41 us at 8, cuBLASLt 10.8 us at 9).
 inline constexpr int64_t kGemvMaxRows = 1;
 void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaStream_t stream);
+// Gemv of one x against up to kGemvMaxParts weights of one dtype and the
+// same k, in ONE launch (q/k/v, gate/up of a decode row): each part's out is
+// exactly what Gemv gives for it, and the grid is the parts' blocks side by
+// side, so small projections (k/v: 128 blocks alone on 132 SMs) ride along
+// with a large one instead of each paying a launch and a tail.
+struct GemvPart {
+  View w, bias, out;  // bias.data null: none
+};
+inline constexpr int kGemvMaxParts = 3;
+void GemvGroup(const View& x, const GemvPart* parts, int n, cudaStream_t stream);
+// out = silu(x . gate.w^T + gate.bias) * (x . up.w^T + up.bias), one launch:
+// each block owns 2 rows of both weights, sums them as Gemv does and applies
+// SiluMul's float expression, so out is GemvGroup then SiluMul to the bit.
+// gate.out / up.out are not written. REQUIRES: gate.w and up.w of one dtype
+// and shape.
+void GemvSiluMul(const View& x, const GemvPart& gate, const GemvPart& up, const View& out,
+                 cudaStream_t stream);
 
 // out[r, c] += bias[c].
 void AddBias(const View& out, const View& bias, cudaStream_t stream);
@@ -104,6 +126,7 @@ struct Seq {
 struct AttentionArgs {
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, sliding_window = 0;
   float scale = 0.f;
+  int32_t max_kv_len = 0;  // AttentionParams::max_kv_len: an upper bound, 0 unknown
 };
 // Flash-style paged attention (kernels.cu has the tiling): tiles of
 // (token, head-of-the-GQA-group) query rows of one sequence and KV head
@@ -111,7 +134,11 @@ struct AttentionArgs {
 // KV range is cut into AttentionSplits pieces (split-K, flash-decoding)
 // whose partial (max, sum, acc) go to `workspace` and are merged by a
 // second kernel. V may alias K (layer.v == layer.k, MLA): its rows are read
-// once. head_dim <= kMaxHeadDim.
+// once. head_dim <= kMaxHeadDim. AttentionSplits: enough blocks for the
+// SMs, but no more pieces than args.max_kv_len (when set) has kAttnCols
+// positions, so a short context launches no block without KV.
+// PagedAttentionWorkspaceBytes ignores max_kv_len (it only lowers the split
+// count): one size for a decode whose context grows, never a regrow.
 // REQUIRES: workspace_bytes >= PagedAttentionWorkspaceBytes(q.rows,
 // num_seqs, args, num_sms); q.rows == out.rows; every sequence's q_len <=
 // kv_len and its rows inside q.
