@@ -39,7 +39,7 @@ for p in 2048 8192; do
 done
 echo "== serve: $N requests, 1000 in / 1000 out, $C in flight"
 port=30123
-./strata serve --device cuda --model-path /tmp/l1b --port $port --max-running-requests "$RUNNING" \
+./strata serve --device cuda --matmul-precision bf16 --model-path /tmp/l1b --port $port --max-running-requests "$RUNNING" \
   --max-queued-requests 0 --chunked-prefill-size "$CHUNK" > "$OUT/serve.log" 2>&1 &
 spid=$!
 for _ in $(seq 240); do
