@@ -97,13 +97,14 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   sentinel.tok = static_cast<int32_t>(token_ids_.size());
   sentinel.end = static_cast<int32_t>(trie_.size()) + 1;
   trie_.push_back(sentinel);
-  // The bytes below each node, children before parents (reverse preorder);
-  // kept for the subtrees big enough to be tested whole.
-  std::vector<ByteSet> below(trie_.size() - 1);
+  // The bytes below each node and its height, children before parents
+  // (reverse preorder); kept for the subtrees big enough to be tested whole.
+  std::vector<Below> below(trie_.size() - 1);
   for (size_t n = below.size() - 1; n >= 1; --n) {
-    ByteSet& up = below[static_cast<size_t>(parent[n])];
-    up.Add(trie_[n].byte);
-    for (int i = 0; i < 4; ++i) up.bits[i] |= below[n].bits[i];
+    Below& up = below[static_cast<size_t>(parent[n])];
+    up.bytes.Add(trie_[n].byte);
+    for (int i = 0; i < 4; ++i) up.bytes.bits[i] |= below[n].bytes.bits[i];
+    up.height = std::max(up.height, below[n].height + 1);
   }
   for (size_t n = 0; n + 1 < trie_.size(); ++n) {
     if (trie_[trie_[n].end].tok - trie_[n].tok < kMinBelowTokens) continue;
@@ -237,16 +238,76 @@ const Automaton::State* Automaton::Row(State s) {
   return rows_[s]->data();
 }
 
-const ByteSet& Automaton::Loop(State s) {
-  if (!states_[s].has_loop) {
-    const State* row = Row(s);
-    ByteSet loop;
+void Automaton::ComputeRun(State s) {
+  // Forward along the chain of successors whose runs are still unknown,
+  // then back, each run from the next one's.
+  std::vector<State> chain;
+  std::vector<State> succ;
+  for (State cur = s;;) {
+    const State* row = Row(cur);
+    // The run's bytes: those looping back to cur where there are any, else
+    // the largest set of bytes leading to one live state.
+    ByteSet bytes;
+    State to = kDead;
     for (int b = 0; b < 256; ++b)
-      if (row[b] == s) loop.Add(static_cast<uint8_t>(b));
-    states_[s].loop = loop;
-    states_[s].has_loop = true;
+      if (row[b] == cur) bytes.Add(static_cast<uint8_t>(b)), to = cur;
+    if (to == kDead) {
+      std::vector<std::pair<State, int>> counts;
+      for (int b = 0; b < 256; ++b) {
+        if (row[b] == kDead) continue;
+        auto it = std::find_if(counts.begin(), counts.end(),
+                               [&](const auto& c) { return c.first == row[b]; });
+        if (it == counts.end())
+          counts.emplace_back(row[b], 1);
+        else
+          ++it->second;
+      }
+      int best = 0;
+      for (const auto& [st, c] : counts)
+        if (c > best) best = c, to = st;
+      for (int b = 0; b < 256; ++b)
+        if (row[b] == to && to != kDead) bytes.Add(static_cast<uint8_t>(b));
+    }
+    StateData& sd = states_[cur];
+    sd.run_bytes = bytes;
+    chain.push_back(cur);
+    succ.push_back(to);
+    if (to == kDead || distance_[to] != distance_[cur]) {
+      sd.run_length = 0;  // one byte already changes the distance
+      sd.has_run = true;
+      chain.pop_back(), succ.pop_back();
+      break;
+    }
+    if (to == cur) {
+      sd.run_length = kMaxRun;
+      sd.has_run = true;
+      chain.pop_back(), succ.pop_back();
+      break;
+    }
+    // Past the longest token the length no longer matters: end the chain
+    // there, conservatively (that state's run is one byte).
+    if (states_[to].has_run || static_cast<int32_t>(chain.size()) > vocab_->max_depth()) {
+      if (!states_[to].has_run) {
+        states_[to].run_bytes = ByteSet{};
+        states_[to].run_length = 0;
+        states_[to].has_run = true;
+      }
+      break;
+    }
+    cur = to;
   }
-  return states_[s].loop;
+  // chain[i] -> succ[i] by every byte of its run, at the same distance.
+  for (size_t i = chain.size(); i-- > 0;) {
+    StateData& sd = states_[chain[i]];
+    const StateData& next = states_[succ[i]];
+    bool inside = true;
+    for (int w = 0; w < 4; ++w)
+      inside = inside && (sd.run_bytes.bits[w] & ~next.run_bytes.bits[w]) == 0;
+    sd.run_length = inside && next.run_length == kMaxRun ? kMaxRun
+                    : inside ? next.run_length + 1
+                             : 1;
+    sd.has_run = true;
+  }
 }
 
 void Automaton::Reset() {
@@ -363,12 +424,23 @@ template <typename Emit>
 void Automaton::Walk(State s, int64_t limit, Emit emit) {
   const Vocabulary::TrieNode* trie = vocab_->trie().data();
   const int32_t* ids = vocab_->token_ids().data();
-  const ByteSet* below = vocab_->below().data();
+  const Vocabulary::Below* below = vocab_->below().data();
   // rows[d]: the transition row of the state reached at depth d of the
   // current path, set only where a child follows (a leaf's state never
   // computes one).
   std::vector<const State*> rows(static_cast<size_t>(vocab_->max_depth()) + 1);
   rows[0] = Row(s);
+  // Live nodes in a row usually have their tokens side by side in ids and
+  // reach the same distance: runs are merged and emitted whole.
+  int32_t run_begin = 0, run_end = 0, run_d = -1;
+  auto add = [&](int32_t d, int32_t begin, int32_t end) {
+    if (d == run_d && begin == run_end) {
+      run_end = end;
+      return;
+    }
+    if (run_end > run_begin) emit(run_d, ids + run_begin, static_cast<size_t>(run_end - run_begin));
+    run_d = d, run_begin = begin, run_end = end;
+  };
   const int32_t nodes = static_cast<int32_t>(vocab_->trie().size()) - 1;
   for (int32_t n = 1; n < nodes;) {
     const Vocabulary::TrieNode& t = trie[n];
@@ -378,22 +450,26 @@ void Automaton::Walk(State s, int64_t limit, Emit emit) {
       continue;
     }
     const int32_t d = distance_[ns];
-    // A subtree whose bytes all loop at ns: all its tokens end at ns.
+    // A subtree inside ns's run: all its tokens end at distance d.
     if (t.below >= 0) {
-      const ByteSet& loop = Loop(ns);
-      const ByteSet& b = below[t.below];
-      if (((b.bits[0] & ~loop.bits[0]) | (b.bits[1] & ~loop.bits[1]) |
-           (b.bits[2] & ~loop.bits[2]) | (b.bits[3] & ~loop.bits[3])) == 0) {
-        if (d <= limit) emit(d, ids + t.tok, static_cast<size_t>(trie[t.end].tok - t.tok));
+      if (!states_[ns].has_run) ComputeRun(ns);
+      const StateData& sd = states_[ns];
+      const Vocabulary::Below& b = below[t.below];
+      if (b.height <= sd.run_length &&
+          ((b.bytes.bits[0] & ~sd.run_bytes.bits[0]) | (b.bytes.bits[1] & ~sd.run_bytes.bits[1]) |
+           (b.bytes.bits[2] & ~sd.run_bytes.bits[2]) |
+           (b.bytes.bits[3] & ~sd.run_bytes.bits[3])) == 0) {
+        if (d <= limit) add(d, t.tok, trie[t.end].tok);
         n = t.end;
         continue;
       }
     }
     const Vocabulary::TrieNode& next = trie[n + 1];
-    if (next.tok > t.tok && d <= limit) emit(d, ids + t.tok, static_cast<size_t>(next.tok - t.tok));
+    if (next.tok > t.tok && d <= limit) add(d, t.tok, next.tok);
     if (next.depth > t.depth) rows[t.depth] = rows_[ns] ? rows_[ns]->data() : Row(ns);
     ++n;
   }
+  if (run_end > run_begin) emit(run_d, ids + run_begin, static_cast<size_t>(run_end - run_begin));
 }
 
 // Tokens whose end state is live and (limit) no farther than limit from

@@ -87,8 +87,13 @@ class Vocabulary {
   // Nodes and sentinel: trie().size() - 1 nodes.
   const std::vector<TrieNode>& trie() const { return trie_; }
   const std::vector<int32_t>& token_ids() const { return token_ids_; }
-  // Every byte on an edge below a node (its subtree less the node's own byte).
-  const std::vector<ByteSet>& below() const { return below_; }
+  // A node's subtree seen from the node: every byte on an edge below it,
+  // and its height (the longest token under it, less the node's depth).
+  struct Below {
+    ByteSet bytes;
+    int32_t height = 0;
+  };
+  const std::vector<Below>& below() const { return below_; }
   int32_t max_depth() const { return max_depth_; }
 
  private:
@@ -96,7 +101,7 @@ class Vocabulary {
   std::vector<int32_t> eos_;
   std::vector<TrieNode> trie_;
   std::vector<int32_t> token_ids_;  // in depth-first order
-  std::vector<ByteSet> below_;
+  std::vector<Below> below_;
   int32_t max_depth_ = 0;
 };
 
@@ -159,10 +164,10 @@ class Automaton {
     bool accepting = false;
     bool complete = false;
     std::shared_ptr<const TokenBitmask> mask;      // plain (cached)
-    // Bytes that lead back to this state (a string's body, say), once
-    // computed: a trie subtree using only these ends every token here.
-    bool has_loop = false;
-    ByteSet loop;
+    // The state's run, once computed (see Run()).
+    bool has_run = false;
+    ByteSet run_bytes;
+    int32_t run_length = 0;
     int32_t max_next_distance = 0;  // over the plain mask's tokens
     // Budget-limited masks without a walk: by[k] allows the tokens after
     // which the distance is at most by_distance[k] (ascending; EOS as in
@@ -179,7 +184,14 @@ class Automaton {
   // s's transition row (kDead where no stack takes the byte), computed
   // whole on first use.
   const State* Row(State s);
-  const ByteSet& Loop(State s);
+  // A run of s: bytes such that every string of them of at most
+  // run_length bytes leads from s to live states of s's own distance (a
+  // string body's ordinary characters: run_length is what a bounded string
+  // has left, kMaxRun where they loop back to s). A trie subtree using only
+  // these bytes and no deeper than that is allowed whole, at that distance,
+  // without walking it. Computed on first use, from the next state's run.
+  static constexpr int32_t kMaxRun = INT32_MAX;
+  void ComputeRun(State s);
   void Expand(std::vector<int32_t> stack, std::vector<std::vector<int32_t>>* out) const;
   State Resolve(Position& p);  // p's state in the current generation
   // limit: the largest distance allowed after a token (plain: kNoLimit).

@@ -454,15 +454,68 @@ TEST(Vocabulary, FlatTrieHoldsEveryTokenOnceAtItsBytes) {
     }
     ByteSet under;
     for (int32_t m = n + 1; m < t.end; ++m) under.Add(trie[m].byte);
-    for (int32_t k = t.tok; k < trie[t.end].tok; ++k)
+    size_t longest = 0;
+    for (int32_t k = t.tok; k < trie[t.end].tok; ++k) {
       EXPECT_EQ(bytes[ids[k]].substr(0, path.back().size()), path.back());
+      longest = std::max(longest, bytes[ids[k]].size());
+    }
     if (t.below >= 0) {
-      EXPECT_EQ(v.below()[t.below], under);
+      EXPECT_EQ(v.below()[t.below].bytes, under);
+      EXPECT_EQ(v.below()[t.below].height, static_cast<int32_t>(longest) - t.depth);
     }
     EXPECT_EQ(t.below >= 0, trie[t.end].tok - t.tok >= Vocabulary::kMinBelowTokens);
   }
   EXPECT_EQ(seen, (std::vector<int>{1, 1, 1, 0, 1, 1, 1, 1, 1, 0}));
   EXPECT_EQ(v.max_depth(), 3);
+}
+
+// Subtrees taken whole through a state's run (a bounded string's ordinary
+// characters, a count that ends, a loop) must stop exactly where the bound
+// does: every string over "ab-" of up to 6 bytes is a token, so the trie's
+// subtrees are big enough to be tested whole, and every state's mask is
+// checked against the definition at several budgets.
+TEST(Automaton, RunsTakeSubtreesWholeOnlyInsideTheirBound) {
+  std::vector<std::string> bytes;
+  std::vector<std::string> level = {""};
+  for (int len = 1; len <= 6; ++len) {
+    std::vector<std::string> longer;
+    for (const std::string& p : level)
+      for (char c : {'a', 'b', '-'}) longer.push_back(p + c);
+    bytes.insert(bytes.end(), longer.begin(), longer.end());
+    level = std::move(longer);
+  }
+  for (const char* t : {"\"", "\"a", "a\"", "ab\"", "\"}", "\",\"", "\xC3\xA9", "{", "}", ":", ","})
+    bytes.push_back(t);
+  const int32_t eos = static_cast<int32_t>(bytes.size());
+  bytes.push_back("<eos>");
+  auto v = std::make_shared<Vocabulary>(bytes, std::vector<int32_t>{eos});
+  for (const auto& [kind, text] :
+       {std::pair{Kind::kJsonSchema, R"({"type":"string","maxLength":4})"},
+        {Kind::kJsonSchema, R"({"type":"string","minLength":2,"maxLength":9})"},
+        {Kind::kJsonSchema, R"({"type":"array","items":{"type":"string","maxLength":2},"maxItems":3})"},
+        {Kind::kRegex, "(ab|-){0,5}a*b{2,3}"},
+        {Kind::kJsonObject, ""}}) {
+    auto g = CompileSpec({kind, text});
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    auto a = std::make_shared<Automaton>(g.value(), v);
+    std::mt19937 rng(11);
+    for (int walk = 0; walk < 8; ++walk) {
+      Automaton::Position p = a->Start();
+      for (int step = 0; step < 12; ++step) {
+        const std::vector<int32_t> distances = TokenDistances(*a, p);
+        Automaton::Position here = p;
+        const bool accepting = a->Accepting(here);
+        for (int64_t left : {int64_t{2}, int64_t{4}, int64_t{7}, Automaton::kUnlimited})
+          ASSERT_EQ(*a->Mask(p, left), MaskByDefinition(*v, distances, accepting, left))
+              << text << " walk " << walk << " step " << step << " left " << left;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < eos; ++id)
+          if (distances[id] >= 0) allowed.push_back(id);
+        if (allowed.empty()) break;
+        ASSERT_TRUE(a->Advance(p, bytes[allowed[rng() % allowed.size()]]));
+      }
+    }
+  }
 }
 
 // Qwen3's real vocabulary (tests/js's tokenizer files; skipped without
