@@ -18,7 +18,10 @@
 // to vocab x token length, and the scan reads memory in order. A state's
 // transition row is computed whole the first time it is needed, once per
 // class of bytes the state cannot tell apart (so a string body's ~100
-// ordinary bytes cost one successor, not one each). Tokens with no bytes
+// ordinary bytes cost one successor, not one each). A subtree whose bytes
+// all stay inside the state's run (see ComputeRun: a string body's ordinary
+// characters, for as many as it has left) is taken whole from the
+// depth-first token list without scanning it. Tokens with no bytes
 // (special tokens, ids past the tokenizer) are never allowed; the
 // end-of-sequence ids only in accepting states.
 //
