@@ -209,7 +209,8 @@ const Automaton::State* Automaton::Row(State s) {
     split.fill(-1);
     int n = 0;
     for (int b = 0; b < 256; ++b) {
-      int16_t& c = split[static_cast<size_t>(cls[b] * 2 + (in.Has(static_cast<uint8_t>(b)) ? 1 : 0))];
+      int16_t& c =
+          split[static_cast<size_t>(cls[b] * 2 + (in.Has(static_cast<uint8_t>(b)) ? 1 : 0))];
       if (c < 0) c = static_cast<int16_t>(n++);
       cls[b] = c;
     }
@@ -303,9 +304,10 @@ void Automaton::ComputeRun(State s) {
     bool inside = true;
     for (int w = 0; w < 4; ++w)
       inside = inside && (sd.run_bytes.bits[w] & ~next.run_bytes.bits[w]) == 0;
-    sd.run_length = inside && next.run_length == kMaxRun ? kMaxRun
-                    : inside ? next.run_length + 1
-                             : 1;
+    if (!inside)
+      sd.run_length = 1;  // one byte reaches succ[i]; past it the bytes differ
+    else
+      sd.run_length = next.run_length == kMaxRun ? kMaxRun : next.run_length + 1;
     sd.has_run = true;
   }
 }
@@ -457,8 +459,8 @@ void Automaton::Walk(State s, int64_t limit, Emit emit) {
       const Vocabulary::Below& b = below[t.below];
       if (b.height <= sd.run_length &&
           ((b.bytes.bits[0] & ~sd.run_bytes.bits[0]) | (b.bytes.bits[1] & ~sd.run_bytes.bits[1]) |
-           (b.bytes.bits[2] & ~sd.run_bytes.bits[2]) |
-           (b.bytes.bits[3] & ~sd.run_bytes.bits[3])) == 0) {
+           (b.bytes.bits[2] & ~sd.run_bytes.bits[2]) | (b.bytes.bits[3] & ~sd.run_bytes.bits[3])) ==
+              0) {
         if (d <= limit) add(d, t.tok, trie[t.end].tok);
         n = t.end;
         continue;

@@ -83,7 +83,7 @@ class Vocabulary {
     // Index into below() when the subtree holds >= kMinBelowTokens tokens
     // (worth testing whole), else -1.
     int32_t below = -1;
-    uint16_t depth = 0;  // bytes from the root (tokens are at most 65,535 bytes)
+    uint16_t depth = 0;  // bytes from the root (longer tokens than 65,535 are left out)
     uint8_t byte = 0;    // the byte on the edge into this node
   };
   static constexpr int32_t kMinBelowTokens = 8;
@@ -166,8 +166,8 @@ class Automaton {
     std::vector<int32_t> stacks;  // flattened
     bool accepting = false;
     bool complete = false;
-    std::shared_ptr<const TokenBitmask> mask;      // plain (cached)
-    // The state's run, once computed (see Run()).
+    std::shared_ptr<const TokenBitmask> mask;  // plain (cached)
+    // The state's run, once computed (see ComputeRun()).
     bool has_run = false;
     ByteSet run_bytes;
     int32_t run_length = 0;

@@ -359,8 +359,7 @@ std::vector<int32_t> TokenDistances(Automaton& a, const Automaton::Position& p) 
   const Vocabulary& v = a.vocab();
   std::vector<int32_t> d(static_cast<size_t>(v.size()), -1);
   for (int32_t id = 0; id < v.size(); ++id) {
-    if (v.bytes(id).empty() ||
-        std::find(v.eos().begin(), v.eos().end(), id) != v.eos().end())
+    if (v.bytes(id).empty() || std::find(v.eos().begin(), v.eos().end(), id) != v.eos().end())
       continue;
     Automaton::Position q = p;
     if (a.Advance(q, v.bytes(id))) d[id] = a.Distance(q);
@@ -435,8 +434,8 @@ TEST(Automaton, StatesWithManyDistancesWalkTheirLimitedMasks) {
 // once, at the node its bytes spell; subtree ranges and below() agree with
 // the tokens under each node.
 TEST(Vocabulary, FlatTrieHoldsEveryTokenOnceAtItsBytes) {
-  std::vector<std::string> bytes = {"b", "ab", "a", "", "abc", "ab", "\xC3\xA9", "\xC3", "b\x01",
-                                    "z"};
+  std::vector<std::string> bytes = {"b",  "ab",       "a",    "",      "abc",
+                                    "ab", "\xC3\xA9", "\xC3", "b\x01", "z"};
   const Vocabulary v(bytes, {9});  // "z" is EOS: never text
   const auto& trie = v.trie();
   const auto& ids = v.token_ids();
@@ -492,7 +491,8 @@ TEST(Automaton, RunsTakeSubtreesWholeOnlyInsideTheirBound) {
   for (const auto& [kind, text] :
        {std::pair{Kind::kJsonSchema, R"({"type":"string","maxLength":4})"},
         {Kind::kJsonSchema, R"({"type":"string","minLength":2,"maxLength":9})"},
-        {Kind::kJsonSchema, R"({"type":"array","items":{"type":"string","maxLength":2},"maxItems":3})"},
+        {Kind::kJsonSchema,
+         R"({"type":"array","items":{"type":"string","maxLength":2},"maxItems":3})"},
         {Kind::kRegex, "(ab|-){0,5}a*b{2,3}"},
         {Kind::kJsonObject, ""}}) {
     auto g = CompileSpec({kind, text});
@@ -553,8 +553,8 @@ TEST(Automaton, MasksOverTheRealVocabularyMatchTheDefinition) {
         const std::vector<int32_t> distances = TokenDistances(*a, p);
         Automaton::Position here = p;
         const bool accepting = a->Accepting(here);
-        for (int64_t left : {int64_t{2}, int64_t{3}, int64_t{5}, int64_t{9}, int64_t{30},
-                             Automaton::kUnlimited}) {
+        for (int64_t left :
+             {int64_t{2}, int64_t{3}, int64_t{5}, int64_t{9}, int64_t{30}, Automaton::kUnlimited}) {
           ASSERT_EQ(*a->Mask(p, left), MaskByDefinition(*v, distances, accepting, left))
               << ConstraintKindName(kind) << " walk " << walk << " step " << step << " left "
               << left;
