@@ -267,6 +267,17 @@ SHAPES = {
     },
 }
 
+# deepseek-v4-scaled's layout at toy width (same layer types, hash layers,
+# hyper-connections, compress rates): for the test that make_shape_model.py
+# writes what src/model/deepseek_v4.cc loads (tools/bench/shape_models_test.sh).
+SHAPES["deepseek-v4-tiny"] = {
+    **SHAPES["deepseek-v4-scaled"],
+    "hidden_size": 64, "num_attention_heads": 4, "head_dim": 64, "q_lora_rank": 32,
+    "o_lora_rank": 16, "moe_intermediate_size": 32, "n_routed_experts": 8,
+    "index_n_heads": 2, "index_head_dim": 16, "index_topk": 8, "sliding_window": 16,
+    "vocab_size": 2048,
+}
+
 WEIGHT_STD = 0.02  # --weight-std; larger (0.1-0.3) gives decisive logits for parity checks
 CHUNK = 1 << 24  # elements generated at a time (64 MiB of float32)
 
