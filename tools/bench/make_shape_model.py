@@ -157,8 +157,12 @@ SHAPES = {
     # DeepSeek-V4-Flash's layer structure at 1/4 of its width, 8 of its 43
     # layers and 32 of its 256 experts (~0.55 B parameters, ~0.19 B active),
     # in transformers 5.17's config dialect (tests/fixtures/models/deepseek_v4).
-    # Published V4-Flash values (deepseek-ai/DeepSeek-V4-Flash config.json;
-    # 284 B total, 13 B active), KEPT here:
+    # Published V4-Flash values (deepseek-ai/DeepSeek-V4-Flash, 284 B total,
+    # 13 B active; read here from NeMo AutoModel's DeepseekV4Config defaults,
+    # which state the release's config, from the yarn block of
+    # trl-internal-testing/tiny-DeepseekV4ForCausalLM, and the layer pattern
+    # from antirez/ds4's MODEL_CARD.md and a 5-layer cut of the release,
+    # compress_ratios [0, 0, 4, 128, 4]; not from the Hub file itself), KEPT:
     #   head_dim 512, num_key_value_heads 1 (one shared K=V head), partial
     #   rotary 64 of 512 dims (factor 0.125), rope_theta 1e4 (sliding layers),
     #   compress rope: theta 1.6e5, yarn factor 16 over 65,536, beta 32 / 1;
@@ -272,7 +276,8 @@ SHAPES = {
 # writes what src/model/deepseek_v4.cc loads (tools/bench/shape_models_test.sh).
 SHAPES["deepseek-v4-tiny"] = {
     **SHAPES["deepseek-v4-scaled"],
-    "hidden_size": 64, "num_attention_heads": 4, "head_dim": 64, "q_lora_rank": 32,
+    "hidden_size": 64, "num_attention_heads": 4, "head_dim": 64, "qk_rope_head_dim": 8,
+    "q_lora_rank": 32,
     "o_lora_rank": 16, "moe_intermediate_size": 32, "n_routed_experts": 8,
     "index_n_heads": 2, "index_head_dim": 16, "index_topk": 8, "sliding_window": 16,
     "vocab_size": 2048,
