@@ -29,8 +29,8 @@
 //
 // This version runs on the CPU backend only: the V4-specific steps
 // (compressors, indexer top-k, hyper-connections, sinks, the K=V
-// attention) are host loops over backend memory, which on the CPU is host
-// memory; matmuls and norms go through the backend's ops. Creation on
+// attention) are host loops on the engine thread over backend memory,
+// which on the CPU is host memory; matmuls and norms go through the backend's ops. Creation on
 // another backend fails with Unimplemented.
 //
 // Multi-token-prediction weights (mtp.* or model.layers.<num_hidden_layers
