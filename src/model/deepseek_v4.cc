@@ -29,8 +29,8 @@
 //
 // This version runs on the CPU backend only: the V4-specific steps
 // (compressors, indexer top-k, hyper-connections, sinks, the K=V
-// attention) are host loops over backend memory, which on the CPU is host
-// memory; matmuls and norms go through the backend's ops. Creation on
+// attention) are host loops on the engine thread over backend memory,
+// which on the CPU is host memory; matmuls and norms go through the backend's ops. Creation on
 // another backend fails with Unimplemented.
 //
 // Multi-token-prediction weights (mtp.* or model.layers.<num_hidden_layers
@@ -129,16 +129,60 @@ void RmsNormRow(float* x, int64_t n, const float* weight, float eps) {
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+// a . b over n floats in 16 independent partial sums, so the compiler keeps
+// several vector additions in flight: one running sum is a serial chain of n
+// dependent additions, and that chain was 80% of this file's attention and
+// 43% of a 512-token prefill (docs/perf.md "DeepSeek V4 on the CPU").
+float Dot(const float* a, const float* b, int64_t n) {
+  constexpr int kParts = 16;
+  float part[kParts] = {};
+  int64_t i = 0;
+  for (; i + kParts <= n; i += kParts)
+    for (int p = 0; p < kParts; ++p) part[p] += a[i + p] * b[i + p];
+  float sum = 0.f;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (int p = 0; p < kParts; ++p) sum += part[p];
+  return sum;
+}
+
+// out += sum_j w[j] * rows[j] over n rows of `dim` floats, four rows per
+// pass over `out` (a pass per row is a load and a store of out per row: half
+// of this file's attention time once the dot products were vectorized).
+void AddWeightedRows(const float* w, const float* rows, int64_t n, int64_t dim, float* out) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float *r0 = rows + j * dim, *r1 = r0 + dim, *r2 = r1 + dim, *r3 = r2 + dim;
+    for (int64_t d = 0; d < dim; ++d)
+      out[d] += (w[j] * r0[d] + w[j + 1] * r1[d]) + (w[j + 2] * r2[d] + w[j + 3] * r3[d]);
+  }
+  for (; j < n; ++j)
+    for (int64_t d = 0; d < dim; ++d) out[d] += w[j] * rows[j * dim + d];
+}
+
+// cos and sin of inv_freq[i] * pos: one position's rope angles, computed
+// once and applied to all of its heads (computed per head, sincos was 4% of a
+// bf16-matmul prefill).
+struct RopeAngles {
+  std::vector<float> cos, sin;
+  void Set(const std::vector<float>& inv_freq, int64_t pos) {
+    cos.resize(inv_freq.size());
+    sin.resize(inv_freq.size());
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+      const float f = inv_freq[i] * static_cast<float>(pos);
+      cos[i] = std::cos(f);
+      sin[i] = std::sin(f);
+    }
+  }
+};
+
 // V4's interleaved rope on the trailing rope dims of one head: pair (2i,
 // 2i+1) of the slice rotates by inv_freq[i] * pos and stays in place;
 // `sign` -1 rotates back (the attention output's de-rotation).
-void RopeRow(float* head, int64_t head_dim, const std::vector<float>& inv_freq, int64_t pos,
-             float sign) {
-  const int64_t rd = static_cast<int64_t>(inv_freq.size()) * 2;
+void RopeRow(float* head, int64_t head_dim, const RopeAngles& angles, float sign) {
+  const int64_t rd = static_cast<int64_t>(angles.cos.size()) * 2;
   float* x = head + head_dim - rd;
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    const float f = inv_freq[i] * static_cast<float>(pos);
-    const float c = std::cos(f), s = sign * std::sin(f);
+  for (size_t i = 0; i < angles.cos.size(); ++i) {
+    const float c = angles.cos[i], s = sign * angles.sin[i];
     const float a = x[2 * i], b = x[2 * i + 1];
     x[2 * i] = a * c - b * s;
     x[2 * i + 1] = b * c + a * s;
@@ -598,6 +642,7 @@ void DeepseekV4Model::Compress(const Compressor& c, const ForwardBatch& batch,
   const int64_t slots = c.overlap ? 2 * r : r;
   std::vector<float> skv(static_cast<size_t>(slots * D)), sg(skv.size()), row(width), grow(width),
       entry(D);
+  RopeAngles angles;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
     const AttentionSeq& q = batch.seqs[s];
     const int64_t first = (q.kv_len - q.q_len) / r, end = q.kv_len / r;
@@ -630,7 +675,8 @@ void DeepseekV4Model::Compress(const Compressor& c, const ForwardBatch& batch,
         entry[d] = acc;
       }
       RmsNormRow(entry.data(), D, c.norm.data(), eps);
-      RopeRow(entry.data(), D, inv_freq, e * r, 1.f);
+      angles.Set(inv_freq, e * r);
+      RopeRow(entry.data(), D, angles, 1.f);
       StoreRow(entries, entries.k, EntrySlot(q, entries, e), D, entry.data());
     }
   }
@@ -651,6 +697,7 @@ void DeepseekV4Model::Select(const Layer& L, const ForwardBatch& batch,
   chosen->assign(static_cast<size_t>(n), {});
   std::vector<float> keys, scores;
   std::vector<int64_t> top;
+  RopeAngles angles;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
     const AttentionSeq& q = batch.seqs[s];
     const int64_t entries = q.kv_len / r;  // transformers: what the cache holds after this call
@@ -660,7 +707,8 @@ void DeepseekV4Model::Select(const Layer& L, const ForwardBatch& batch,
     const int64_t k = std::min<int64_t>(v.index_topk, entries);
     for (int64_t i = q.q_start; i < q.q_start + q.q_len; ++i) {
       const int64_t t = batch.positions[i], visible = (t + 1) / r;
-      for (int64_t hd = 0; hd < ih; ++hd) RopeRow(&iq[(i * ih + hd) * id], id, compress_inv_freq_, t, 1.f);
+      angles.Set(compress_inv_freq_, t);
+      for (int64_t hd = 0; hd < ih; ++hd) RopeRow(&iq[(i * ih + hd) * id], id, angles, 1.f);
       if (entries == 0) continue;
       scores.assign(static_cast<size_t>(entries), 0.f);
       for (int64_t e = 0; e < entries; ++e) {
@@ -670,8 +718,7 @@ void DeepseekV4Model::Select(const Layer& L, const ForwardBatch& batch,
         }
         float sum = 0.f;
         for (int64_t hd = 0; hd < ih; ++hd) {
-          float dot = 0.f;
-          for (int64_t d = 0; d < id; ++d) dot += iq[(i * ih + hd) * id + d] * keys[e * id + d];
+          const float dot = Dot(&iq[(i * ih + hd) * id], &keys[e * id], id);
           sum += std::max(dot, 0.f) * softmax_scale * (wts[i * ih + hd] * weights_scale);
         }
         scores[e] = sum;
@@ -700,13 +747,14 @@ void DeepseekV4Model::Attention(const Layer& L, const ForwardBatch& batch, const
   backend_.Linear(View(qr, n, ql), L.wq_b, nullptr, View(q, n, nh * hd));
   backend_.Linear(View(h, n, H), L.wkv, nullptr, View(kvr, n, hd));
   backend_.RmsNorm(View(kvr, n, hd), L.kv_norm, eps, View(kvr, n, hd));
+  RopeAngles angles;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = batch.positions[i];
+    angles.Set(inv_freq, batch.positions[i]);
     for (int64_t a = 0; a < nh; ++a) {
       RmsNormRow(&q[(i * nh + a) * hd], hd, nullptr, eps);
-      RopeRow(&q[(i * nh + a) * hd], hd, inv_freq, t, 1.f);
+      RopeRow(&q[(i * nh + a) * hd], hd, angles, 1.f);
     }
-    RopeRow(&kvr[i * hd], hd, inv_freq, t, 1.f);
+    RopeRow(&kvr[i * hd], hd, angles, 1.f);
     StoreRow(*kv.sliding, kv.sliding->k, batch.kv_slots[i], hd, &kvr[i * hd]);
   }
 
@@ -742,23 +790,20 @@ void DeepseekV4Model::Attention(const Layer& L, const ForwardBatch& batch, const
         LoadRow(*kv.entries, kv.entries->k, EntrySlot(sq, *kv.entries, entries[x]), hd,
                 &keys[(nwin + x) * hd]);
       logits.resize(static_cast<size_t>(nk));
+      angles.Set(inv_freq, t);
       for (int64_t a = 0; a < nh; ++a) {
         const float* qh = &q[(i * nh + a) * hd];
         float mx = L.sinks[a];
         for (int64_t j = 0; j < nk; ++j) {
-          float dot = 0.f;
-          for (int64_t d = 0; d < hd; ++d) dot += qh[d] * keys[j * hd + d];
-          logits[j] = dot * scale;
+          logits[j] = Dot(qh, &keys[j * hd], hd) * scale;
           mx = std::max(mx, logits[j]);
         }
         float sum = std::exp(L.sinks[a] - mx);
         for (int64_t j = 0; j < nk; ++j) sum += logits[j] = std::exp(logits[j] - mx);
         float* o = &attn[(i * nh + a) * hd];
-        for (int64_t j = 0; j < nk; ++j) {
-          const float p = logits[j] / sum;
-          for (int64_t d = 0; d < hd; ++d) o[d] += p * keys[j * hd + d];
-        }
-        RopeRow(o, hd, inv_freq, t, -1.f);  // K=V carried the rotation into the output
+        for (int64_t j = 0; j < nk; ++j) logits[j] /= sum;
+        AddWeightedRows(logits.data(), keys.data(), nk, hd, o);
+        RopeRow(o, hd, angles, -1.f);  // K=V carried the rotation into the output
       }
     }
   }
