@@ -37,7 +37,8 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("threads", &threads, "CPU threads for compute (0: all cores)", 0, 4096);
   f.String("cpu-isa", &isa, "highest CPU instruction set: auto, avx512, avx2, scalar");
   f.String("matmul-precision", &matmul_precision,
-           "fp32 (exact, default) or bf16 (activations rounded to bf16; faster prefill)");
+           "fp32 (exact), bf16 (activations rounded to bf16; half the weight memory on a GPU, "
+           "faster prefill) or auto: bf16 on --device cuda, fp32 on the CPU");
   f.Int("chunked-prefill-size", &max_batch_tokens, "most tokens one forward step carries", 1,
         1 << 20);
   f.Bool("skip-weight-check", &skip_weight_check,
@@ -93,11 +94,11 @@ StatusOr<std::unique_ptr<Backend>> CreateBackendForCli(const ModelFlags& flags) 
     CpuBackendOptions bo;
     bo.num_threads = static_cast<int>(flags.threads);
     bo.isa = flags.isa;
-    bo.matmul_precision = flags.matmul_precision;
+    bo.matmul_precision = flags.MatmulPrecision();
     return CreateCpuBackend(bo);
   }
   CudaBackendOptions co;
-  co.matmul_precision = flags.matmul_precision;
+  co.matmul_precision = flags.MatmulPrecision();
   co.device = ordinal;
   co.mem_fraction_static = flags.mem_fraction_static;
   return CreateCudaBackend(co);

@@ -28,8 +28,16 @@ struct ModelFlags {
   double mem_fraction_static = 0;
   int64_t threads = 0;
   std::string isa = "auto";
-  std::string matmul_precision = "fp32";
+  // fp32, bf16 or auto (the default): bf16 on a GPU (the checkpoint's
+  // weights as they are, tensor cores; what peers serve in), fp32 on the CPU
+  // (exact against transformers' fp32 reference). Read it through
+  // MatmulPrecision(), which resolves auto for `device`.
+  std::string matmul_precision = "auto";
   int64_t max_batch_tokens = 512;
+  std::string MatmulPrecision() const {
+    if (matmul_precision != "auto") return matmul_precision;
+    return device == "cpu" ? "fp32" : "bf16";
+  }
   bool skip_weight_check = false;  // LoadOptions::check_weights off
   void Register(FlagSet& flags);
 };

@@ -247,7 +247,7 @@ ServeEnvironment ReadServeEnvironment(const ServeConfig& config, const std::stri
       ModelOptions mo;
       mo.max_batch_tokens = static_cast<int32_t>(ServeMaxBatchTokens(config));
       env.footprint =
-          MeasureModelFootprint(model_dir, *model, mo, config.model.matmul_precision == "bf16");
+          MeasureModelFootprint(model_dir, *model, mo, config.model.MatmulPrecision() == "bf16");
     }
   }
   return env;
@@ -271,8 +271,9 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
   else
     problem("--kv-cache-dtype: '" + kv + "' is not one of f32, bf16, f16");
   const bool kv_ok = plan.problems.empty();  // else memory is not sized for a guessed dtype
-  if (mf.matmul_precision != "fp32" && mf.matmul_precision != "bf16")
-    problem("--matmul-precision: '" + mf.matmul_precision + "' is not one of fp32, bf16");
+  if (mf.matmul_precision != "fp32" && mf.matmul_precision != "bf16" &&
+      mf.matmul_precision != "auto")
+    problem("--matmul-precision: '" + mf.matmul_precision + "' is not one of fp32, bf16, auto");
   if (mf.isa != "auto" && mf.isa != "avx512" && mf.isa != "avx2" && mf.isa != "scalar")
     problem("--cpu-isa: '" + mf.isa + "' is not one of auto, avx512, avx2, scalar");
   if (!c.tool_call_parser.empty() && c.tool_call_parser != "auto" &&
@@ -441,7 +442,7 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
     DeviceMemoryPlanInput in;
     in.device = *env.device;
     in.mem_fraction_static = frac;
-    in.bf16_matmul = mf.matmul_precision == "bf16";
+    in.bf16_matmul = mf.MatmulPrecision() == "bf16";
     in.model = *env.footprint;
     in.layout = *layout;
     in.vocab_size = model->vocab_size;

@@ -37,7 +37,7 @@ grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/parity_cuda.log" | head -20
 echo "== generate cpu vs cuda"
 for m in qwen3 llama3_rope mistral deepseek_v3 deepseek_v3_lite; do
   for d in cpu cuda; do
-    ./strata generate --device $d --model-path "$R/tests/fixtures/models/$m" --prompt-ids 1,2,3,4,5,6,7,8 \
+    ./strata generate --device $d --matmul-precision fp32 --model-path "$R/tests/fixtures/models/$m" --prompt-ids 1,2,3,4,5,6,7,8 \
       --max-tokens 48 --temperature 0 --json > /tmp/gen_${m}_$d.json 2> /tmp/gen_${m}_$d.err || cat /tmp/gen_${m}_$d.err
   done
   python3 -c "import json; a,b=[json.load(open(f'/tmp/gen_${m}_{d}.json'))['output_ids'] for d in ('cpu','cuda')]; print('$m', 'cpu==cuda' if a==b else 'DIFFER', b[:12])"
