@@ -5,12 +5,12 @@
 #   2. `strata bench engine --device cuda` prefill of 2,048 and 8,192 tokens:
 #      effective TFLOP/s = 2 x params x tokens / time, against that peak;
 #      HF transformers (sdpa) prefill of the same lengths in the same run;
-#   3. `strata serve --device cuda` under `strata bench serve`: N requests
+#   3. `strata serve --device cuda` (default matmul precision: bf16 on a GPU) under `strata bench serve`: N requests
 #      (default 1,000) of 1,000 prompt / 1,000 output tokens, C in flight
 #      (default 1,000): output tokens/s, TTFT and ITL p50/p99.
 # Knobs (environment): N, C, RUNNING (--max-running-requests, default 512),
 # CHUNK (--chunked-prefill-size, default 8192), DURATION (bench serve
-# --duration-s: start no request after it, default 240). Results to $OUT.
+# --duration-s: start no request after it, default 240), SKIP_PREFILL. Results to $OUT.
 cd "$(dirname "$0")"
 R=$(cd .. && pwd)
 OUT=${OUT:-/tmp/strata-gpu-out}
@@ -21,6 +21,7 @@ N=${N:-1000} C=${C:-1000} RUNNING=${RUNNING:-512} CHUNK=${CHUNK:-8192} DURATION=
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
 [ -d /tmp/l1b ] || python3 "$R/tools/bench/make_shape_model.py" --shape llama-3.2-1b \
   --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out /tmp/l1b > /dev/null
+if [ -z "${SKIP_PREFILL:-}" ]; then  # SKIP_PREFILL=1: the serving part only
 echo "== bf16 GEMM peak"
 python3 -c "
 import torch, time
@@ -37,9 +38,10 @@ for p in 2048 8192; do
   python3 "$R/tools/bench/hf_engine.py" --model-path /tmp/l1b --prompt-len $p --gen-len 1 --repeats 3 \
     --attn sdpa 2>"$OUT/hf_prefill_$p.err" | tail -1 | tee "$OUT/hf_prefill_$p.json"
 done
+fi
 echo "== serve: $N requests, 1000 in / 1000 out, $C in flight"
 port=30123
-./strata serve --device cuda --matmul-precision bf16 --model-path /tmp/l1b --port $port --max-running-requests "$RUNNING" \
+./strata serve --device cuda --model-path /tmp/l1b --port $port --max-running-requests "$RUNNING" \
   --max-queued-requests 0 --chunked-prefill-size "$CHUNK" > "$OUT/serve.log" 2>&1 &
 spid=$!
 for _ in $(seq 240); do
@@ -47,7 +49,7 @@ for _ in $(seq 240); do
   kill -0 $spid 2>/dev/null || break
   sleep 0.5
 done
-grep -E "KV|pool|GPU memory|listening" "$OUT/serve.log" | head -8
+grep -E "KV|pool|GPU memory|listening|matmul" "$OUT/serve.log" | head -8
 ./strata bench serve --url "http://127.0.0.1:$port" --num-requests "$N" --concurrency "$C" \
   --input-len 1000 --output-len 1000 --duration-s "$DURATION" --timeout-s 560 \
   --json "$OUT/serve_bench.json" 2>&1 | tee "$OUT/serve_bench.txt" | tail -30
