@@ -79,7 +79,8 @@ StatusOr<int> ParseDeviceFlag(const std::string& d) {
   if (d.rfind("cuda:", 0) == 0) {
     const std::string n = d.substr(5);
     if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
-      return InvalidArgument("--device " + d + ": expected cuda:N with N a GPU number, e.g. cuda:0");
+      return InvalidArgument("--device " + d +
+                             ": expected cuda:N with N a GPU number, e.g. cuda:0");
     return std::stoi(n);
   }
   return InvalidArgument("--device " + d + ": expected cpu, cuda or cuda:N");

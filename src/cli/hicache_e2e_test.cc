@@ -95,6 +95,33 @@ std::vector<fs::path> StorageFiles(const fs::path& dir) {
   return out;
 }
 
+// Two rounds of `prompts` on a HiCache server whose device pool is several
+// times smaller than their working set: every answer equals `expected` (a
+// server without HiCache), and the second round finds more than half of
+// the first round's prompt tokens cached (from the host: the device lost
+// them long ago). Integrity is checked after each round.
+void ExpectHostRoundTrip(Server& on, const std::vector<std::string>& prompts,
+                         const std::vector<std::string>& expected, int64_t device_tokens,
+                         const std::string& what) {
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Completion c = Complete(on, prompts[i]);
+    EXPECT_EQ(c.text, expected[i]) << what << ", first round, prompt " << i;
+    prompt_tokens += c.prompt_tokens;
+  }
+  ASSERT_GT(prompt_tokens, 3 * device_tokens)
+      << what << ": the working set must be several device pools";
+  ExpectIntegrity(on);
+  int64_t cached = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Completion c = Complete(on, prompts[i]);
+    EXPECT_EQ(c.text, expected[i]) << what << ", second round, prompt " << i;
+    cached += c.cached_tokens;
+  }
+  EXPECT_GT(cached, prompt_tokens / 2) << what << "\n" << on.Log();
+  ExpectIntegrity(on);
+}
+
 TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
   const std::vector<std::string> prompts = Prompts(8);
   std::vector<std::string> expected;
@@ -105,24 +132,7 @@ TEST(HiCacheE2eTest, HostTierRoundTripKeepsGreedyOutputs) {
   }
   Server on(With(BaseArgs(), {"--enable-hierarchical-cache", "--hicache-ratio", "8"}));
   ASSERT_GT(on.port(), 0) << on.Log();
-  int64_t prompt_tokens = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Completion c = Complete(on, prompts[i]);
-    EXPECT_EQ(c.text, expected[i]) << "first round, prompt " << i;
-    prompt_tokens += c.prompt_tokens;
-  }
-  ASSERT_GT(prompt_tokens, 4 * 160) << "the working set must be several device pools";
-  ExpectIntegrity(on);
-  // Second round: the early prompts were evicted from the device long ago,
-  // so their prefixes come back from the host.
-  int64_t cached = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Completion c = Complete(on, prompts[i]);
-    EXPECT_EQ(c.text, expected[i]) << "second round, prompt " << i;
-    cached += c.cached_tokens;
-  }
-  EXPECT_GT(cached, prompt_tokens / 2) << on.Log();
-  ExpectIntegrity(on);
+  ExpectHostRoundTrip(on, prompts, expected, 160, "llama_default");
   EXPECT_GT(on.Metric(Series("strata_hicache_hit_tokens_total", "tier", "host")), 0);
   EXPECT_GT(on.Metric(Series("strata_hicache_load_back_tokens_total", "tier", "host")), 0);
   EXPECT_GT(on.Metric(Series("strata_hicache_backup_tokens_total", "tier", "host")), 0);
@@ -179,14 +189,21 @@ TEST(HiCacheE2eTest, EveryModelServesWithSizeAndWithRatio) {
 // sized either way. Its seven pool groups (sliding window, compressed
 // entries at rates 4 and 128, indexer keys, compressor and indexer inputs)
 // go to the host and come back with outputs unchanged.
-const char* const kV4Groups[] = {"sliding_kv",           "csa_compressed_kv",
-                                 "csa_indexer_keys",     "csa_compressor_inputs",
-                                 "csa_indexer_inputs",   "hca_compressed_kv",
-                                 "hca_compressor_inputs"};
+const char* const kV4Groups[] = {
+    "sliding_kv",         "csa_compressed_kv", "csa_indexer_keys",     "csa_compressor_inputs",
+    "csa_indexer_inputs", "hca_compressed_kv", "hca_compressor_inputs"};
 
 std::vector<std::string> V4Args() {
-  return {"--model-path", Fixture("deepseek_v4"), "--served-model-name", "m",
-          "--max-total-tokens", "256", "--page-size", "16", "--max-running-requests", "2"};
+  return {"--model-path",
+          Fixture("deepseek_v4"),
+          "--served-model-name",
+          "m",
+          "--max-total-tokens",
+          "256",
+          "--page-size",
+          "16",
+          "--max-running-requests",
+          "2"};
 }
 
 TEST(HiCacheE2eTest, DeepseekV4OffloadsEveryPoolAndLoadsItBackSizedEitherWay) {
@@ -197,31 +214,15 @@ TEST(HiCacheE2eTest, DeepseekV4OffloadsEveryPoolAndLoadsItBackSizedEitherWay) {
     ASSERT_GT(off.port(), 0) << off.Log();
     for (const auto& p : prompts) expected.push_back(Complete(off, p).text);
   }
-  for (const std::vector<std::string>& sizing :
-       std::vector<std::vector<std::string>>{{"--hicache-size", "0.05"}, {"--hicache-ratio", "8"}}) {
+  for (const std::vector<std::string>& sizing : std::vector<std::vector<std::string>>{
+           {"--hicache-size", "0.05"}, {"--hicache-ratio", "8"}}) {
     std::vector<std::string> args = V4Args();
     args.push_back("--enable-hierarchical-cache");
     args.insert(args.end(), sizing.begin(), sizing.end());
     Server on(args);
     ASSERT_GT(on.port(), 0) << sizing[0] << "\n" << on.Log();
-    int64_t prompt_tokens = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Completion c = Complete(on, prompts[i]);
-      EXPECT_EQ(c.text, expected[i]) << sizing[0] << ", first round, prompt " << i;
-      prompt_tokens += c.prompt_tokens;
-    }
-    ASSERT_GT(prompt_tokens, 3 * 256) << "the working set must be several device pools";
-    ExpectIntegrity(on);
-    // Second round: the early prompts left the device long ago; every
-    // group's pages of their prefixes come back from the host.
-    int64_t cached = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Completion c = Complete(on, prompts[i]);
-      EXPECT_EQ(c.text, expected[i]) << sizing[0] << ", second round, prompt " << i;
-      cached += c.cached_tokens;
-    }
-    EXPECT_GT(cached, prompt_tokens / 2) << sizing[0] << "\n" << on.Log();
-    ExpectIntegrity(on);
+    // Every group's pages of the early prefixes come back from the host.
+    ExpectHostRoundTrip(on, prompts, expected, 256, "deepseek_v4 " + sizing[0]);
     EXPECT_GT(on.Metric(Series("strata_hicache_load_back_tokens_total", "tier", "host")), 0)
         << sizing[0];
     EXPECT_GT(on.Metric(Series("strata_hicache_backup_tokens_total", "tier", "host")), 0);

@@ -506,8 +506,7 @@ TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   } else {
     EXPECT_EQ(rp.status, 502) << rp.body;
     EXPECT_NE(rp.body.find("peer_lost"), std::string::npos) << rp.body;
-    EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""),
-              1);
+    EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""), 1);
   }
   EXPECT_LT(took, 10) << "noticed only late";
   EXPECT_NE(rd.status, 200) << "a killed decode answered";
@@ -552,13 +551,13 @@ TEST_P(PdChaosTest, DecodeKilledBeforeTheWritesFreesThePrefillsPagesAndItServesA
   pd.prefill->Signal(SIGCONT);
   tp.join();
   if (rp.status == 200 && GetParam() == "shm") {
-    std::printf("[ info     ] UCX_TLS=shm: the prefill copied into the dead decode's pool and "
-                "finished before it read the EOF\n");
+    std::printf(
+        "[ info     ] UCX_TLS=shm: the prefill copied into the dead decode's pool and "
+        "finished before it read the EOF\n");
   } else {
     EXPECT_EQ(rp.status, 502) << rp.body;
     EXPECT_NE(rp.body.find("peer_lost"), std::string::npos) << rp.body;
-    EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""),
-              1);
+    EXPECT_GE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""), 1);
   }
   ExpectClean(*pd.prefill, "prefill");
   // The prefill is alive and serves a new decode.

@@ -89,8 +89,12 @@ TEST(ServeTest, GoldensThroughCompletionsAndTokenize) {
       // forward only its first 2 steps are transformers' cached run too (the
       // next compressed window closes at token 60). Check the template's
       // prompt (its length) and those steps, as token ids.
-      json chat = {{"model", "m"},           {"messages", cc["messages"]}, {"max_tokens", 2},
-                   {"temperature", 0},       {"ignore_eos", true},         {"logprobs", true},
+      json chat = {{"model", "m"},
+                   {"messages", cc["messages"]},
+                   {"max_tokens", 2},
+                   {"temperature", 0},
+                   {"ignore_eos", true},
+                   {"logprobs", true},
                    {"return_tokens_as_token_ids", true}};
       Response r = s.PostJson("/v1/chat/completions", chat.dump());
       ASSERT_EQ(r.status, 200) << r.body;
@@ -99,7 +103,8 @@ TEST(ServeTest, GoldensThroughCompletionsAndTokenize) {
       const json& content = j["choices"][0]["logprobs"]["content"];
       ASSERT_EQ(content.size(), 2u) << r.body;
       for (size_t k = 0; k < 2; ++k)
-        EXPECT_EQ(content[k]["token"], "token_id:" + std::to_string(cc["output_ids"][k].get<int>()));
+        EXPECT_EQ(content[k]["token"],
+                  "token_id:" + std::to_string(cc["output_ids"][k].get<int>()));
       continue;
     }
     json chat = {

@@ -30,12 +30,16 @@ AsyncEngine::~AsyncEngine() { Stop(); }
 
 void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
   auto gauge = [&](const char* name, const char* help, int64_t EngineSnapshot::*field) {
-    Status st = r.AddCallbackGauge(name, help, [this, field] { return static_cast<double>(snapshot().*field); });
+    Status st = r.AddCallbackGauge(
+        name, help, [this, field] { return static_cast<double>(snapshot().*field); });
     if (!st.ok()) STRATA_LOG(ERROR) << st.ToString();
   };
-  gauge("strata_running_requests", "Requests being computed (prefill or decode).", &EngineSnapshot::running);
-  gauge("strata_queued_requests", "Admitted requests waiting for prefill to start.", &EngineSnapshot::queued_requests);
-  gauge("strata_queued_tokens", "Prompt tokens of queued requests.", &EngineSnapshot::queued_tokens);
+  gauge("strata_running_requests", "Requests being computed (prefill or decode).",
+        &EngineSnapshot::running);
+  gauge("strata_queued_requests", "Admitted requests waiting for prefill to start.",
+        &EngineSnapshot::queued_requests);
+  gauge("strata_queued_tokens", "Prompt tokens of queued requests.",
+        &EngineSnapshot::queued_tokens);
   // The limits, so dashboards and alerts can put a queue against its limit
   // (deploy/prometheus/alerts.yml "queue near limit"). A limit that is not set
   // (0) has no series: "no limit" is no number to compare against.
@@ -58,12 +62,14 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
         admission_.max_queued_tokens);
   // The pool size is fixed for the process lifetime; a constant series is a
   // valid counter, which keeps the conventional name promtool-clean.
-  if (Status st = r.AddCallbackCounter("strata_kv_pages_total", "Pages in the KV cache pool (fixed at startup).",
-                                       [this] { return static_cast<double>(snapshot().pages_total); });
+  if (Status st = r.AddCallbackCounter(
+          "strata_kv_pages_total", "Pages in the KV cache pool (fixed at startup).",
+          [this] { return static_cast<double>(snapshot().pages_total); });
       !st.ok())
     STRATA_LOG(ERROR) << st.ToString();
   auto used = r.AddGauge("strata_kv_pages_used",
-                         "KV pages in use: active = held by in-flight requests, cached = held only by the prefix cache.",
+                         "KV pages in use: active = held by in-flight requests, cached = held only "
+                         "by the prefix cache.",
                          {"state"});
   if (used.ok()) {
     // Callback gauges carry no labels: keep two gauges current at publish time.
@@ -73,10 +79,11 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
   }
   // Bytes of each pool group on each tier, fixed at startup: a model with
   // several pools (DeepSeek's) shows where its KV memory went.
-  if (auto f = r.AddGauge("strata_kv_pool_bytes",
-                          "Bytes of the KV cache per pool group and tier (device: the engine's pool; host: the "
-                          "HiCache host tier), fixed at startup.",
-                          {"group", "tier"});
+  if (auto f = r.AddGauge(
+          "strata_kv_pool_bytes",
+          "Bytes of the KV cache per pool group and tier (device: the engine's pool; host: the "
+          "HiCache host tier), fixed at startup.",
+          {"group", "tier"});
       f.ok()) {
     const KvLayout& layout = engine_->pool().layout();
     for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
@@ -97,10 +104,13 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
     }
     return &(*f)->Get();
   };
-  prompt_tokens_ = counter("strata_prompt_tokens_total", "Prompt tokens computed by prefill (prefix-cache hits excluded).");
+  prompt_tokens_ = counter("strata_prompt_tokens_total",
+                           "Prompt tokens computed by prefill (prefix-cache hits excluded).");
   generation_tokens_ = counter("strata_generation_tokens_total", "Tokens generated.");
-  prefix_hit_tokens_ = counter("strata_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.");
-  preemptions_ = counter("strata_preemptions_total", "Requests preempted (KV pages ran out) and recomputed later.");
+  prefix_hit_tokens_ = counter("strata_prefix_cache_hit_tokens_total",
+                               "Prompt tokens served from the prefix cache.");
+  preemptions_ = counter("strata_preemptions_total",
+                         "Requests preempted (KV pages ran out) and recomputed later.");
   if (engine_->hicache()) RegisterHiCacheMetrics(r);
 }
 
@@ -109,8 +119,9 @@ void AsyncEngine::RegisterHiCacheMetrics(metrics::Registry& r) {
   auto log = [](const Status& st) {
     if (!st.ok()) STRATA_LOG(ERROR) << st.ToString();
   };
-  auto labelled = [&](const char* name, const char* help, const char* label,
-                      std::initializer_list<const char*> values) -> metrics::Family<metrics::Counter>* {
+  auto labelled =
+      [&](const char* name, const char* help, const char* label,
+          std::initializer_list<const char*> values) -> metrics::Family<metrics::Counter>* {
     auto f = r.AddCounter(name, help, {label});
     if (!f.ok()) {
       log(f.status());
@@ -120,10 +131,11 @@ void AsyncEngine::RegisterHiCacheMetrics(metrics::Registry& r) {
     return *f;
   };
   for (const PoolGroupSpec& g : engine_->pool().layout().groups) m->groups.push_back(g.name);
-  if (auto f = r.AddGauge("strata_hicache_host_pages",
-                          "HiCache host pool pages per pool group: used (holding a backed-up prefix or a copy "
-                          "in flight) or free.",
-                          {"group", "state"});
+  if (auto f = r.AddGauge(
+          "strata_hicache_host_pages",
+          "HiCache host pool pages per pool group: used (holding a backed-up prefix or a copy "
+          "in flight) or free.",
+          {"group", "state"});
       f.ok()) {
     m->host_pages = *f;
     for (const std::string& g : m->groups) {
@@ -133,29 +145,35 @@ void AsyncEngine::RegisterHiCacheMetrics(metrics::Registry& r) {
   } else {
     log(f.status());
   }
-  if (auto f = r.AddGauge("strata_hicache_storage_bytes", "Bytes of KV pages the HiCache storage tier holds.");
+  if (auto f = r.AddGauge("strata_hicache_storage_bytes",
+                          "Bytes of KV pages the HiCache storage tier holds.");
       f.ok())
     m->storage_bytes = &(*f)->Get();
   else
     log(f.status());
-  m->hit_tokens = labelled("strata_hicache_hit_tokens_total",
-                           "Prompt tokens found in the prefix cache, by the tier they were found in.", "tier",
-                           {"device", "host", "storage"});
-  m->load_back_tokens = labelled("strata_hicache_load_back_tokens_total",
-                                 "Prompt tokens copied back into device pages, by the tier they came from.", "tier",
-                                 {"host", "storage"});
+  m->hit_tokens =
+      labelled("strata_hicache_hit_tokens_total",
+               "Prompt tokens found in the prefix cache, by the tier they were found in.", "tier",
+               {"device", "host", "storage"});
+  m->load_back_tokens =
+      labelled("strata_hicache_load_back_tokens_total",
+               "Prompt tokens copied back into device pages, by the tier they came from.", "tier",
+               {"host", "storage"});
   m->backup_tokens = labelled("strata_hicache_backup_tokens_total",
                               "Prefix tokens backed up, by the tier they were written to.", "tier",
                               {"host", "storage"});
-  m->evicted_tokens = labelled("strata_hicache_evicted_tokens_total",
-                               "Prefix tokens evicted, by the tier they left (device: the prefix may stay on the host).",
-                               "tier", {"device", "host", "storage"});
-  m->storage_errors = labelled("strata_hicache_storage_errors_total",
-                               "Storage tier errors: corrupt files (treated as misses and removed), I/O errors, full disk.",
-                               "reason", {"corrupt", "io", "full"});
-  if (auto f = r.AddHistogram("strata_hicache_load_back_seconds",
-                              "Time from submitting a load-back of a request's host-resident prefix to its completion.",
-                              {}, metrics::ExponentialBuckets(0.0001, 2, 16));
+  m->evicted_tokens = labelled(
+      "strata_hicache_evicted_tokens_total",
+      "Prefix tokens evicted, by the tier they left (device: the prefix may stay on the host).",
+      "tier", {"device", "host", "storage"});
+  m->storage_errors = labelled(
+      "strata_hicache_storage_errors_total",
+      "Storage tier errors: corrupt files (treated as misses and removed), I/O errors, full disk.",
+      "reason", {"corrupt", "io", "full"});
+  if (auto f = r.AddHistogram(
+          "strata_hicache_load_back_seconds",
+          "Time from submitting a load-back of a request's host-resident prefix to its completion.",
+          {}, metrics::ExponentialBuckets(0.0001, 2, 16));
       f.ok())
     m->load_back_seconds = &(*f)->Get();
   else
@@ -169,7 +187,8 @@ void AsyncEngine::PublishHiCache() {
   HiCacheMetrics& m = *hicache_metrics_;
   const HiCacheStats st = hc->stats();
   const HiCacheStats& last = m.last;
-  auto inc = [](metrics::Family<metrics::Counter>* f, const char* label, int64_t now, int64_t before) {
+  auto inc = [](metrics::Family<metrics::Counter>* f, const char* label, int64_t now,
+                int64_t before) {
     if (f && now > before) f->Get({label}).Inc(static_cast<double>(now - before));
   };
   inc(m.hit_tokens, "device", st.hit_tokens_device, last.hit_tokens_device);
@@ -188,7 +207,8 @@ void AsyncEngine::PublishHiCache() {
   if (m.host_pages)
     for (const std::string& g : m.groups) {
       m.host_pages->Get({g, "used"}).Set(static_cast<double>(st.host_pages_used));
-      m.host_pages->Get({g, "free"}).Set(static_cast<double>(st.host_pages_total - st.host_pages_used));
+      m.host_pages->Get({g, "free"})
+          .Set(static_cast<double>(st.host_pages_total - st.host_pages_used));
     }
   if (m.storage_bytes) m.storage_bytes->Set(static_cast<double>(st.storage_bytes));
   if (m.load_back_seconds)
@@ -403,7 +423,8 @@ void AsyncEngine::Publish() {
       const HiCacheStats hs = hc->stats();
       hits += hs.hit_tokens_host + hs.hit_tokens_storage;
     }
-    if (prefix_hit_tokens_ && hits > last_hit_tokens_) prefix_hit_tokens_->Inc(static_cast<double>(hits - last_hit_tokens_));
+    if (prefix_hit_tokens_ && hits > last_hit_tokens_)
+      prefix_hit_tokens_->Inc(static_cast<double>(hits - last_hit_tokens_));
     last_hit_tokens_ = hits;
   }
   last_stats_ = st;
@@ -455,12 +476,14 @@ void AsyncEngine::Loop() {
       AnswerIntegrity(/*idle=*/false);
     }
   }
-  engine_->AbortAll(FinishReason::kAbort, Unavailable("the server stopped before this request finished"));
+  engine_->AbortAll(FinishReason::kAbort,
+                    Unavailable("the server stopped before this request finished"));
   std::function<void(Status)> integrity;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (Pending& p : inbox_)
-      p.handle->Finish(FinishReason::kAbort, Unavailable("the server stopped before this request started"));
+      p.handle->Finish(FinishReason::kAbort,
+                       Unavailable("the server stopped before this request started"));
     inbox_.clear();
     inbox_tokens_ = 0;
     published_ = EngineSnapshot{};
