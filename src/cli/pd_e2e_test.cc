@@ -498,11 +498,19 @@ TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   td.join();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ExpectDecodePool(*pd.decode, GetParam());
-  if (rp.status == 200 && GetParam() == "shm") {
+  if (rp.status == 200) {
     // Over shared memory the prefill copies into the decode's mapped pool
-    // itself: a stopped decode does not stall the transfer, so the
-    // prefill may have finished its part (RoomDone sent) before the kill.
-    std::printf("[ info     ] UCX_TLS=shm: the prefill finished its part before the decode died\n");
+    // itself, and over tcp a transfer this small (~50 KB) fits the kernel's
+    // socket buffers: a stopped decode need not stall the transfer, so the
+    // prefill may have finished its part (RoomDone sent) before the kill
+    // (seen once over tcp in a fresh-clone CI run on the AMX Xeon). Then the
+    // pages were sent and none failed. The killed-before-the-writes test
+    // below checks peer_lost on both transports.
+    std::printf("[ info     ] UCX_TLS=%s: the prefill finished its part before the decode died\n",
+                GetParam().c_str());
+    EXPECT_GT(Series(*pd.prefill, "strata_kv_transfer_pages_total"), 0);
+    EXPECT_LE(Series(*pd.prefill, "strata_kv_transfer_failures_total", "reason=\"peer_lost\""), 0)
+        << "absent (-1) or 0";
   } else {
     EXPECT_EQ(rp.status, 502) << rp.body;
     EXPECT_NE(rp.body.find("peer_lost"), std::string::npos) << rp.body;
