@@ -273,6 +273,7 @@ class CpuBackend final : public Backend {
     a.bias = bias ? VectorAsF32(*bias, m, &bias_f32_) : nullptr;
     a.out = static_cast<float*>(out.data);
     a.out_stride = out.row_stride();
+    a.prefetch_bytes = gemv_prefetch_;
     const int64_t threads = pool_.num_threads();
     if (n <= cpu::kMaxGemvRows) {
       // Memory bound: a few chunks per thread so a slow thread is covered.
@@ -519,6 +520,8 @@ class CpuBackend final : public Backend {
   std::vector<size_t> copy_offsets_;  // start of each block in the concatenation
   cpu::CpuIsa isa_;
   const CpuKernels* kernels_;
+  // GEMV software-prefetch distance for this CPU (kernels.h GemvPrefetchBytes).
+  const int64_t gemv_prefetch_ = cpu::GemvPrefetchBytes(cpu::DetectCpuFeatures().intel);
   bool bf16_matmul_;
   bool amx_;
   std::vector<std::unique_ptr<char, decltype(&std::free)>> scratch_;  // per thread, gemm

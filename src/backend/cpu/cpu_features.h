@@ -18,6 +18,7 @@ struct CpuFeatures {
   bool avx512 = false;       // AVX-512 F/BW/VL/DQ, ZMM + opmask state enabled
   bool avx512_bf16 = false;  // AVX512_BF16 (vdpbf16ps), implies avx512
   bool amx_bf16 = false;     // AMX-TILE + AMX-BF16, tile state enabled in XCR0
+  bool intel = false;        // vendor GenuineIntel (tunes the GEMV's prefetch distance)
   // "avx2 avx512 avx512_bf16 amx_bf16" (the features present).
   std::string ToString() const;
 };

@@ -1,5 +1,8 @@
 #include "backend/cpu/cpu_features.h"
 
+#include <fstream>
+#include <string>
+
 #include <gtest/gtest.h>
 
 namespace strata::cpu {
@@ -40,3 +43,18 @@ TEST(DetectCpuFeaturesTest, LevelsAreNested) {
 
 }  // namespace
 }  // namespace strata::cpu
+
+// The vendor (which picks the GEMV prefetch distance) agrees with what
+// Linux read from cpuid into /proc/cpuinfo.
+TEST(DetectCpuFeaturesTest, VendorMatchesProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, vendor;
+  while (std::getline(in, line))
+    if (line.rfind("vendor_id", 0) == 0) {
+      vendor = line.substr(line.find(':') + 1);
+      vendor.erase(0, vendor.find_first_not_of(" \t"));
+      break;
+    }
+  if (vendor.empty()) GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
+  EXPECT_EQ(strata::cpu::DetectCpuFeatures().intel, vendor == "GenuineIntel") << vendor;
+}
