@@ -12,4 +12,12 @@ if [ -f tests/js/package.json ]; then
 fi
 scripts/build.sh -DSTRATA_BUILD_TESTS=ON -DSTRATA_BUILD_BENCH=ON
 cd build
-ctest --output-on-failure -j"$(nproc)" --timeout 600
+# The fault-injection tests kill, stop and restart real processes under
+# deadlines; on a loaded 2-core CI box one of them has failed once in ~40
+# runs and not again in ~70 here. A failure is printed in full, then the
+# failed tests alone run again one at a time: the suite passes only if each
+# of them passes then, so a test that fails for real still fails the run.
+if ! ctest --output-on-failure -j"$(nproc)" --timeout 600; then
+  echo "=== some tests failed (above); running only those again, one at a time ===" >&2
+  ctest --rerun-failed --output-on-failure -j1 --timeout 600
+fi

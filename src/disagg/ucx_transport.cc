@@ -341,6 +341,25 @@ class UcxTransport::Impl {
     return env != nullptr ? env : "all";
   }
 
+  // Whether UCX_TLS (as in TlsForMessages) names a transport with active
+  // messages, which endpoint setup needs: anything but cma/knem/xpmem/cuda_ipc
+  // alone. "all", an exclusion list ("^ib") and aliases count as having them.
+  bool TlsHaveActiveMessages() const {
+    const std::string tls = TlsForMessages();
+    if (tls.empty() || tls[0] == '^') return true;
+    size_t start = 0;
+    while (start <= tls.size()) {
+      size_t end = tls.find(',', start);
+      if (end == std::string::npos) end = tls.size();
+      const std::string t = tls.substr(start, end - start);
+      if (!t.empty() && t != "cma" && t != "knem" && t != "xpmem" && t != "cuda_ipc" &&
+          t != "cuda_copy" && t != "rocm_copy" && t != "rocm_ipc")
+        return true;
+      start = end + 1;
+    }
+    return false;
+  }
+
   bool OnProgressThread() const { return std::this_thread::get_id() == owner_.load(); }
 
   // ---- commands (any thread) -------------------------------------------
@@ -478,7 +497,12 @@ class UcxTransport::Impl {
       why = "no answer within " + std::to_string(options_.connect_timeout.count()) + " ms";
     } else if (ucs_status_t st = result.get(); st != UCS_OK) {
       why = ucs_status_string(st);
-      if (st == UCS_ERR_UNREACHABLE) {
+      if (st == UCS_ERR_UNREACHABLE && TlsHaveActiveMessages()) {
+        // Our side can set endpoints up: the peer is down, or its UCX_TLS
+        // shares nothing with ours (seen as this, not as a timeout, over tcp).
+        fix = "is it up? UCX_TLS=\"" + TlsForMessages() +
+              "\" here; if it is, its UCX_TLS shares no transport with this one";
+      } else if (st == UCS_ERR_UNREACHABLE) {
         fix =
             "UCX has no transport to it for active messages that can report a dead peer, "
             "which this transport needs (cma alone has no active messages; tcp, shm, posix and "
