@@ -9,8 +9,9 @@
 #      (default 1,000) of 1,000 prompt / 1,000 output tokens, C in flight
 #      (default 1,000): output tokens/s, TTFT and ITL p50/p99.
 # Knobs (environment): N, C, RUNNING (--max-running-requests, default 512),
+# KV (--kv-cache-dtype, default bf16: the model's dtype, as SGLang's auto picks),
 # CHUNK (--chunked-prefill-size, default 8192), DURATION (bench serve
-# --duration-s: start no request after it, default 240), SKIP_PREFILL. Results to $OUT.
+# --duration-s: start no request after it, default 240), SKIP_PREFILL, SKIP_SERVE. Results to $OUT.
 cd "$(dirname "$0")"
 R=$(cd .. && pwd)
 OUT=${OUT:-/tmp/strata-gpu-out}
@@ -18,6 +19,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
 export UCX_MODULE_DIR=$PWD/lib/ucx
 N=${N:-1000} C=${C:-1000} RUNNING=${RUNNING:-512} CHUNK=${CHUNK:-8192} DURATION=${DURATION:-240}
+KV=${KV:-bf16}
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
 [ -d /tmp/l1b ] || python3 "$R/tools/bench/make_shape_model.py" --shape llama-3.2-1b \
   --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out /tmp/l1b > /dev/null
@@ -39,10 +41,11 @@ for p in 2048 8192; do
     --attn sdpa 2>"$OUT/hf_prefill_$p.err" | tail -1 | tee "$OUT/hf_prefill_$p.json"
 done
 fi
+[ -n "${SKIP_SERVE:-}" ] && exit 0  # SKIP_SERVE=1: the prefill part only
 echo "== serve: $N requests, 1000 in / 1000 out, $C in flight"
 port=30123
 ./strata serve --device cuda --model-path /tmp/l1b --port $port --max-running-requests "$RUNNING" \
-  --max-queued-requests 0 --chunked-prefill-size "$CHUNK" > "$OUT/serve.log" 2>&1 &
+  --max-queued-requests 0 --chunked-prefill-size "$CHUNK" --kv-cache-dtype "$KV" > "$OUT/serve.log" 2>&1 &
 spid=$!
 for _ in $(seq 240); do
   curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break

@@ -12,6 +12,19 @@
 //   STRATA_LAUNCH(kernel, grid, block, smem_bytes, stream, args...)
 //   (kernels.cu: the CUDA spellings; the emulator: its own), and has
 //   included <algorithm>, <cmath>, cuda_bf16.h, cuda_fp16.h, kernels.h.
+// kernels.cu also defines STRATA_ATTENTION_MMA and includes
+// attention_mma.cuh after this file: PagedAttention then hands the calls
+// PagedAttentionUsesTensorCores accepts to the tensor-core kernel there
+// (declared below; the emulator has neither).
+
+#ifdef STRATA_ATTENTION_MMA
+namespace {
+int MmaAttentionSplits(int64_t q_rows, int32_t num_seqs, const AttentionArgs& a, int num_sms);
+void MmaAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t num_seqs,
+                  const AttentionArgs& args, const View& out, void* workspace, int num_sms,
+                  cudaStream_t stream);
+}  // namespace
+#endif
 
 namespace {
 
@@ -57,15 +70,16 @@ __device__ int FindSeqOfRow(const Seq* seqs, int n, int64_t row) {
 }
 
 // Warp-cooperative: sequence `*seq` and tile `*tile` within it of tile slot
-// `slot`, sequence s owning ceil(q_len * group / kAttnRows) consecutive
+// `slot`, sequence s owning ceil(q_len * group / tile_rows) consecutive
 // slots. False when `slot` is past the last tile.
-__device__ bool FindTile(const Seq* seqs, int n, int group, int64_t slot, int* seq, int64_t* tile) {
+__device__ bool FindTile(const Seq* seqs, int n, int group, int64_t slot, int tile_rows, int* seq,
+                         int64_t* tile) {
   const int lane = threadIdx.x & 31;
   int64_t before = 0;  // tiles of the sequences before this chunk of 32
   for (int base = 0; base < n; base += 32) {
     const int s = base + lane;
     int64_t cnt = 0;
-    if (s < n) cnt = (int64_t{max(seqs[s].q_len, 0)} * group + kAttnRows - 1) / kAttnRows;
+    if (s < n) cnt = (int64_t{max(seqs[s].q_len, 0)} * group + tile_rows - 1) / tile_rows;
     int64_t incl = cnt;  // inclusive prefix sum over the chunk's lanes
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -140,7 +154,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   if (warp == 0) {
     int s = -1;
     int64_t t = 0;
-    const bool found = FindTile(seqs, num_seqs, group, blockIdx.x, &s, &t);
+    const bool found = FindTile(seqs, num_seqs, group, blockIdx.x, kAttnRows, &s, &t);
     if (lane == 0) {
       seq_s = found ? s : -1;
       tile_s = t;
@@ -420,34 +434,48 @@ size_t AttentionSmemBytes(int hd, bool v_alias) {
          sizeof(float);
 }
 
-int AttentionSplits(int64_t q_rows, int32_t num_seqs, const AttentionArgs& a, int num_sms) {
+namespace {
+// Split-K pieces for tiles of tile_rows query rows walking tile_cols KV
+// positions at a time (AttentionSplits for the FMA kernel's tiles; the
+// tensor-core kernel's in attention_mma.cuh).
+int SplitsFor(int64_t q_rows, int32_t num_seqs, const AttentionArgs& a, int num_sms, int tile_rows,
+              int tile_cols) {
   const int64_t group = a.num_heads / a.num_kv_heads;
-  // Tiles of the launch: at least q_rows * group / kAttnRows in all, and at
-  // least ceil(group / kAttnRows) per sequence (a decode token fills one).
-  const int64_t per_seq = (group + kAttnRows - 1) / kAttnRows;
-  const int64_t tiles = std::max<int64_t>({1, (q_rows * group + kAttnRows - 1) / kAttnRows,
+  // Tiles of the launch: at least q_rows * group / tile_rows in all, and at
+  // least ceil(group / tile_rows) per sequence (a decode token fills one).
+  const int64_t per_seq = (group + tile_rows - 1) / tile_rows;
+  const int64_t tiles = std::max<int64_t>({1, (q_rows * group + tile_rows - 1) / tile_rows,
                                            std::min<int64_t>(num_seqs, q_rows) * per_seq}) *
                         a.num_kv_heads;
   // Enough blocks for four per SM.
   int64_t want = (4LL * std::max(num_sms, 1) + tiles - 1) / tiles;
-  // A piece is never under kAttnCols positions, so pieces beyond the
+  // A piece is never under tile_cols positions, so pieces beyond the
   // longest tile range's count of them would exit at once (a 16-token
   // context at batch 1 launched 64 pieces per KV head for one of work). A
   // tile's range is at most the longest kv_len, and under a sliding window
-  // at most window + kAttnRows - 1 (its tokens' windows together).
+  // at most window + tile_rows - 1 (its tokens' windows together).
   if (a.max_kv_len > 0) {
     int64_t span = a.max_kv_len;
-    if (a.sliding_window > 0) span = std::min<int64_t>(span, a.sliding_window + kAttnRows - 1);
-    want = std::min(want, (span + kAttnCols - 1) / kAttnCols);
+    if (a.sliding_window > 0) span = std::min<int64_t>(span, a.sliding_window + tile_rows - 1);
+    want = std::min(want, (span + tile_cols - 1) / tile_cols);
   }
   return static_cast<int>(std::min<int64_t>(std::max<int64_t>(want, 1), kMaxSplits));
+}
+
+}  // namespace
+
+int AttentionSplits(int64_t q_rows, int32_t num_seqs, const AttentionArgs& a, int num_sms) {
+  return SplitsFor(q_rows, num_seqs, a, num_sms, kAttnRows, kAttnCols);
 }
 
 size_t PagedAttentionWorkspaceBytes(int64_t q_rows, int32_t num_seqs, const AttentionArgs& args,
                                     int num_sms) {
   AttentionArgs a = args;
   a.max_kv_len = 0;  // the most splits any max_kv_len allows
-  const int splits = AttentionSplits(q_rows, num_seqs, a, num_sms);
+  int splits = AttentionSplits(q_rows, num_seqs, a, num_sms);
+#ifdef STRATA_ATTENTION_MMA
+  if (a.tensor_cores) splits = std::max(splits, MmaAttentionSplits(q_rows, num_seqs, a, num_sms));
+#endif
   if (splits == 1) return 0;
   return static_cast<size_t>(splits) * q_rows * a.num_heads * (a.head_dim + 2) * sizeof(float);
 }
@@ -456,6 +484,12 @@ void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_
                     const AttentionArgs& args, const View& out, void* workspace,
                     size_t workspace_bytes, int num_sms, cudaStream_t stream) {
   if (q.rows == 0 || num_seqs == 0) return;
+#ifdef STRATA_ATTENTION_MMA
+  if (PagedAttentionUsesTensorCores(q.rows, num_seqs, args, layer)) {
+    MmaAttention(q, layer, seqs, num_seqs, args, out, workspace, num_sms, stream);
+    return;
+  }
+#endif
   const int splits = AttentionSplits(q.rows, num_seqs, args, num_sms);
   const int64_t group = args.num_heads / args.num_kv_heads;
   // Tile slots: an upper bound on sum_s ceil(q_len_s * group / kAttnRows),

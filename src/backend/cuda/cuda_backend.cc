@@ -28,6 +28,10 @@
 // launch over all its weights (kernels.h GemvGroup), LinearSiluMul (gate/up
 // and SiLU·mul) one more (GemvSiluMul); AddRmsNorm one kernel for the
 // residual add and the norm.
+// Attention follows the same setting: under bf16, PagedAttention of a batch
+// with a prefill chunk runs on the tensor cores (q, K, V and the
+// probabilities rounded to bf16; kernels.h PagedAttentionUsesTensorCores);
+// under fp32 it stays the exact F32 kernel.
 //
 // Page copies (CopyBlocks, for HiCache) run on a second non-blocking
 // stream, the copy stream, so they overlap the compute stream's kernels:
@@ -672,7 +676,8 @@ class CudaBackend final : public Backend {
                  q.rows == out.rows);
     STRATA_CHECK(IsFloatDType(layer.dtype) && layer.page_size > 0);
     if (num_seqs == 0 || q.rows == 0) return;
-    cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd, p.sliding_window, p.scale, p.max_kv_len};
+    cuda::AttentionArgs a{p.num_heads,      p.num_kv_heads, hd, p.sliding_window,
+                          p.scale,          p.max_kv_len,   bf16_weights_};
     const bool v_alias = layer.v == nullptr || layer.v == layer.k;
     STRATA_CHECK(cuda::AttentionSmemBytes(hd, v_alias) <= max_smem_per_block_)
         << "CUDA backend: attention with head_dim " << hd << " needs "

@@ -127,8 +127,9 @@ class CudaParityTest : public ::testing::Test {
 };
 
 // Max |got - want| over the view, relative to max |want| (at least 1).
-void ExpectClose(const HostTensor& got, const HostTensor& want, double tol,
-                 const std::string& what) {
+// Returns the worst difference relative to the largest |want| (at least 1).
+double ExpectClose(const HostTensor& got, const HostTensor& want, double tol,
+                   const std::string& what) {
   double worst = 0, mag = 1;
   int64_t wr = 0, wc = 0;
   for (int64_t r = 0; r < want.rows; ++r)
@@ -139,6 +140,7 @@ void ExpectClose(const HostTensor& got, const HostTensor& want, double tol,
     }
   EXPECT_LE(worst / mag, tol) << what << ": at " << wr << "," << wc << " cuda " << got.get(wr, wc)
                               << " cpu " << want.get(wr, wc);
+  return worst / mag;
 }
 
 TEST_F(CudaParityTest, Embedding) {
@@ -551,9 +553,11 @@ struct SeqSpec {
 
 // v_alias: a K-only pool (StoreKv with layer.v null) whose attention reads
 // V from K, as DeepSeek's MLA does.
-void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
-                    int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
-                    std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias = false);
+// Returns the worst relative difference of the outputs.
+double CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
+                      int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
+                      std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias = false,
+                      double tol = 1e-5);
 
 TEST_F(CudaParityTest, StoreKvAndPagedAttention) {
   const std::vector<SeqSpec> batch = {{1, 1}, {1, 37}, {5, 5}, {3, 50}, {17, 33}, {1, 300}};
@@ -613,9 +617,9 @@ TEST_F(CudaParityTest, PagedAttentionSplitsTilesAndLongContexts) {
                  &keep_);  // separate V: 184 KB of shared memory per block
 }
 
-void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
-                    int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
-                    std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias) {
+double CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, int heads,
+                      int kv_heads, int hd, int window, const std::vector<SeqSpec>& specs,
+                      std::mt19937& rng, std::vector<Buffer>* keep, bool v_alias, double tol) {
   std::string what = std::string("attention kv ") + DTypeName(kv_dtype) + " page " +
                      std::to_string(page_size) + " heads " + std::to_string(heads) + "/" +
                      std::to_string(kv_heads) + " hd " + std::to_string(hd) + " window " +
@@ -694,6 +698,7 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
   // one piece, still right).
   int32_t max_kv = 0;
   for (const auto& sp : specs) max_kv = std::max(max_kv, sp.kv_len);
+  double worst = 0;
   for (int32_t hint : {0, max_kv, 1}) {
     AttentionParams p = params;
     p.max_kv_len = hint;
@@ -701,8 +706,53 @@ void CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size, 
     HostTensor got = out;
     cuda->Synchronize();
     cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
-    ExpectClose(got, ref, 1e-5, what + " max_kv_len " + std::to_string(hint));
+    worst = std::max(worst, ExpectClose(got, ref, tol, what + " max_kv_len " + std::to_string(hint)));
   }
+  return worst;
+}
+
+// Under bf16 matmul precision a batch with a prefill chunk runs on the
+// tensor cores (attention_mma.cuh): q, K, V and the probabilities rounded to
+// bf16, so within 2e-2 of the CPU's F32 attention (inputs in [-1, 1]), and
+// further than 1e-4 from it (else the FMA kernel ran), on every path the FMA kernel's tests cover:
+// KV dtypes, page sizes 1/16/5, GQA 1/4/8, head dims 64/128, windows,
+// split-K pieces with empty ones, a cached prefix, decode rows beside the
+// chunk. A pure decode batch keeps the exact FMA kernel (1e-5) even here.
+TEST_F(CudaParityTest, PagedAttentionOnTensorCoresUnderBf16) {
+  CudaBackendOptions o;
+  o.matmul_precision = "bf16";
+  auto c = CreateCudaBackend(o);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  std::unique_ptr<Backend> tc = std::move(c).value();
+  const double kTol = 2e-2;
+  struct Case {
+    DType kv;
+    int page_size, heads, kv_heads, hd, window;
+    std::vector<SeqSpec> seqs;
+  };
+  const Case cases[] = {
+      {DType::kBF16, 16, 32, 8, 64, 0, {{70, 70}, {1, 500}, {9, 40}}},      // Llama 1B's GQA 4
+      {DType::kBF16, 16, 32, 8, 128, 0, {{300, 300}}},                      // 8B's
+      {DType::kF32, 1, 16, 2, 128, 0, {{40, 600}, {1, 700}}},               // cached prefix, F32 pages
+      {DType::kF16, 5, 8, 8, 64, 0, {{33, 33}, {2, 17}}},                   // MHA, odd page size
+      {DType::kBF16, 16, 16, 2, 64, 250, {{600, 1000}, {1, 2000}}},         // window
+      {DType::kF32, 16, 8, 2, 128, 100, {{50, 900}, {3, 3}}},               // window, chunk
+      {DType::kBF16, 16, 8, 2, 128, 0, {{2, 3000}}},                        // few rows: splits
+      {DType::kBF16, 1, 14, 2, 64, 0, {{129, 129}, {1, 1}, {65, 200}}},      // 0.5B's 14/2
+  };
+  for (const Case& k : cases) {
+    const double err = CheckAttention(tc.get(), cpu_.get(), k.kv, k.page_size, k.heads, k.kv_heads,
+                                      k.hd, k.window, k.seqs, rng_, &keep_, false, kTol);
+    // Rounded to bf16, so not the FMA kernel's F32 result: the call really
+    // ran on the tensor cores.
+    EXPECT_GT(err, 1e-4) << "heads " << k.heads << "/" << k.kv_heads << " hd " << k.hd;
+  }
+  // Pure decode, V aliasing K (MLA), head dim 256: the FMA kernel, exact.
+  const std::vector<SeqSpec> decode = {{1, 3000}, {1, 33}, {1, 1}};
+  CheckAttention(tc.get(), cpu_.get(), DType::kBF16, 16, 32, 8, 128, 0, decode, rng_, &keep_);
+  CheckAttention(tc.get(), cpu_.get(), DType::kBF16, 16, 16, 1, 576, 0, {{1, 700}, {20, 300}}, rng_,
+                 &keep_, /*v_alias=*/true);
+  CheckAttention(tc.get(), cpu_.get(), DType::kF16, 16, 4, 1, 256, 0, {{9, 40}}, rng_, &keep_);
 }
 
 // ---- CopyBlocks (HiCache page copies) ----

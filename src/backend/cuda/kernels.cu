@@ -538,7 +538,9 @@ __global__ void GateKernel(const volatile int32_t* flag, volatile int32_t* timed
 #define STRATA_DYNAMIC_SMEM(name) extern __shared__ float name[]
 #define STRATA_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
   kernel<<<grid, block, smem_bytes, stream>>>(__VA_ARGS__)
+#define STRATA_ATTENTION_MMA 1
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_mma.cuh"
 
 void Gate(const volatile int32_t* flag, volatile int32_t* timed_out, int64_t timeout_ns,
           cudaStream_t stream) {

@@ -127,6 +127,9 @@ struct AttentionArgs {
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, sliding_window = 0;
   float scale = 0.f;
   int32_t max_kv_len = 0;  // AttentionParams::max_kv_len: an upper bound, 0 unknown
+  // The backend's matmul precision is bf16: attention may round q, K, V and
+  // the probabilities to bf16 for the tensor cores (PagedAttentionUsesTensorCores).
+  bool tensor_cores = false;
 };
 // Flash-style paged attention (kernels.cu has the tiling): tiles of
 // (token, head-of-the-GQA-group) query rows of one sequence and KV head
@@ -151,6 +154,16 @@ size_t AttentionSmemBytes(int head_dim, bool v_alias);
 void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t num_seqs,
                     const AttentionArgs& args, const View& out, void* workspace,
                     size_t workspace_bytes, int num_sms, cudaStream_t stream);
+// Whether PagedAttention runs this call on the tensor cores
+// (attention_mma.cuh): args.tensor_cores, head_dim 64 or 128, V apart from K,
+// K and V 16-byte aligned, and more query rows than sequences (a prefill
+// chunk somewhere in the batch; a pure decode batch keeps the FMA kernel,
+// whose tiles hold just one token's GQA group). There q, each K/V tile and
+// the softmax probabilities are rounded to bf16 and multiplied with
+// mma.sync (m16n8k16, F32 accumulate): what FlashAttention does with bf16
+// inputs, and no longer the CPU backend's F32 result to 1e-5.
+bool PagedAttentionUsesTensorCores(int64_t q_rows, int32_t num_seqs, const AttentionArgs& args,
+                                   const KvLayer& layer);
 
 void GatherRows(const View& x, const int32_t* rows, const View& out, int32_t* err,
                 cudaStream_t stream);

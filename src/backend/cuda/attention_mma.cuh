@@ -1,0 +1,379 @@
+// PagedAttention on the tensor cores (kernels.h PagedAttentionUsesTensorCores
+// says when): bf16 mma.sync m16n8k16 with F32 accumulation, FlashAttention-2's
+// loop. Included by kernels.cu after attention.cuh (whose FindTile,
+// SplitsFor, AttentionReduceKernel and split-K workspace layout it shares),
+// inside namespace strata::cuda.
+//
+// Tiling. Query rows are numbered as in attention.cuh (t * group + h: a
+// token's whole GQA group is adjacent, so every K/V row a block loads serves
+// all of them). A block of kMmaWarps warps takes kMmaRows = 16 * kMmaWarps
+// consecutive rows of one sequence and one KV head, and one split-K piece of
+// their KV range; warp w owns rows 16w .. 16w + 15 (one m16 tile) and never
+// shares its scores, softmax or output. Per kMmaCols-position KV tile:
+//   1. all threads load K and V rows through the page table into shared
+//      memory as bf16 (16-byte loads; F32 and F16 pages are converted),
+//      positions past the piece as zeros;
+//   2. each warp computes S = Q K^T (16 x kMmaCols) from its Q fragments,
+//      held in registers as bf16 for the whole loop, and K read straight
+//      from shared memory (row stride kHd + 8 elements: the 32 lanes of a
+//      fragment load hit 32 different banks);
+//   3. online softmax in the exp2 domain (scores scaled by scale * log2 e),
+//      each lane holding two rows (g and g + 8) of the fragment, row maxima
+//      over the lane quad by two shuffles; the masks (causal, window, past
+//      the piece) are skipped for tiles wholly visible to the warp;
+//   4. O += P V with P's accumulator fragment reused as the A operand
+//      (rounded to bf16) and V fragments by ldmatrix.trans.
+// A warp skips tiles none of its rows can see (causal: the first warps of a
+// prefill tile stop early). One piece: O / l is written; more: (max in the
+// natural-log domain, sum, unnormalised O) go to the workspace exactly as
+// FlashAttentionKernel writes them, and AttentionReduceKernel merges them.
+
+namespace {
+
+constexpr int kMmaWarps = 4;
+constexpr int kMmaRows = 16 * kMmaWarps;  // query rows of a block
+constexpr int kMmaCols = 64;              // KV positions of a tile
+constexpr int kMmaThreads = 32 * kMmaWarps;
+
+__device__ inline uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// d += a . b for one m16n8k16 tile (fragment layouts of the PTX ISA).
+__device__ inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 bf16 matrices, transposed: lane l gives the address of row l % 8
+// of matrix l / 8.
+__device__ inline void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                       const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// Eight elements at p (16-byte aligned) as bf16.
+__device__ inline uint4 Load8Bf16(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ inline uint4 Load8Bf16(const __half* p) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+  uint4 r;
+  r.x = PackBf16(__low2float(h[0]), __high2float(h[0]));
+  r.y = PackBf16(__low2float(h[1]), __high2float(h[1]));
+  r.z = PackBf16(__low2float(h[2]), __high2float(h[2]));
+  r.w = PackBf16(__low2float(h[3]), __high2float(h[3]));
+  return r;
+}
+__device__ inline uint4 Load8Bf16(const float* p) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  return make_uint4(PackBf16(a.x, a.y), PackBf16(a.z, a.w), PackBf16(b.x, b.y), PackBf16(b.z, b.w));
+}
+
+// K and V rows of positions p0 .. p0 + kMmaCols - 1 into ks / vs (row
+// stride kHd + 8), zeros past p_end. Thread i takes 8-element chunks i,
+// i + kMmaThreads, ...: consecutive threads read consecutive 16 bytes of a row.
+template <typename T, int kHd>
+__device__ void MmaLoadKv(const T* kbase, const T* vbase, const int32_t* page_table, int ps,
+                          int64_t token_elems, int p0, int p_end, __nv_bfloat16* ks,
+                          __nv_bfloat16* vs) {
+  constexpr int kChunks = kHd / 8, kS = kHd + 8;
+#pragma unroll 4
+  for (int c = threadIdx.x; c < kMmaCols * kChunks; c += kMmaThreads) {
+    const int j = c / kChunks, d = (c % kChunks) * 8;
+    const int p = p0 + j;
+    uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+    if (p <= p_end) {
+      const int64_t slot = int64_t{page_table[p / ps]} * ps + p % ps;
+      kv = Load8Bf16(kbase + slot * token_elems + d);
+      vv = Load8Bf16(vbase + slot * token_elems + d);
+    }
+    *reinterpret_cast<uint4*>(ks + j * kS + d) = kv;
+    *reinterpret_cast<uint4*>(vs + j * kS + d) = vv;
+  }
+}
+
+template <int kHd>
+__global__ void __launch_bounds__(kMmaThreads)
+    MmaAttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
+                       View out, float* ml_part, float* acc_part, int splits) {
+  constexpr int kS = kHd + 8;
+  constexpr int kNT = kMmaCols / 8;  // score n-tiles of a KV tile
+  constexpr int kOT = kHd / 8;       // output n-tiles
+  __shared__ alignas(16) __nv_bfloat16 ks[kMmaCols * kS];
+  __shared__ alignas(16) __nv_bfloat16 vs[kMmaCols * kS];
+  __shared__ int seq_s;
+  __shared__ int64_t tile_s;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int kh = blockIdx.y, z = blockIdx.z;
+  if (warp == 0) {
+    int s = -1;
+    int64_t tile = 0;
+    const bool found = FindTile(seqs, num_seqs, group, blockIdx.x, kMmaRows, &s, &tile);
+    if (lane == 0) {
+      seq_s = found ? s : -1;
+      tile_s = tile;
+    }
+  }
+  __syncthreads();
+  if (seq_s < 0) return;  // a slack slot: the whole block leaves
+  const Seq sq = seqs[seq_s];
+  const int64_t r0 = tile_s * kMmaRows;
+  const int rows = static_cast<int>(min(int64_t{kMmaRows}, int64_t{sq.q_len} * group - r0));
+  const int ctx0 = sq.kv_len - sq.q_len;
+  const int window = a.sliding_window;
+  auto pos_of = [&](int r) { return ctx0 + static_cast<int>((r0 + r) / group); };
+  auto first_of = [&](int pos) { return window > 0 ? max(0, pos - window + 1) : 0; };
+
+  // This lane's rows g and g + 8 of the warp's tile.
+  int pos[2], first[2];
+  bool live[2];
+  int64_t orow[2];
+  int ohead[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    const int64_t qr = r0 + r;
+    orow[i] = sq.q_start + qr / group;
+    ohead[i] = kh * group + static_cast<int>(qr % group);
+    live[i] = r < rows && orow[i] < q.rows;
+    pos[i] = live[i] ? pos_of(r) : -1;  // -1: sees nothing
+    first[i] = first_of(pos[i]);
+  }
+  // The warp's reach (warp-uniform): its last live row's position, its first
+  // row's first visible one; "all16": every row live, for the mask-free test.
+  const int wr0 = warp * 16, wlast = min(wr0 + 15, rows - 1);
+  const bool wlive = wr0 < rows;
+  const int w_hi = wlive ? pos_of(wlast) : -1;
+  const int w_lo = wlive ? first_of(pos_of(wr0)) : 0;
+  const bool all16 = wr0 + 15 < rows;
+  const int w_min_pos = wlive ? pos_of(wr0) : -1, w_max_first = all16 ? first_of(pos_of(wr0 + 15)) : 0;
+
+  // The block's KV range and this split's piece of it.
+  const int t_lo = static_cast<int>(r0 / group), t_hi = static_cast<int>((r0 + rows - 1) / group);
+  const int hi = ctx0 + t_hi;
+  const int lo = window > 0 ? max(0, ctx0 + t_lo - window + 1) : 0;
+  int chunk = (hi - lo + 1 + splits - 1) / splits;
+  chunk = max(kMmaCols, (chunk + kMmaCols - 1) / kMmaCols * kMmaCols);
+  const int z_lo = lo + z * chunk;
+  const int z_hi = min(hi, z_lo + chunk - 1);
+  if (z_hi < z_lo) {  // an empty piece: say so to the reduce (see FlashAttentionKernel)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (live[i] && t == 0 && splits > 1) {
+        const int64_t pi = (static_cast<int64_t>(z) * q.rows + orow[i]) * a.num_heads + ohead[i];
+        ml_part[2 * pi] = -INFINITY;
+        ml_part[2 * pi + 1] = 0.f;
+      }
+    }
+    return;
+  }
+
+  // Q fragments (A operand, row-major 16 x kHd), rounded to bf16 once.
+  uint32_t qa[kHd / 16][4];
+  {
+    const float* qrow[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      qrow[i] = live[i] ? RowF(q, orow[i]) + static_cast<int64_t>(ohead[i]) * kHd : nullptr;
+#pragma unroll
+    for (int kk = 0; kk < kHd / 16; ++kk) {
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const int i = reg & 1, col = kk * 16 + 2 * t + (reg >> 1) * 8;
+        qa[kk][reg] = qrow[i] != nullptr ? PackBf16(qrow[i][col], qrow[i][col + 1]) : 0u;
+      }
+    }
+  }
+  const float scale2 = a.scale * 1.4426950408889634f;  // log2(e)
+
+  float o[kOT][4];
+#pragma unroll
+  for (int n = 0; n < kOT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  const int64_t token_elems = static_cast<int64_t>(layer.num_kv_heads) * kHd;
+  const int64_t head_off = static_cast<int64_t>(kh) * kHd;
+  for (int p0 = z_lo; p0 <= z_hi; p0 += kMmaCols) {
+    __syncthreads();  // every warp is done with the last tile
+    switch (layer.dtype) {
+      case DType::kBF16: {
+        const auto* k = static_cast<const __nv_bfloat16*>(layer.k) + head_off;
+        const auto* v = static_cast<const __nv_bfloat16*>(layer.v) + head_off;
+        MmaLoadKv<__nv_bfloat16, kHd>(k, v, sq.page_table, layer.page_size, token_elems, p0, z_hi,
+                                      ks, vs);
+        break;
+      }
+      case DType::kF16: {
+        const auto* k = static_cast<const __half*>(layer.k) + head_off;
+        const auto* v = static_cast<const __half*>(layer.v) + head_off;
+        MmaLoadKv<__half, kHd>(k, v, sq.page_table, layer.page_size, token_elems, p0, z_hi, ks, vs);
+        break;
+      }
+      default: {
+        const auto* k = static_cast<const float*>(layer.k) + head_off;
+        const auto* v = static_cast<const float*>(layer.v) + head_off;
+        MmaLoadKv<float, kHd>(k, v, sq.page_table, layer.page_size, token_elems, p0, z_hi, ks, vs);
+        break;
+      }
+    }
+    __syncthreads();
+    const int p_last = p0 + kMmaCols - 1;
+    if (p0 > w_hi || p_last < w_lo) continue;  // no row of this warp sees the tile
+
+    // S = Q K^T.
+    float s[kNT][4];
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kHd / 16; ++kk) {
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+        const __nv_bfloat16* kr = ks + (n * 8 + g) * kS + kk * 16 + 2 * t;
+        MmaBf16(s[n], qa[kk], *reinterpret_cast<const uint32_t*>(kr),
+                *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+    // Online softmax; lane holds row g (s[.][0..1]) and row g + 8 (s[.][2..3]).
+    const bool full = all16 && p_last <= z_hi && p_last <= w_min_pos && p0 >= w_max_first;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int p = p0 + n * 8 + 2 * t + c;
+          float v = s[n][2 * i + c] * scale2;
+          if (!full && !(p <= z_hi && p >= first[i] && p <= pos[i])) v = -INFINITY;
+          s[n][2 * i + c] = v;
+          mx = fmaxf(mx, v);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+      const float mn = fmaxf(m[i], mx);
+      // mn == -inf: nothing visible to this row yet (o and l are 0).
+      const float corr = mn == -INFINITY ? 1.f : exp2f(m[i] - mn);
+      m[i] = mn;
+      float rs = 0.f;
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float e = mn == -INFINITY ? 0.f : exp2f(s[n][2 * i + c] - mn);
+          s[n][2 * i + c] = e;
+          rs += e;
+        }
+      }
+      l[i] = l[i] * corr + rs;  // this lane's share; the quad's is summed at the end
+#pragma unroll
+      for (int n = 0; n < kOT; ++n) {
+        o[n][2 * i] *= corr;
+        o[n][2 * i + 1] *= corr;
+      }
+    }
+    // O += P V: P's fragments of positions 16kk .. 16kk + 15 as the A operand.
+#pragma unroll
+    for (int kk = 0; kk < kMmaCols / 16; ++kk) {
+      const uint32_t pa[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
+                              PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                              PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const __nv_bfloat16* vrow = vs + (kk * 16 + (lane & 15)) * kS + (lane >> 4) * 8;
+#pragma unroll
+      for (int n = 0; n < kOT; n += 2) {
+        uint32_t b0, b1, b2, b3;
+        LdMatrixX4Trans(b0, b1, b2, b3, vrow + n * 8);
+        MmaBf16(o[n], pa, b0, b1);
+        MmaBf16(o[n + 1], pa, b2, b3);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(kFull, l[i], 1);
+    l[i] += __shfl_xor_sync(kFull, l[i], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!live[i]) continue;
+    if (splits == 1) {
+      const float inv = 1.f / l[i];
+      float* orow_p = RowF(out, orow[i]) + static_cast<int64_t>(ohead[i]) * kHd + 2 * t;
+#pragma unroll
+      for (int n = 0; n < kOT; ++n) {
+        orow_p[n * 8] = o[n][2 * i] * inv;
+        orow_p[n * 8 + 1] = o[n][2 * i + 1] * inv;
+      }
+    } else {
+      const int64_t pi = (static_cast<int64_t>(z) * q.rows + orow[i]) * a.num_heads + ohead[i];
+      if (t == 0) {
+        ml_part[2 * pi] = m[i] == -INFINITY ? -INFINITY : m[i] * 0.6931471805599453f;  // ln 2
+        ml_part[2 * pi + 1] = l[i];
+      }
+      if (m[i] != -INFINITY) {  // else o is all zeros and the reduce skips it
+        float* ap = acc_part + pi * kHd + 2 * t;
+#pragma unroll
+        for (int n = 0; n < kOT; ++n) {
+          ap[n * 8] = o[n][2 * i];
+          ap[n * 8 + 1] = o[n][2 * i + 1];
+        }
+      }
+    }
+  }
+}
+
+int MmaAttentionSplits(int64_t q_rows, int32_t num_seqs, const AttentionArgs& a, int num_sms) {
+  return SplitsFor(q_rows, num_seqs, a, num_sms, kMmaRows, kMmaCols);
+}
+
+void MmaAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t num_seqs,
+                  const AttentionArgs& args, const View& out, void* workspace, int num_sms,
+                  cudaStream_t stream) {
+  const int splits = MmaAttentionSplits(q.rows, num_seqs, args, num_sms);
+  const int64_t group = args.num_heads / args.num_kv_heads;
+  const int64_t per_row = (group + kMmaRows - 1) / kMmaRows;
+  const int64_t slots =
+      std::min((q.rows * group + kMmaRows - 1) / kMmaRows + num_seqs, q.rows * per_row);
+  float* ml = nullptr;
+  float* acc = nullptr;
+  if (splits > 1) {
+    ml = static_cast<float*>(workspace);
+    acc = ml + static_cast<size_t>(splits) * q.rows * args.num_heads * 2;
+  }
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(args.num_kv_heads),
+                  static_cast<unsigned>(splits));
+  if (args.head_dim == 64) {
+    MmaAttentionKernel<64><<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out,
+                                                             ml, acc, splits);
+  } else {
+    MmaAttentionKernel<128><<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out,
+                                                              ml, acc, splits);
+  }
+  if (splits > 1) {
+    const dim3 rgrid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));
+    AttentionReduceKernel<<<rgrid, kAttnThreads, 0, stream>>>(seqs, num_seqs, args, out, ml, acc,
+                                                              splits);
+  }
+}
+
+}  // namespace
+
+bool PagedAttentionUsesTensorCores(int64_t q_rows, int32_t num_seqs, const AttentionArgs& args,
+                                   const KvLayer& layer) {
+  const bool v_alias = layer.v == nullptr || layer.v == layer.k;
+  constexpr uintptr_t align = 16;  // Load8Bf16's vector loads
+  return args.tensor_cores && !v_alias && (args.head_dim == 64 || args.head_dim == 128) &&
+         q_rows > num_seqs && reinterpret_cast<uintptr_t>(layer.k) % align == 0 &&
+         reinterpret_cast<uintptr_t>(layer.v) % align == 0;
+}
