@@ -24,7 +24,9 @@
 //   4. O += P V with P's accumulator fragment reused as the A operand
 //      (rounded to bf16) and V fragments by ldmatrix.trans.
 // A warp skips tiles none of its rows can see (causal: the first warps of a
-// prefill tile stop early). One piece: O / l is written; more: (max in the
+// prefill tile stop early; in a decode batch, whose tiles hold one token's
+// group, only warp 0 computes, and the block is a 128-thread loader of
+// 16-byte K/V reads, which is what a decode step's attention needs). One piece: O / l is written; more: (max in the
 // natural-log domain, sum, unnormalised O) go to the workspace exactly as
 // FlashAttentionKernel writes them, and AttentionReduceKernel merges them.
 
@@ -374,6 +376,6 @@ bool PagedAttentionUsesTensorCores(int64_t q_rows, int32_t num_seqs, const Atten
   const bool v_alias = layer.v == nullptr || layer.v == layer.k;
   constexpr uintptr_t align = 16;  // Load8Bf16's vector loads
   return args.tensor_cores && !v_alias && (args.head_dim == 64 || args.head_dim == 128) &&
-         q_rows > num_seqs && reinterpret_cast<uintptr_t>(layer.k) % align == 0 &&
+         reinterpret_cast<uintptr_t>(layer.k) % align == 0 &&
          reinterpret_cast<uintptr_t>(layer.v) % align == 0;
 }

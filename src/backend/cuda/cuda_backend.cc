@@ -28,8 +28,8 @@
 // launch over all its weights (kernels.h GemvGroup), LinearSiluMul (gate/up
 // and SiLU·mul) one more (GemvSiluMul); AddRmsNorm one kernel for the
 // residual add and the norm.
-// Attention follows the same setting: under bf16, PagedAttention of a batch
-// with a prefill chunk runs on the tensor cores (q, K, V and the
+// Attention follows the same setting: under bf16, PagedAttention (prefill
+// and decode, head dims 64 and 128) runs on the tensor cores (q, K, V and the
 // probabilities rounded to bf16; kernels.h PagedAttentionUsesTensorCores);
 // under fp32 it stays the exact F32 kernel.
 //

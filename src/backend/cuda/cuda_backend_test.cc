@@ -717,7 +717,8 @@ double CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size
 // further than 1e-4 from it (else the FMA kernel ran), on every path the FMA kernel's tests cover:
 // KV dtypes, page sizes 1/16/5, GQA 1/4/8, head dims 64/128, windows,
 // split-K pieces with empty ones, a cached prefix, decode rows beside the
-// chunk. A pure decode batch keeps the exact FMA kernel (1e-5) even here.
+// chunk, pure decode batches. V = K (MLA) and head dims other than 64/128
+// keep the exact FMA kernel (1e-5) even here.
 TEST_F(CudaParityTest, PagedAttentionOnTensorCoresUnderBf16) {
   CudaBackendOptions o;
   o.matmul_precision = "bf16";
@@ -739,6 +740,9 @@ TEST_F(CudaParityTest, PagedAttentionOnTensorCoresUnderBf16) {
       {DType::kF32, 16, 8, 2, 128, 100, {{50, 900}, {3, 3}}},               // window, chunk
       {DType::kBF16, 16, 8, 2, 128, 0, {{2, 3000}}},                        // few rows: splits
       {DType::kBF16, 1, 14, 2, 64, 0, {{129, 129}, {1, 1}, {65, 200}}},      // 0.5B's 14/2
+      {DType::kBF16, 16, 32, 8, 128, 0, {{1, 3000}, {1, 33}, {1, 1}}},      // decode, splits
+      {DType::kF32, 16, 32, 8, 64, 0, {{1, 2000}, {1, 1500}, {1, 64}, {1, 65}}},  // decode batch
+      {DType::kBF16, 16, 16, 2, 64, 100, {{1, 3000}, {1, 7}}},              // decode, window
   };
   for (const Case& k : cases) {
     const double err = CheckAttention(tc.get(), cpu_.get(), k.kv, k.page_size, k.heads, k.kv_heads,
@@ -747,9 +751,7 @@ TEST_F(CudaParityTest, PagedAttentionOnTensorCoresUnderBf16) {
     // ran on the tensor cores.
     EXPECT_GT(err, 1e-4) << "heads " << k.heads << "/" << k.kv_heads << " hd " << k.hd;
   }
-  // Pure decode, V aliasing K (MLA), head dim 256: the FMA kernel, exact.
-  const std::vector<SeqSpec> decode = {{1, 3000}, {1, 33}, {1, 1}};
-  CheckAttention(tc.get(), cpu_.get(), DType::kBF16, 16, 32, 8, 128, 0, decode, rng_, &keep_);
+  // V aliasing K (MLA), head dim 256: the FMA kernel, exact.
   CheckAttention(tc.get(), cpu_.get(), DType::kBF16, 16, 16, 1, 576, 0, {{1, 700}, {20, 300}}, rng_,
                  &keep_, /*v_alias=*/true);
   CheckAttention(tc.get(), cpu_.get(), DType::kF16, 16, 4, 1, 256, 0, {{9, 40}}, rng_, &keep_);

@@ -155,13 +155,12 @@ void PagedAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_
                     const AttentionArgs& args, const View& out, void* workspace,
                     size_t workspace_bytes, int num_sms, cudaStream_t stream);
 // Whether PagedAttention runs this call on the tensor cores
-// (attention_mma.cuh): args.tensor_cores, head_dim 64 or 128, V apart from K,
-// K and V 16-byte aligned, and more query rows than sequences (a prefill
-// chunk somewhere in the batch; a pure decode batch keeps the FMA kernel,
-// whose tiles hold just one token's GQA group). There q, each K/V tile and
-// the softmax probabilities are rounded to bf16 and multiplied with
-// mma.sync (m16n8k16, F32 accumulate): what FlashAttention does with bf16
-// inputs, and no longer the CPU backend's F32 result to 1e-5.
+// (attention_mma.cuh): args.tensor_cores, head_dim 64 or 128, V apart from K
+// and K and V 16-byte aligned; prefill, decode and mixed batches alike.
+// There q, each K/V tile and the softmax probabilities are rounded to bf16
+// and multiplied with mma.sync (m16n8k16, F32 accumulate): what
+// FlashAttention does with bf16 inputs, and no longer the CPU backend's F32
+// result to 1e-5.
 bool PagedAttentionUsesTensorCores(int64_t q_rows, int32_t num_seqs, const AttentionArgs& args,
                                    const KvLayer& layer);
 
