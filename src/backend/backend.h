@@ -221,6 +221,10 @@ class Backend {
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() {}
+  // Whether ops return before they have run (a GPU's queue; the CPU runs
+  // each op to its end). The engine then does host work that a step's
+  // results do not feed (its constraint masks) while the step computes.
+  virtual bool ComputesAsynchronously() const { return false; }
 
   // Copies every block and returns when all of them are done. Unlike the
   // ops below, this may be called from any thread, concurrently with ops

@@ -5,14 +5,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "constrain/constraint.h"
 #include "engine/engine.h"
 
 #if defined(__x86_64__)
@@ -191,7 +195,8 @@ int BenchCommand(const Args& args) {
                                            "' (known: engine, bandwidth, serve)"));
   ModelFlags mf;
   int64_t prompt_len = 512, gen_len = 64, reps = 3;
-  bool json = false, warmup = true;
+  bool json = false, warmup = true, json_object = false, constraint_warm = false;
+  std::string json_schema_path;
   FlagSet f(
       "bench engine",
       "Measures prefill (one prompt of --prompt-len random tokens) and batch-1 decode "
@@ -203,6 +208,14 @@ int BenchCommand(const Args& args) {
   f.Int("repeats", &reps, "repetitions (best is reported)", 1, 100);
   f.Bool("json", &json, "print results as one JSON object");
   f.Bool("warmup", &warmup, "run one short untimed request first (default true)");
+  f.String("json-schema", &json_schema_path,
+           "also decode under this JSON schema (a file), compiled afresh each repetition (a "
+           "schema's first answer: every mask cold), alternated with the plain decode, and report "
+           "what the constraint adds to a decode step");
+  f.Bool("json-object", &json_object, "the same with response_format json_object");
+  f.Bool("constraint-warm", &constraint_warm,
+         "compile the schema once and answer once untimed first, so every timed answer finds its "
+         "masks cached (a schema seen before: the same tools or response_format again)");
   Args rest(args.begin() + 1, args.end());
   Status st = f.Parse(rest);
   if (!st.ok()) return UsageError(cmd, st);
@@ -221,6 +234,46 @@ int BenchCommand(const Args& args) {
   eo.context_length = prompt_len + gen_len + 1;
   auto engine = Engine::Create(m, *stack->backend, eo);
   if (!engine.ok()) return Fail(cmd, engine.status());
+  // Constrained decode (--json-schema / --json-object): the vocabulary's
+  // trie is built once, as the server does; the automaton each repetition.
+  std::optional<constrain::ConstraintSpec> spec;
+  std::shared_ptr<const constrain::Vocabulary> vocab;
+  if (!json_schema_path.empty() || json_object) {
+    if (!json_schema_path.empty() && json_object)
+      return UsageError(cmd, InvalidArgument("--json-schema and --json-object: give one"));
+    spec.emplace();
+    if (json_object) {
+      spec->kind = constrain::ConstraintSpec::Kind::kJsonObject;
+    } else {
+      std::ifstream in(json_schema_path, std::ios::binary);
+      if (!in) return Fail(cmd, NotFound("--json-schema: cannot read " + json_schema_path));
+      std::stringstream text;
+      text << in.rdbuf();
+      spec->kind = constrain::ConstraintSpec::Kind::kJsonSchema;
+      spec->text = text.str();
+    }
+    auto g = constrain::CompileSpec(*spec);  // a bad schema fails here, before any timing
+    if (!g.ok()) return Fail(cmd, g.status().Annotate(json_schema_path));
+    vocab = constrain::VocabularyFromTokenizer(*m.tokenizer, m.config.vocab_size, m.eos_token_ids);
+  }
+  double best_cdecode = 0, best_compile_us = 0;
+  int64_t ctokens = 0;
+  std::unique_ptr<constrain::ConstraintCompiler> compiler;  // one per repetition unless warm
+  if (spec && constraint_warm) {
+    // One untimed answer: its masks stay in the compiler's cached automaton.
+    compiler = std::make_unique<constrain::ConstraintCompiler>(vocab);
+    auto a = compiler->Compile(*spec);
+    if (!a.ok()) return Fail(cmd, a.status());
+    GenerationRequest w;
+    for (int64_t i = 0; i < std::min<int64_t>(prompt_len, 16); ++i) w.prompt.push_back(1 + i);
+    w.params.temperature = 0;
+    w.params.max_tokens = static_cast<int>(gen_len);
+    w.constraint = constrain::NewTokenConstraint(std::move(a).value());
+    std::vector<GenerationRequest> ws;
+    ws.push_back(std::move(w));
+    auto wr = engine->get()->Generate(std::move(ws));
+    if (!wr.ok()) return Fail(cmd, wr.status());
+  }
   std::mt19937 rng(1234);
   const int64_t vocab_hi = std::min<int64_t>(m.config.vocab_size, m.tokenizer->vocab_size()) - 1;
   std::uniform_int_distribution<int32_t> dist(0,
@@ -272,6 +325,31 @@ int BenchCommand(const Args& args) {
       best_prefill = std::max(best_prefill, (after.prefill_tokens - before.prefill_tokens) / pt);
     if (dt > 0)
       best_decode = std::max(best_decode, (after.decode_tokens - before.decode_tokens) / dt);
+    if (spec) {
+      // Same prompt length, greedy, stopping at the answer's EOS (the
+      // constraint forces it within gen_len): decode tokens/s over its steps.
+      if (!compiler || !constraint_warm) compiler = std::make_unique<constrain::ConstraintCompiler>(vocab);
+      const auto c0 = std::chrono::steady_clock::now();
+      auto automaton = compiler->Compile(*spec);
+      if (!automaton.ok()) return Fail(cmd, automaton.status());
+      const double compile_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - c0).count();
+      best_compile_us = r == 0 ? compile_us : std::min(best_compile_us, compile_us);
+      GenerationRequest creq;
+      for (int64_t i = 0; i < prompt_len; ++i) creq.prompt.push_back(dist(rng));
+      creq.params.temperature = 0;
+      creq.params.max_tokens = static_cast<int>(gen_len);
+      creq.constraint = constrain::NewTokenConstraint(std::move(automaton).value());
+      const EngineStats cb = e->stats();
+      std::vector<GenerationRequest> creqs;
+      creqs.push_back(std::move(creq));
+      auto cres = e->Generate(std::move(creqs));
+      if (!cres.ok()) return Fail(cmd, cres.status());
+      const EngineStats& ca = e->stats();
+      const double cdt = ca.decode_seconds - cb.decode_seconds;
+      ctokens = ca.decode_tokens - cb.decode_tokens;
+      if (cdt > 0) best_cdecode = std::max(best_cdecode, ctokens / cdt);
+    }
     const double pc = (after.prefill_cpu_seconds - before.prefill_cpu_seconds) / threads;
     const double dc = (after.decode_cpu_seconds - before.decode_cpu_seconds) / threads;
     if (pc > 0)
@@ -302,6 +380,18 @@ int BenchCommand(const Args& args) {
                       {"decode_roofline_tok_s", roofline},
                       {"decode_read_gb_s", decode_read_gb_s},
                       {"decode_vs_roofline", roofline > 0 ? best_decode / roofline : 0}};
+  if (spec) {
+    // What the constraint adds per decode step: masks (cold: each
+    // repetition compiles afresh), their upload and the masked sampling.
+    const double plain_us = best_decode > 0 ? 1e6 / best_decode : 0;
+    const double cons_us = best_cdecode > 0 ? 1e6 / best_cdecode : 0;
+    j["constraint"] = json_object ? "json_object" : json_schema_path;
+    j["constraint_masks"] = constraint_warm ? "warm" : "cold";
+    j["constrained_decode_tok_s"] = best_cdecode;
+    j["constrained_decode_tokens"] = ctokens;
+    j["constraint_compile_us"] = best_compile_us;
+    j["constraint_step_cost"] = plain_us > 0 ? (cons_us - plain_us) / plain_us : 0;
+  }
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -310,6 +400,10 @@ int BenchCommand(const Args& args) {
         "roofline %.2f tok/s  decode/roofline %.2f\n",
         threads, best_prefill, best_decode, decode_read_gb_s, best_bw, roofline,
         roofline > 0 ? best_decode / roofline : 0.0);
+    if (spec)
+      std::printf("constrained decode %.2f tok/s (%lld tokens; compile %.0f us): %+.1f%% per step\n",
+                  best_cdecode, static_cast<long long>(ctokens), best_compile_us,
+                  100.0 * j["constraint_step_cost"].get<double>());
   }
   return kExitOk;
 }

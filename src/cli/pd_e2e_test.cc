@@ -695,6 +695,13 @@ TEST(RouterPdTest, OutputsThroughTheRouterEqualColocated) {
       EXPECT_EQ(Essence(got, stream), Essence(want, stream)) << path << " stream=" << stream;
     }
   EXPECT_GT(Series(*pd.prefill, "strata_kv_transfer_pages_total"), 0);
+  // The Responses API keeps conversations in one server's store: a PD pair
+  // says so instead of relaying it to a decode that cannot serve it alone.
+  Response rsp = router.Request(
+      Post("/v1/responses", R"({"input":"hi"})", "Content-Type: application/json\r\n"), 60s);
+  EXPECT_EQ(rsp.status, 400) << rsp.body;
+  EXPECT_NE(rsp.body.find("not served through a prefill/decode pair"), std::string::npos)
+      << rsp.body;
   ExpectClean(*pd.prefill, "prefill");
   ExpectClean(*pd.decode, "decode");
 }

@@ -162,6 +162,69 @@ TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
   EXPECT_GT(load["pages_free"].get<int64_t>(), 0);
 }
 
+// /v1/responses through the router: each worker's response store is its
+// own, so a conversation's turns (previous_response_id) and GET / DELETE of
+// a response go to the worker whose id is inside the response's id
+// (server/openai_responses.h NewStoredResponseId), whatever the policy says.
+// Round robin over two workers would send every other turn to the wrong one.
+TEST(RouterE2eTest, ResponsesFollowTheirStoreToTheWorkerThatMadeThem) {
+  Server a({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  Server b({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  ASSERT_GT(a.port(), 0) << a.Log();
+  ASSERT_GT(b.port(), 0) << b.Log();
+  RouterProcess r({"--worker", Url(a), "--worker", Url(b), "--policy", "round_robin"});
+  ASSERT_GT(r.port(), 0) << r.Log();
+  // Both workers' instance ids known (the first health checks done).
+  std::string workers;
+  ASSERT_TRUE(Eventually([&] {
+    Response w = r.Request(Get("/workers"));
+    workers = w.body;
+    if (w.status != 200) return false;
+    int known = 0;
+    const json all = json::parse(w.body);
+    for (const auto& x : all["workers"]) known += x.contains("instance_id");
+    return known == 2;
+  })) << workers << r.Log();
+  const std::string inst_a = json::parse(a.Request(Get("/server_info")).body)["instance_id"];
+  const std::string inst_b = json::parse(b.Request(Get("/server_info")).body)["instance_id"];
+  ASSERT_NE(inst_a, inst_b);
+
+  int on_a = 0;
+  for (int conv = 0; conv < 2; ++conv) {  // round robin starts them on both workers
+    json req = {{"model", "m"}, {"input", "Hello there"}, {"max_output_tokens", 6},
+                {"temperature", 0}, {"store", true}};
+    Response first = r.PostJson("/v1/responses", req.dump());
+    ASSERT_EQ(first.status, 200) << first.body << r.Log();
+    std::string prev = json::parse(first.body)["id"];
+    const std::string inst = prev.substr(5, 16);
+    ASSERT_TRUE(inst == inst_a || inst == inst_b) << prev;
+    on_a += inst == inst_a;
+    for (int turn = 0; turn < 4; ++turn) {
+      json next = {{"model", "m"}, {"input", "And then?"}, {"max_output_tokens", 6},
+                   {"temperature", 0}, {"store", true}, {"previous_response_id", prev}};
+      Response rsp = r.PostJson("/v1/responses", next.dump());
+      ASSERT_EQ(rsp.status, 200) << "turn " << turn << ": " << rsp.body;
+      json j = json::parse(rsp.body);
+      EXPECT_EQ(j["previous_response_id"], prev);
+      prev = j["id"];
+      EXPECT_EQ(prev.substr(5, 16), inst) << "the conversation stays on its worker";
+      // Reading it back through the router, twice (relayed: a random worker
+      // without the pin).
+      for (int k = 0; k < 2; ++k) {
+        Response got = r.Request(Get("/v1/responses/" + prev));
+        ASSERT_EQ(got.status, 200) << got.body;
+        EXPECT_EQ(json::parse(got.body)["id"], prev);
+        Response items = r.Request(Get("/v1/responses/" + prev + "/input_items"));
+        EXPECT_EQ(items.status, 200) << items.body;
+      }
+    }
+    Response del = r.Request("DELETE /v1/responses/" + prev + " HTTP/1.1\r\nHost: test\r\n\r\n");
+    EXPECT_EQ(del.status, 200) << del.body;
+    EXPECT_EQ(r.Request(Get("/v1/responses/" + prev)).status, 404);
+  }
+  EXPECT_EQ(on_a, 1) << "round robin started one conversation on each worker";
+}
+
 // cache_aware (the default policy): conversations sharing a long system
 // prompt land on one worker, so each after the first reuses its KV pages.
 TEST(RouterE2eTest, CacheAwareSendsASharedPrefixToTheWorkerThatHasItCached) {

@@ -57,6 +57,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   if (options.max_running_requests < 1) return InvalidArgument("max running requests must be >= 1");
   if (options.chunked_prefill_size < 1) return InvalidArgument("chunked prefill size must be >= 1");
   std::unique_ptr<Engine> e(new Engine(model, backend, options));
+  const auto overlap = options.mask_overlap;
+  if (overlap == EngineOptions::MaskOverlap::kOn ||
+      (overlap == EngineOptions::MaskOverlap::kAuto && backend.ComputesAsynchronously()))
+    e->mask_worker_ = std::make_unique<HostWorker>();
   const KvLayout layout = model.model->kv_layout(options.page_size, options.kv_dtype);
   RETURN_IF_ERROR(layout.Validate());
   e->context_length_ = EffectiveContextLength(options, model.config.max_position_embeddings);
@@ -259,6 +263,8 @@ void Engine::Postprocess(const ScheduledBatch& batch, const Tensor& logits) {
   // logprob rows (rare) are copied to the host. Sampling reads only the
   // tokens so far, not what Computed() updates.
   batch_sampler_.Clear();
+  const bool masks_early = mask_worker_ != nullptr && mask_worker_->busy();
+  if (masks_early) mask_worker_->Wait();
   int64_t row = 0;
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const StepItem& item = batch.items[i];
@@ -274,7 +280,9 @@ void Engine::Postprocess(const ScheduledBatch& batch, const Tensor& logits) {
     const auto& p = s.req.params;
     std::span<const uint32_t> allowed;
     if (s.req.constraint)
-      allowed = s.req.constraint->Allowed(s.limit - static_cast<int64_t>(s.tokens.size()));
+      allowed = masks_early ? early_masks_[i]
+                            : s.req.constraint->Allowed(s.limit -
+                                                        static_cast<int64_t>(s.tokens.size()));
     banned_.clear();
     if (p.min_tokens > 0 && static_cast<int64_t>(s.tokens.size()) - s.prompt_len < p.min_tokens) {
       const auto& eos = model_.eos_token_ids;
@@ -322,6 +330,26 @@ void Engine::Postprocess(const ScheduledBatch& batch, const Tensor& logits) {
   scheduler_->Reap();
 }
 
+void Engine::StartMasks(const ScheduledBatch& batch) {
+  if (!mask_worker_) return;
+  struct Job {
+    size_t item;
+    TokenConstraint* constraint;
+    int64_t tokens_left;
+  };
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const Sequence& s = *batch.seqs[i];
+    if (!batch.items[i].want_logits || !s.req.constraint) continue;
+    jobs.push_back({i, s.req.constraint.get(), s.limit - static_cast<int64_t>(s.tokens.size())});
+  }
+  if (jobs.empty()) return;
+  early_masks_.assign(batch.items.size(), {});
+  mask_worker_->Start([this, jobs = std::move(jobs)] {
+    for (const Job& j : jobs) early_masks_[j.item] = j.constraint->Allowed(j.tokens_left);
+  });
+}
+
 Status Engine::Step() {
   ScheduledBatch batch;
   scheduler_->Schedule(&batch);
@@ -361,8 +389,10 @@ Status Engine::Step() {
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ProcessCpuSeconds();
   Tensor logits;
+  StartMasks(batch);
   Status st = runner_->Run(batch.items, &logits);
   if (!st.ok()) {
+    if (mask_worker_) mask_worker_->Wait();  // it reads the sequences AbortAll ends
     AbortAll(FinishReason::kError, st);
     return st;
   }
@@ -409,6 +439,7 @@ StatusOr<std::vector<GenerationResult>> Engine::Generate(std::vector<GenerationR
     er.prompt = std::move(requests[i].prompt);
     er.params = requests[i].params;
     er.prompt_logprobs = requests[i].prompt_logprobs;
+    er.constraint = std::move(requests[i].constraint);
     Status v = Validate(er);
     if (!v.ok()) {
       AbortAll(FinishReason::kAbort, v);

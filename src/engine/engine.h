@@ -33,6 +33,7 @@
 #include "cache/kv_pool.h"
 #include "cache/radix_tree.h"
 #include "engine/batch_sampler.h"
+#include "engine/host_worker.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -73,6 +74,12 @@ struct EngineOptions {
   // allocator so peers write the pool directly. Host memory, so only with a
   // backend that computes on host memory (cache/kv_pool.h).
   std::shared_ptr<KvPoolAllocator> kv_pool_allocator;
+  // Constraint masks of a step computed on a thread of their own while the
+  // step's forward is launched and runs (Engine::StartMasks): kAuto when
+  // the backend computes asynchronously (CUDA), where the host's launches
+  // and masks otherwise add up; on the CPU the forward has every core.
+  enum class MaskOverlap { kAuto, kOff, kOn };
+  MaskOverlap mask_overlap = MaskOverlap::kAuto;
 };
 
 // The context length an engine with these options serves: the option, else
@@ -112,6 +119,7 @@ struct GenerationRequest {
   // Called after each generated token (optional), e.g. to stream text.
   std::function<void(const StepOutput&)> on_token;
   int prompt_logprobs = -1;  // EngineRequest::prompt_logprobs
+  std::shared_ptr<TokenConstraint> constraint;  // EngineRequest::constraint (optional)
 };
 
 struct GenerationResult {
@@ -194,6 +202,11 @@ class Engine {
   void SendPromptLogprobs(Sequence& s, const StepItem& item, const float* rows);
   // logits: the step's rows in backend memory (ModelRunner::Run).
   void Postprocess(const ScheduledBatch& batch, const Tensor& logits);
+  // On an asynchronous backend, starts computing the constraint masks of
+  // the batch's sampled rows on mask_worker_ (they depend only on tokens
+  // already chosen), so they overlap the step's launches and forward;
+  // Postprocess collects them. No-op otherwise or without constrained rows.
+  void StartMasks(const ScheduledBatch& batch);
 
   LoadedModel& model_;
   Backend& backend_;
@@ -212,6 +225,12 @@ class Engine {
   std::vector<SampleResult> sampled_;    // its results
   std::vector<float> prompt_logits_;     // scratch: an item's prompt-logprob rows on the host
   std::vector<int32_t> banned_;          // scratch: one row's min_tokens bans
+  // StartMasks' results by batch item (empty span: none), valid while
+  // mask_worker_ is busy or until Postprocess is done with them. Declared
+  // after scheduler_, so destroyed first: it waits for a job reading
+  // sequences.
+  std::vector<std::span<const uint32_t>> early_masks_;
+  std::unique_ptr<HostWorker> mask_worker_;  // asynchronous backends only
 };
 
 }  // namespace strata

@@ -606,5 +606,77 @@ TEST(EngineAttentionHintTest, EveryAttentionCallGetsTheLongestContext) {
   EXPECT_EQ(rec.widest, 90 + 6 - 1);  // the last decode step's context
 }
 
+// A constraint of the engine's interface alone: at its k-th token it allows
+// the 5 ids from (seed + 37k) mod 400 + 8 on, and records which threads ask.
+class StepConstraint : public TokenConstraint {
+ public:
+  StepConstraint(int seed, int64_t vocab) : seed_(seed), words_((vocab + 31) / 32) {}
+  std::span<const uint32_t> Allowed(int64_t tokens_left) override {
+    EXPECT_GT(tokens_left, 0);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      threads_.push_back(std::this_thread::get_id());
+    }
+    std::fill(words_.begin(), words_.end(), 0u);
+    for (int id = First(); id < First() + 5; ++id) words_[id / 32] |= 1u << (id % 32);
+    return words_;
+  }
+  void Advance(int32_t token) override {
+    EXPECT_GE(token, First()) << "step " << k_;
+    EXPECT_LT(token, First() + 5) << "step " << k_;
+    ++k_;
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> l(mu_);
+    return threads_;
+  }
+
+ private:
+  int First() const { return (seed_ + 37 * k_) % 400 + 8; }
+  int seed_, k_ = 0;
+  std::vector<uint32_t> words_;
+  std::mutex mu_;
+  std::vector<std::thread::id> threads_;
+};
+
+// EngineOptions::mask_overlap on (what a CUDA backend gets by default): the
+// masks are computed on the engine's mask worker while the step runs, and
+// constrained and unconstrained requests batched together get exactly the
+// tokens they get with the masks computed in line.
+TEST(EngineMaskOverlapTest, OverlappedMasksGiveTheSameTokensFromTheWorker) {
+  std::vector<std::vector<int32_t>> outs[2];
+  for (int on = 0; on < 2; ++on) {
+    EngineOptions eo;
+    eo.page_size = 4;
+    eo.max_total_tokens = 2048;
+    eo.mask_overlap = on ? EngineOptions::MaskOverlap::kOn : EngineOptions::MaskOverlap::kOff;
+    Stack s = Make(eo);
+    const int64_t vocab = s.model->config.vocab_size;
+    std::mt19937 rng(7);
+    std::vector<std::shared_ptr<StepConstraint>> cons;
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 4; ++i) {
+      reqs.push_back(Greedy(RandomPrompt(rng, 9 + 11 * i), 12));
+      if (i != 2) {  // request 2 runs unconstrained beside the others
+        cons.push_back(std::make_shared<StepConstraint>(i * 101, vocab));
+        reqs.back().constraint = cons.back();
+      }
+    }
+    outs[on] = Outputs(*s.engine, reqs);
+    for (auto& c : cons) {
+      const auto threads = c->threads();
+      ASSERT_EQ(threads.size(), 12u) << "one mask per sampled token";
+      for (const auto& t : threads) {
+        if (on)
+          EXPECT_NE(t, std::this_thread::get_id()) << "masks come from the worker";
+        else
+          EXPECT_EQ(t, std::this_thread::get_id()) << "masks come from the engine thread";
+      }
+    }
+    EXPECT_EQ(s.engine->load().pages_active, 0);
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+}
+
 }  // namespace
 }  // namespace strata

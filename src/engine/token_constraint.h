@@ -8,9 +8,11 @@
 // constraint, the decode builds the same constraint from the same request
 // and advances it over the first token it receives, then masks the rest.
 //
-// Thread-safety: a constraint belongs to one request and is called from the
-// engine thread only (it may share caches with other requests' constraints;
-// those are internally synchronised).
+// Thread-safety: a constraint belongs to one request and is called by one
+// thread at a time: the engine thread, or the engine's mask worker between
+// the engine's handoffs to it (engine/host_worker.h), never both at once. It
+// may share caches with other requests' constraints; those are internally
+// synchronised.
 #pragma once
 
 #include <cstdint>

@@ -69,8 +69,19 @@ void Router::Impl::Exchange::Dispatch() {
                         "no healthy worker can take the request now (see the router's /workers)",
                         true});
     }
-    const int w = generation ? r.policy->Pick(c, prefix_text)
-                             : c[static_cast<size_t>(r.Rand() % c.size())].worker;
+    int w = -1;
+    if (!pin_instance.empty()) {  // the worker that stores the response referred to
+      for (const Candidate& cand : c) {
+        Worker& cw = *r.workers[static_cast<size_t>(cand.worker)];
+        std::lock_guard lock(cw.mu);
+        if (cw.instance_id == pin_instance) w = cand.worker;
+      }
+    }
+    // Else (none referred to, or its worker is gone or down: its store went
+    // with it, and any worker answers that the response is not found).
+    if (w < 0)
+      w = generation ? r.policy->Pick(c, prefix_text)
+                     : c[static_cast<size_t>(r.Rand() % c.size())].worker;
     StartHop(main, w, body, false);
     return;
   }

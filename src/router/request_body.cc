@@ -16,6 +16,12 @@ StatusOr<ojson> ParseBodyObject(std::string_view body) {
 
 std::string PromptText(const ojson& body) {
   if (auto it = body.find("messages"); it != body.end()) return it->dump();
+  if (auto it = body.find("input"); it != body.end()) {  // /v1/responses
+    std::string text;
+    if (auto ins = body.find("instructions"); ins != body.end() && ins->is_string())
+      text = ins->get<std::string>();
+    return text + (it->is_string() ? it->get<std::string>() : it->dump());
+  }
   auto it = body.find("prompt");
   if (it == body.end()) return "";
   if (it->is_string()) return it->get<std::string>();
@@ -28,6 +34,21 @@ std::string WithBootstrapFields(ojson body, std::string_view host, int port, uin
   body["bootstrap_port"] = port;
   body["bootstrap_room"] = room;
   return body.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+std::string ReferencedResponseId(std::string_view method, std::string_view target,
+                                 const ojson* body) {
+  constexpr std::string_view kPath = "/v1/responses";
+  if (target.substr(0, kPath.size()) != kPath) return "";
+  std::string_view rest = target.substr(kPath.size());
+  if (method == "POST" && (rest.empty() || rest[0] == '?')) {
+    if (body == nullptr) return "";
+    auto it = body->find("previous_response_id");
+    return it != body->end() && it->is_string() ? it->get<std::string>() : "";
+  }
+  if (rest.size() < 2 || rest[0] != '/') return "";
+  rest.remove_prefix(1);
+  return std::string(rest.substr(0, rest.find_first_of("/?")));
 }
 
 uint64_t DrawRoom(std::mt19937_64& rng) {

@@ -25,13 +25,23 @@ StatusOr<ojson> ParseBodyObject(std::string_view body);
 
 // The prompt as text for prefix affinity: "prompt" (a string; the first of an
 // array of strings; token ids as their JSON text) for completions, the
-// "messages" array as compact JSON for chat; "" when the body has neither.
+// "messages" array as compact JSON for chat, "instructions" then "input" (a
+// string, or items as compact JSON) for /v1/responses; "" when the body has
+// none of them.
 std::string PromptText(const ojson& body);
 
 // Sets bootstrap_host, bootstrap_port and bootstrap_room (replacing any the
 // client sent: the router's are the ones the roles must agree on) and returns
 // the body to send to both roles.
 std::string WithBootstrapFields(ojson body, std::string_view host, int port, uint64_t room);
+
+// The stored response a request refers to: previous_response_id of a POST
+// /v1/responses (body: the parsed body, or null), the {id} of GET / DELETE
+// /v1/responses/{id}[/input_items]; "" for anything else. The router sends
+// it to the worker whose instance made that id (server/openai_responses.h
+// ResponseIdInstance): each worker's response store is its own.
+std::string ReferencedResponseId(std::string_view method, std::string_view target,
+                                 const ojson* body);
 
 // Rooms are below 2^53 so JSON numbers stay exact, with room to spare for the
 // n consecutive rooms R..R+n-1 of a request with n choices.

@@ -42,6 +42,30 @@ TEST(RequestBodyTest, PromptTextForCompletionsAndChat) {
   EXPECT_EQ(PromptText(*ParseBodyObject(R"({"model":"m"})")), "");
 }
 
+TEST(RequestBodyTest, PromptTextForResponses) {
+  EXPECT_EQ(PromptText(*ParseBodyObject(R"({"input":"Hi","instructions":"Be brief. "})")),
+            "Be brief. Hi");
+  EXPECT_EQ(PromptText(*ParseBodyObject(R"({"input":[{"role":"user","content":"Hi"}]})")),
+            R"([{"role":"user","content":"Hi"}])");
+}
+
+TEST(RequestBodyTest, ReferencedResponseIdFromTheBodyOrThePath) {
+  auto body = ParseBodyObject(R"({"input":"x","previous_response_id":"resp_abc"})");
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(ReferencedResponseId("POST", "/v1/responses", &*body), "resp_abc");
+  EXPECT_EQ(ReferencedResponseId("POST", "/v1/responses?x=1", &*body), "resp_abc");
+  EXPECT_EQ(ReferencedResponseId("POST", "/v1/responses", nullptr), "");
+  auto plain = ParseBodyObject(R"({"input":"x","previous_response_id":7})");
+  EXPECT_EQ(ReferencedResponseId("POST", "/v1/responses", &*plain), "");
+  EXPECT_EQ(ReferencedResponseId("GET", "/v1/responses/resp_1", nullptr), "resp_1");
+  EXPECT_EQ(ReferencedResponseId("DELETE", "/v1/responses/resp_1", nullptr), "resp_1");
+  EXPECT_EQ(ReferencedResponseId("GET", "/v1/responses/resp_1/input_items?limit=2", nullptr),
+            "resp_1");
+  EXPECT_EQ(ReferencedResponseId("GET", "/v1/responses/", nullptr), "");
+  EXPECT_EQ(ReferencedResponseId("POST", "/v1/chat/completions", &*body), "");
+  EXPECT_EQ(ReferencedResponseId("GET", "/v1/responsesX/resp_1", nullptr), "");
+}
+
 TEST(RequestBodyTest, RoomsAreBelowTheLimitAndVary) {
   std::mt19937_64 rng(7);
   std::set<uint64_t> seen;

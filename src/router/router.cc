@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "router/router_impl.h"
+#include "server/openai_responses.h"
 #include "util/logging.h"
 
 namespace strata::router {
@@ -185,6 +186,18 @@ void Router::Impl::Route() {
     http->Handle("POST", path, [this](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
       HandleProxy(std::move(req), std::move(res), true);
     });
+  http->Handle("POST", "/v1/responses",
+               [this](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+                 if (pd)  // a conversation's store lives on one server; a PD pair has two roles
+                   return Reject(*res,
+                                 {400, "invalid_request_error", "unsupported_endpoint",
+                                  "the Responses API is not served through a prefill/decode pair "
+                                  "(its stored responses live on one server); use "
+                                  "/v1/chat/completions, or colocated workers (--worker)",
+                                  false},
+                                 NewRequestId(req.Header("X-Request-Id")));
+                 HandleProxy(std::move(req), std::move(res), true);
+               });
   http->SetFallback([this](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
     HandleProxy(std::move(req), std::move(res), false);
   });
@@ -269,8 +282,13 @@ void Router::Impl::HandleProxy(HttpRequest&& req, std::shared_ptr<HttpResponder>
                    "the router is shutting down and accepts no new requests", true},
                   ex->request_id);
   }
-  if (generation && (pd || policy->wants_prefix())) {
+  const bool responses = ex->target.rfind("/v1/responses", 0) == 0;
+  if (generation && (pd || policy->wants_prefix() || responses)) {
     auto parsed = ParseBodyObject(ex->body);
+    if (parsed.ok() && responses) {
+      const std::string id = ReferencedResponseId(ex->method, ex->target, &*parsed);
+      ex->pin_instance = std::string(ResponseIdInstance(id));
+    }
     if (parsed.ok()) {
       ex->prefix_text = PromptText(*parsed);
       if (pd) ex->parsed = std::move(*parsed);
@@ -281,7 +299,12 @@ void Router::Impl::HandleProxy(HttpRequest&& req, std::shared_ptr<HttpResponder>
       ex->prefix_text = ex->body.substr(0, kAffinityBlockBytes * kAffinityMaxBlocks);
     }
   }
-  if (!generation) ++relaying;
+  if (!generation) {
+    ++relaying;
+    if (responses)  // GET / DELETE /v1/responses/{id}[/input_items]
+      ex->pin_instance =
+          std::string(ResponseIdInstance(ReferencedResponseId(ex->method, ex->target, nullptr)));
+  }
 
   std::weak_ptr<Exchange> weak = ex;
   res->OnClose([weak] {
@@ -354,8 +377,7 @@ void Router::Impl::ScheduleChecks(std::chrono::milliseconds delay) {
   });
 }
 
-// I/O thread. GET /health; when it passes, GET /load and (PD roles, or once)
-// GET /server_info. `done` runs when the check has ended.
+// I/O thread. GET /health; when it passes, GET /load and GET /server_info. `done` runs when the check has ended.
 void Router::Impl::CheckWorker(Worker& w, std::function<void()> done) {
   w.checking = true;
   auto self = shared_from_this();
@@ -383,16 +405,9 @@ void Router::Impl::CheckWorker(Worker& w, std::function<void()> done) {
           w.load_gauge->Set(static_cast<double>(w.reported_load));
         }
       }
-      bool want_info;
-      {
-        std::lock_guard lock(w.mu);
-        want_info = w.role != Role::kColocated || !w.info_known;
-      }
-      if (!want_info) {
-        self->OnCheck(w, true, "");
-        w.checking = false;
-        return done();
-      }
+      // /server_info every time, colocated workers too: its instance_id
+      // tells a replaced process (whose stored responses are gone) and
+      // names the worker inside its response ids (ReferencedResponseId).
       req.target = "/server_info";
       self->client->Fetch(w.ep, req, [self, &w, done](UpstreamClient::FetchResult s) {
         json j = s.error == UpstreamError::kNone && s.status == 200

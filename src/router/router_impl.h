@@ -168,6 +168,10 @@ struct Router::Impl::Exchange : std::enable_shared_from_this<Exchange> {
   std::shared_ptr<HttpResponder> res;
   Clock::time_point arrival;
   std::string prefix_text;
+  // The worker instance whose response store holds what this request refers
+  // to (ReferencedResponseId): Dispatch sends it there while that worker is
+  // healthy. "" none.
+  std::string pin_instance;
   std::optional<ojson> parsed;  // PD: the body to add the fields to
 
   std::mutex mu;

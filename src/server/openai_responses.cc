@@ -692,6 +692,30 @@ ApiError UnknownResponseError(const std::string& id, const ResponseStore* store)
 
 std::string NewResponsesId(std::string_view prefix) { return NewResponseMeta(prefix, "").id; }
 
+namespace {
+constexpr size_t kInstanceHex = 16;
+bool IsHex(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+}  // namespace
+
+std::string NewStoredResponseId(std::string_view instance_id) {
+  if (instance_id.size() != kInstanceHex || !IsHex(instance_id)) return NewResponsesId("resp_");
+  return NewResponsesId("resp_" + std::string(instance_id) + "_");
+}
+
+std::string_view ResponseIdInstance(std::string_view id) {
+  constexpr std::string_view kPrefix = "resp_";
+  if (id.size() != kPrefix.size() + kInstanceHex + 1 + 32 || id.substr(0, kPrefix.size()) != kPrefix ||
+      id[kPrefix.size() + kInstanceHex] != '_')
+    return {};
+  const std::string_view inst = id.substr(kPrefix.size(), kInstanceHex);
+  if (!IsHex(inst) || !IsHex(id.substr(kPrefix.size() + kInstanceHex + 1))) return {};
+  return inst;
+}
+
 // ---------------------------------------------------------------------------
 // Output
 

@@ -113,6 +113,17 @@ std::vector<std::string> KnownResponsesFields();
 // Fresh ids: "resp_", "msg_", "fc_", "rs_" + 32 hex digits.
 std::string NewResponsesId(std::string_view prefix);
 
+// A response's id names the server whose store keeps it: "resp_" + that
+// server's instance id (its /server_info "instance_id", 16 hex digits) +
+// "_" + 32 random hex digits. `strata router` sends what refers to a
+// response (previous_response_id; GET and DELETE /v1/responses/{id}) to
+// the worker of that instance (ResponseIdInstance), since each server's
+// store is its own.
+std::string NewStoredResponseId(std::string_view instance_id);
+// The instance id inside a NewStoredResponseId id; "" for any other text
+// (a client-chosen request_id, another server's ids).
+std::string_view ResponseIdInstance(std::string_view id);
+
 // The finished response object (non-streaming, and response.completed).
 nlohmann::ordered_json ResponseObjectJson(const ResponsesContext& context,
                                           const ChoiceOutput& output, const Usage& usage);

@@ -595,5 +595,25 @@ TEST(ResponsesStream, EmptyOutputStillHasAMessageAndErrorsEndWithFailed) {
   for (size_t i = 0; i < ev2.size(); ++i) EXPECT_EQ(ev2[i]["sequence_number"], i);
 }
 
+TEST(ResponsesIds, StoredIdsNameTheirServerAndOthersNameNone) {
+  const std::string inst = "0123456789abcdef";
+  const std::string id = NewStoredResponseId(inst);
+  EXPECT_EQ(id.substr(0, 22), "resp_" + inst + "_");
+  EXPECT_EQ(id.size(), 54u);
+  EXPECT_EQ(ResponseIdInstance(id), inst);
+  EXPECT_NE(NewStoredResponseId(inst), id);
+  // Ids of the plain form, a client's request_id, damaged ones: no server.
+  EXPECT_EQ(ResponseIdInstance(NewResponsesId("resp_")), "");
+  EXPECT_EQ(ResponseIdInstance("resp_my-request-7"), "");
+  EXPECT_EQ(ResponseIdInstance(id.substr(0, 53)), "");
+  std::string bad = id;
+  bad[7] = 'X';
+  EXPECT_EQ(ResponseIdInstance(bad), "");
+  EXPECT_EQ(ResponseIdInstance("msg_" + id.substr(5)), "");
+  // An instance id that is not 16 hex digits gives the plain form.
+  EXPECT_EQ(ResponseIdInstance(NewStoredResponseId("")), "");
+  EXPECT_EQ(NewStoredResponseId("").size(), 37u);
+}
+
 }  // namespace
 }  // namespace strata

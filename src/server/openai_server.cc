@@ -182,6 +182,10 @@ struct OpenAiServer::Impl {
   ToolCallFormat tool_format = ToolCallFormat::kNone;  // resolved from options.tool_call_parser
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;  // from options.reasoning_parser
   std::atomic<bool> draining{false};
+  // This process's id (/server_info; the PD role's when it has one): it
+  // changes when the process is replaced, and names this server inside its
+  // stored responses' ids (NewStoredResponseId).
+  std::string instance_id;
 
   // Structured outputs: compiled grammars over this model's vocabulary,
   // cached by their text. Built on the first constrained request (the
@@ -565,6 +569,7 @@ void OpenAiServer::Impl::Route() {
       std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
       instance = id;
     }
+    instance_id = instance;
     ojson j{{"role", options.pd ? options.pd->mode() : "colocated"},
             {"disaggregation_mode", options.pd ? options.pd->mode() : "null"},
             {"model", options.served_model_name},
@@ -944,7 +949,10 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   }
   const char* id_prefix = api == Api::kResponses ? "resp_" : chat ? "chatcmpl-" : "cmpl-";
   ex->meta = NewResponseMeta(id_prefix, options.served_model_name);
-  if (fields.request_id) ex->meta.id = id_prefix + *fields.request_id;
+  if (fields.request_id)
+    ex->meta.id = id_prefix + *fields.request_id;
+  else if (api == Api::kResponses)
+    ex->meta.id = NewStoredResponseId(instance_id);
   if (ex->responses) ex->responses->meta = ex->meta, ex->responses->logprobs = ex->logprobs;
   ex->return_token_ids = fields.return_token_ids;
   const std::string prompt_param = chat ? "messages" : "prompt";

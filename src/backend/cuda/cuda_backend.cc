@@ -665,6 +665,8 @@ class CudaBackend final : public Backend {
     Launched();
   }
 
+  bool ComputesAsynchronously() const override { return true; }
+
   void PagedAttention(const Tensor& q, const KvLayerView& layer, const AttentionSeq* seqs,
                       int32_t num_seqs, const AttentionParams& p, Tensor out) override {
     const int hd = p.head_dim;
