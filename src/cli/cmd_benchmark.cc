@@ -196,7 +196,7 @@ int BenchCommand(const Args& args) {
   ModelFlags mf;
   int64_t prompt_len = 512, gen_len = 64, reps = 3;
   bool json = false, warmup = true, json_object = false, constraint_warm = false;
-  std::string json_schema_path;
+  std::string json_schema_path, kv_dtype = "f32";
   FlagSet f(
       "bench engine",
       "Measures prefill (one prompt of --prompt-len random tokens) and batch-1 decode "
@@ -208,6 +208,7 @@ int BenchCommand(const Args& args) {
   f.Int("repeats", &reps, "repetitions (best is reported)", 1, 100);
   f.Bool("json", &json, "print results as one JSON object");
   f.Bool("warmup", &warmup, "run one short untimed request first (default true)");
+  f.String("kv-cache-dtype", &kv_dtype, "KV page element type: f32, bf16 or f16");
   f.String("json-schema", &json_schema_path,
            "also decode under this JSON schema (a file), compiled afresh each repetition (a "
            "schema's first answer: every mask cold), alternated with the plain decode, and report "
@@ -223,12 +224,15 @@ int BenchCommand(const Args& args) {
     std::printf("%s", f.Help().c_str());
     return kExitOk;
   }
+  auto kv = ParseKvCacheDtype(kv_dtype);
+  if (!kv.ok()) return UsageError(cmd, kv.status());
   if (!f.IsSet("chunked-prefill-size")) mf.max_batch_tokens = prompt_len;
   auto stack = LoadForCli(cmd, mf);
   if (!stack.ok()) return Fail(cmd, stack.status());
   LoadedModel& m = *stack->model;
   EngineOptions eo;
   eo.max_running_requests = 1;
+  eo.kv_dtype = *kv;
   eo.chunked_prefill_size = static_cast<int32_t>(mf.max_batch_tokens);
   eo.max_total_tokens = prompt_len + gen_len + 64;
   eo.context_length = prompt_len + gen_len + 1;

@@ -74,11 +74,9 @@ int GenerateCommand(const Args& args) {
   const int given = !prompt.empty() + !prompt_ids.empty() + !chat.empty();
   if (given != 1)
     return UsageError(cmd, InvalidArgument("give exactly one of --prompt, --prompt-ids, --chat"));
-  DType kv;
-  if (kv_dtype == "f32" || kv_dtype == "float32") kv = DType::kF32;
-  else if (kv_dtype == "bf16" || kv_dtype == "bfloat16") kv = DType::kBF16;
-  else if (kv_dtype == "f16" || kv_dtype == "float16") kv = DType::kF16;
-  else return UsageError(cmd, InvalidArgument("--kv-cache-dtype: '" + kv_dtype + "' is not f32, bf16 or f16"));
+  auto kv_or = ParseKvCacheDtype(kv_dtype);
+  if (!kv_or.ok()) return UsageError(cmd, kv_or.status());
+  const DType kv = *kv_or;
 
   SamplingParams sp;
   sp.temperature = static_cast<float>(temperature);

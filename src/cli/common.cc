@@ -73,6 +73,13 @@ double ResidentGiB() {
 
 }  // namespace
 
+StatusOr<DType> ParseKvCacheDtype(const std::string& kv) {
+  if (kv == "f32" || kv == "float32") return DType::kF32;
+  if (kv == "bf16" || kv == "bfloat16") return DType::kBF16;
+  if (kv == "f16" || kv == "float16") return DType::kF16;
+  return InvalidArgument("--kv-cache-dtype: '" + kv + "' is not one of f32, bf16, f16");
+}
+
 StatusOr<int> ParseDeviceFlag(const std::string& d) {
   if (d == "cpu") return -1;
   if (d == "cuda") return 0;

@@ -46,6 +46,10 @@ struct ModelFlags {
 // the allowed forms otherwise.
 StatusOr<int> ParseDeviceFlag(const std::string& device);
 
+// --kv-cache-dtype: f32 / float32, bf16 / bfloat16, f16 / float16.
+// InvalidArgument naming the flag and the allowed values otherwise.
+StatusOr<DType> ParseKvCacheDtype(const std::string& value);
+
 struct LoadedStack {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<LoadedModel> model;

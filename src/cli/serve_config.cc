@@ -261,15 +261,10 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
 
   // Flag values the ranges of RegisterServeFlags cannot express.
   EngineOptions& eo = plan.engine;
-  const std::string& kv = c.kv_cache_dtype;
-  if (kv == "f32" || kv == "float32")
-    eo.kv_dtype = DType::kF32;
-  else if (kv == "bf16" || kv == "bfloat16")
-    eo.kv_dtype = DType::kBF16;
-  else if (kv == "f16" || kv == "float16")
-    eo.kv_dtype = DType::kF16;
+  if (auto kv = ParseKvCacheDtype(c.kv_cache_dtype); kv.ok())
+    eo.kv_dtype = *kv;
   else
-    problem("--kv-cache-dtype: '" + kv + "' is not one of f32, bf16, f16");
+    problem(kv.status().message());
   const bool kv_ok = plan.problems.empty();  // else memory is not sized for a guessed dtype
   if (mf.matmul_precision != "fp32" && mf.matmul_precision != "bf16" &&
       mf.matmul_precision != "auto")
@@ -470,7 +465,7 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
               MiB(pool_bytes) + " of KV cache but only " + MiB(avail) +
               " of memory is available (allowed up to about " +
               std::to_string(avail / layout->BytesPerToken()) + " tokens at --kv-cache-dtype " +
-              kv + ")");
+              c.kv_cache_dtype + ")");
   }
   if (h.enabled) {
     if (env.host.nodes.empty()) {
