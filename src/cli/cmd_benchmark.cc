@@ -196,7 +196,7 @@ int BenchCommand(const Args& args) {
   ModelFlags mf;
   int64_t prompt_len = 512, gen_len = 64, reps = 3;
   bool json = false, warmup = true, json_object = false, constraint_warm = false;
-  std::string json_schema_path, kv_dtype = "f32";
+  std::string json_schema_path, kv_dtype = "auto";
   FlagSet f(
       "bench engine",
       "Measures prefill (one prompt of --prompt-len random tokens) and batch-1 decode "
@@ -208,7 +208,7 @@ int BenchCommand(const Args& args) {
   f.Int("repeats", &reps, "repetitions (best is reported)", 1, 100);
   f.Bool("json", &json, "print results as one JSON object");
   f.Bool("warmup", &warmup, "run one short untimed request first (default true)");
-  f.String("kv-cache-dtype", &kv_dtype, "KV page element type: f32, bf16 or f16");
+  f.String("kv-cache-dtype", &kv_dtype, "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on the CPU)");
   f.String("json-schema", &json_schema_path,
            "also decode under this JSON schema (a file), compiled afresh each repetition (a "
            "schema's first answer: every mask cold), alternated with the plain decode, and report "
@@ -224,7 +224,7 @@ int BenchCommand(const Args& args) {
     std::printf("%s", f.Help().c_str());
     return kExitOk;
   }
-  auto kv = ParseKvCacheDtype(kv_dtype);
+  auto kv = ParseKvCacheDtype(kv_dtype, mf);
   if (!kv.ok()) return UsageError(cmd, kv.status());
   if (!f.IsSet("chunked-prefill-size")) mf.max_batch_tokens = prompt_len;
   auto stack = LoadForCli(cmd, mf);

@@ -33,7 +33,7 @@ StatusOr<std::vector<int32_t>> ParseIds(const std::string& s, const std::string&
 int GenerateCommand(const Args& args) {
   const std::string cmd = "generate";
   ModelFlags mf;
-  std::string prompt, prompt_ids, chat, system, stop_ids, kv_dtype = "f32", thinking;
+  std::string prompt, prompt_ids, chat, system, stop_ids, kv_dtype = "auto", thinking;
   int64_t max_tokens = 64, top_k = -1, logprobs = -1, seed = -1, page_size = 16,
           max_total_tokens = 0;
   double temperature = 0, top_p = 1, min_p = 0, rep = 1, freq = 0, pres = 0;
@@ -64,7 +64,7 @@ int GenerateCommand(const Args& args) {
   f.Bool("skip-special-tokens", &skip_special, "leave special tokens out of the text");
   f.Int("page-size", &page_size, "tokens per KV page", 1, 4096);
   f.Int("max-total-tokens", &max_total_tokens, "KV pool size in tokens (0: automatic)", 0, INT64_MAX);
-  f.String("kv-cache-dtype", &kv_dtype, "KV page element type: f32, bf16 or f16");
+  f.String("kv-cache-dtype", &kv_dtype, "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on the CPU)");
   Status st = f.Parse(args);
   if (!st.ok()) return UsageError(cmd, st);
   if (f.help_requested()) {
@@ -74,7 +74,7 @@ int GenerateCommand(const Args& args) {
   const int given = !prompt.empty() + !prompt_ids.empty() + !chat.empty();
   if (given != 1)
     return UsageError(cmd, InvalidArgument("give exactly one of --prompt, --prompt-ids, --chat"));
-  auto kv_or = ParseKvCacheDtype(kv_dtype);
+  auto kv_or = ParseKvCacheDtype(kv_dtype, mf);
   if (!kv_or.ok()) return UsageError(cmd, kv_or.status());
   const DType kv = *kv_or;
 

@@ -73,11 +73,13 @@ double ResidentGiB() {
 
 }  // namespace
 
-StatusOr<DType> ParseKvCacheDtype(const std::string& kv) {
+StatusOr<DType> ParseKvCacheDtype(const std::string& kv, const ModelFlags& flags) {
+  if (kv == "auto")
+    return flags.device != "cpu" && flags.MatmulPrecision() == "bf16" ? DType::kBF16 : DType::kF32;
   if (kv == "f32" || kv == "float32") return DType::kF32;
   if (kv == "bf16" || kv == "bfloat16") return DType::kBF16;
   if (kv == "f16" || kv == "float16") return DType::kF16;
-  return InvalidArgument("--kv-cache-dtype: '" + kv + "' is not one of f32, bf16, f16");
+  return InvalidArgument("--kv-cache-dtype: '" + kv + "' is not one of auto, f32, bf16, f16");
 }
 
 StatusOr<int> ParseDeviceFlag(const std::string& d) {

@@ -46,9 +46,11 @@ struct ModelFlags {
 // the allowed forms otherwise.
 StatusOr<int> ParseDeviceFlag(const std::string& device);
 
-// --kv-cache-dtype: f32 / float32, bf16 / bfloat16, f16 / float16.
+// --kv-cache-dtype: f32 / float32, bf16 / bfloat16, f16 / float16, or auto
+// (the default): bf16 where the matmul precision resolves to bf16 on a GPU
+// (the model's dtype, as SGLang's auto), f32 on the CPU (exact).
 // InvalidArgument naming the flag and the allowed values otherwise.
-StatusOr<DType> ParseKvCacheDtype(const std::string& value);
+StatusOr<DType> ParseKvCacheDtype(const std::string& value, const ModelFlags& flags);
 
 struct LoadedStack {
   std::unique_ptr<Backend> backend;

@@ -46,7 +46,7 @@ struct ServeConfig {
   double mem_fraction_static = kDefaultMemFractionStatic;
   int64_t page_size = 16;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
-  std::string kv_cache_dtype = "f32";
+  std::string kv_cache_dtype = "auto";
   bool disable_radix_cache = false;
   int64_t max_queued_requests = 256;
   int64_t max_queued_tokens = 0;

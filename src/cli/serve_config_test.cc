@@ -71,7 +71,7 @@ TEST(ServeConfigValidationTest, EveryProblemIsReportedAtOnce) {
        "64", "--max-total-tokens", "10", "--hicache-ratio", "2", "--numa-node", "1"});
   const ServePlan p = ValidateServeConfig(c, nullptr, Machine(64 * kGB, 32 * kGB));
   ASSERT_EQ(p.problems.size(), 6u) << All(p);
-  EXPECT_THAT(p.problems[0], HasSubstr("--kv-cache-dtype: 'q4' is not one of f32, bf16, f16"));
+  EXPECT_THAT(p.problems[0], HasSubstr("--kv-cache-dtype: 'q4' is not one of auto, f32, bf16, f16"));
   EXPECT_THAT(p.problems[1], HasSubstr("--matmul-precision: 'tf32' is not one of fp32, bf16, auto"));
   EXPECT_THAT(p.problems[2],
               HasSubstr("--cpu-isa: 'neon' is not one of auto, avx512, avx2, scalar"));
@@ -344,6 +344,24 @@ TEST(ServeConfigValidationTest, MemFractionStaticRangeAndCpu) {
   const ServePlan dev = ValidateServeConfig(Parse({"--device", "gpu"}), &*model,
                                             Machine(64 * kGB, 32 * kGB));
   EXPECT_THAT(All(dev), HasSubstr("expected cpu, cuda or cuda:N"));
+}
+
+// --kv-cache-dtype auto (the default): the model's bf16 on a GPU under bf16
+// matmul (the GPU default), f32 under fp32 matmul and on the CPU.
+TEST(ServeConfigValidationTest, KvCacheDtypeAutoIsBf16OnAGpuAndF32Elsewhere) {
+  auto model = ReadModelConfig(FixtureDir("llama_default"));
+  ASSERT_TRUE(model.ok());
+  const ServeEnvironment gpu = FakeGpu(80 * kGiB, 79 * kGiB, Weights(15 * kGiB));
+  auto kv = [&](std::vector<std::string> args, const ServeEnvironment& env) {
+    const ServePlan p = ValidateServeConfig(Parse(args), &*model, env);
+    EXPECT_TRUE(p.ok()) << All(p);
+    return p.engine.kv_dtype;
+  };
+  EXPECT_EQ(kv({"--device", "cuda"}, gpu), DType::kBF16);
+  EXPECT_EQ(kv({"--device", "cuda", "--matmul-precision", "fp32"}, gpu), DType::kF32);
+  EXPECT_EQ(kv({"--device", "cuda", "--kv-cache-dtype", "f16"}, gpu), DType::kF16);
+  EXPECT_EQ(kv({}, Machine(64 * kGB, 32 * kGB)), DType::kF32);
+  EXPECT_EQ(kv({"--matmul-precision", "bf16"}, Machine(64 * kGB, 32 * kGB)), DType::kF32);
 }
 
 TEST(ServeConfigValidationTest, OnAGpuTheArenaSizesTheDevicePool) {
