@@ -95,12 +95,22 @@ TEST(RouterE2eTest, InvalidFlagsExit78WithTheFlagNamed) {
   EXPECT_GT(unlimited.port(), 0) << unlimited.Log();
 }
 
+// Two workers on the qwen3 fixture, served as "m", behind a router with
+// --policy `policy` (members start in this order).
+struct TwoWorkers {
+  Server a{{"--model-path", Fixture("qwen3"), "--served-model-name", "m"}};
+  Server b{{"--model-path", Fixture("qwen3"), "--served-model-name", "m"}};
+  RouterProcess r;
+  explicit TwoWorkers(const std::string& policy)
+      : r({"--worker", Url(a), "--worker", Url(b), "--policy", policy}) {}
+};
+
 TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
-  Server a({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
-  Server b({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  TwoWorkers w("round_robin");
+  Server &a = w.a, &b = w.b;
+  RouterProcess& r = w.r;
   ASSERT_GT(a.port(), 0) << a.Log();
   ASSERT_GT(b.port(), 0) << b.Log();
-  RouterProcess r({"--worker", Url(a), "--worker", Url(b), "--policy", "round_robin"});
   ASSERT_GT(r.port(), 0) << r.Log();
   ASSERT_EQ(r.Request(Get("/health")).status, 200) << r.Log();
 
@@ -168,11 +178,11 @@ TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
 // (server/openai_responses.h NewStoredResponseId), whatever the policy says.
 // Round robin over two workers would send every other turn to the wrong one.
 TEST(RouterE2eTest, ResponsesFollowTheirStoreToTheWorkerThatMadeThem) {
-  Server a({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
-  Server b({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  TwoWorkers w("round_robin");
+  Server &a = w.a, &b = w.b;
+  RouterProcess& r = w.r;
   ASSERT_GT(a.port(), 0) << a.Log();
   ASSERT_GT(b.port(), 0) << b.Log();
-  RouterProcess r({"--worker", Url(a), "--worker", Url(b), "--policy", "round_robin"});
   ASSERT_GT(r.port(), 0) << r.Log();
   // Both workers' instance ids known (the first health checks done).
   std::string workers;
@@ -228,11 +238,11 @@ TEST(RouterE2eTest, ResponsesFollowTheirStoreToTheWorkerThatMadeThem) {
 // cache_aware (the default policy): conversations sharing a long system
 // prompt land on one worker, so each after the first reuses its KV pages.
 TEST(RouterE2eTest, CacheAwareSendsASharedPrefixToTheWorkerThatHasItCached) {
-  Server a({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
-  Server b({"--model-path", Fixture("qwen3"), "--served-model-name", "m"});
+  TwoWorkers w("cache_aware");  // the default policy
+  Server &a = w.a, &b = w.b;
+  RouterProcess& r = w.r;
   ASSERT_GT(a.port(), 0);
   ASSERT_GT(b.port(), 0);
-  RouterProcess r({"--worker", Url(a), "--worker", Url(b)});
   ASSERT_GT(r.port(), 0) << r.Log();
   std::string system = "You are a careful assistant. ";
   while (system.size() < 600) system += "Answer briefly and cite the rules you follow. ";
