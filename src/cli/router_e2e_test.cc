@@ -103,15 +103,20 @@ struct TwoWorkers {
   RouterProcess r;
   explicit TwoWorkers(const std::string& policy)
       : r({"--worker", Url(a), "--worker", Url(b), "--policy", policy}) {}
+  // All three listening (else the logs of the ones that are not).
+  ::testing::AssertionResult Up() {
+    if (a.port() <= 0) return ::testing::AssertionFailure() << "worker a: " << a.Log();
+    if (b.port() <= 0) return ::testing::AssertionFailure() << "worker b: " << b.Log();
+    if (r.port() <= 0) return ::testing::AssertionFailure() << "router: " << r.Log();
+    return ::testing::AssertionSuccess();
+  }
 };
 
 TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
   TwoWorkers w("round_robin");
+  ASSERT_TRUE(w.Up());
   Server &a = w.a, &b = w.b;
   RouterProcess& r = w.r;
-  ASSERT_GT(a.port(), 0) << a.Log();
-  ASSERT_GT(b.port(), 0) << b.Log();
-  ASSERT_GT(r.port(), 0) << r.Log();
   ASSERT_EQ(r.Request(Get("/health")).status, 200) << r.Log();
 
   std::ifstream in(Fixture("qwen3") + "/golden.json");
@@ -179,11 +184,9 @@ TEST(RouterE2eTest, GreedyOutputsEqualAWorkersOwnAndRoundRobinSpreads) {
 // Round robin over two workers would send every other turn to the wrong one.
 TEST(RouterE2eTest, ResponsesFollowTheirStoreToTheWorkerThatMadeThem) {
   TwoWorkers w("round_robin");
+  ASSERT_TRUE(w.Up());
   Server &a = w.a, &b = w.b;
   RouterProcess& r = w.r;
-  ASSERT_GT(a.port(), 0) << a.Log();
-  ASSERT_GT(b.port(), 0) << b.Log();
-  ASSERT_GT(r.port(), 0) << r.Log();
   // Both workers' instance ids known (the first health checks done).
   std::string workers;
   ASSERT_TRUE(Eventually([&] {
@@ -239,11 +242,9 @@ TEST(RouterE2eTest, ResponsesFollowTheirStoreToTheWorkerThatMadeThem) {
 // prompt land on one worker, so each after the first reuses its KV pages.
 TEST(RouterE2eTest, CacheAwareSendsASharedPrefixToTheWorkerThatHasItCached) {
   TwoWorkers w("cache_aware");  // the default policy
+  ASSERT_TRUE(w.Up());
   Server &a = w.a, &b = w.b;
   RouterProcess& r = w.r;
-  ASSERT_GT(a.port(), 0);
-  ASSERT_GT(b.port(), 0);
-  ASSERT_GT(r.port(), 0) << r.Log();
   std::string system = "You are a careful assistant. ";
   while (system.size() < 600) system += "Answer briefly and cite the rules you follow. ";
   for (int i = 0; i < 6; ++i) {
