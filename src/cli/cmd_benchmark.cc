@@ -7,8 +7,8 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -208,7 +208,9 @@ int BenchCommand(const Args& args) {
   f.Int("repeats", &reps, "repetitions (best is reported)", 1, 100);
   f.Bool("json", &json, "print results as one JSON object");
   f.Bool("warmup", &warmup, "run one short untimed request first (default true)");
-  f.String("kv-cache-dtype", &kv_dtype, "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on the CPU)");
+  f.String("kv-cache-dtype", &kv_dtype,
+           "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on "
+           "the CPU)");
   f.String("json-schema", &json_schema_path,
            "also decode under this JSON schema (a file), compiled afresh each repetition (a "
            "schema's first answer: every mask cold), alternated with the plain decode, and report "
@@ -332,7 +334,8 @@ int BenchCommand(const Args& args) {
     if (spec) {
       // Same prompt length, greedy, stopping at the answer's EOS (the
       // constraint forces it within gen_len): decode tokens/s over its steps.
-      if (!compiler || !constraint_warm) compiler = std::make_unique<constrain::ConstraintCompiler>(vocab);
+      if (!compiler || !constraint_warm)
+        compiler = std::make_unique<constrain::ConstraintCompiler>(vocab);
       const auto c0 = std::chrono::steady_clock::now();
       auto automaton = compiler->Compile(*spec);
       if (!automaton.ok()) return Fail(cmd, automaton.status());
@@ -405,9 +408,10 @@ int BenchCommand(const Args& args) {
         threads, best_prefill, best_decode, decode_read_gb_s, best_bw, roofline,
         roofline > 0 ? best_decode / roofline : 0.0);
     if (spec)
-      std::printf("constrained decode %.2f tok/s (%lld tokens; compile %.0f us): %+.1f%% per step\n",
-                  best_cdecode, static_cast<long long>(ctokens), best_compile_us,
-                  100.0 * j["constraint_step_cost"].get<double>());
+      std::printf(
+          "constrained decode %.2f tok/s (%lld tokens; compile %.0f us): %+.1f%% per step\n",
+          best_cdecode, static_cast<long long>(ctokens), best_compile_us,
+          100.0 * j["constraint_step_cost"].get<double>());
   }
   return kExitOk;
 }

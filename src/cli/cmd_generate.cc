@@ -64,7 +64,9 @@ int GenerateCommand(const Args& args) {
   f.Bool("skip-special-tokens", &skip_special, "leave special tokens out of the text");
   f.Int("page-size", &page_size, "tokens per KV page", 1, 4096);
   f.Int("max-total-tokens", &max_total_tokens, "KV pool size in tokens (0: automatic)", 0, INT64_MAX);
-  f.String("kv-cache-dtype", &kv_dtype, "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on the CPU)");
+  f.String("kv-cache-dtype", &kv_dtype,
+           "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on "
+           "the CPU)");
   Status st = f.Parse(args);
   if (!st.ok()) return UsageError(cmd, st);
   if (f.help_requested()) {

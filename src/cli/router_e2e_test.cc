@@ -197,15 +197,19 @@ TEST(RouterE2eTest, ResponsesFollowTheirStoreToTheWorkerThatMadeThem) {
     const json all = json::parse(w.body);
     for (const auto& x : all["workers"]) known += x.contains("instance_id");
     return known == 2;
-  })) << workers << r.Log();
+  })) << workers
+      << r.Log();
   const std::string inst_a = json::parse(a.Request(Get("/server_info")).body)["instance_id"];
   const std::string inst_b = json::parse(b.Request(Get("/server_info")).body)["instance_id"];
   ASSERT_NE(inst_a, inst_b);
 
   int on_a = 0;
   for (int conv = 0; conv < 2; ++conv) {  // round robin starts them on both workers
-    json req = {{"model", "m"}, {"input", "Hello there"}, {"max_output_tokens", 6},
-                {"temperature", 0}, {"store", true}};
+    json req = {{"model", "m"},
+                {"input", "Hello there"},
+                {"max_output_tokens", 6},
+                {"temperature", 0},
+                {"store", true}};
     Response first = r.PostJson("/v1/responses", req.dump());
     ASSERT_EQ(first.status, 200) << first.body << r.Log();
     std::string prev = json::parse(first.body)["id"];
@@ -213,8 +217,8 @@ TEST(RouterE2eTest, ResponsesFollowTheirStoreToTheWorkerThatMadeThem) {
     ASSERT_TRUE(inst == inst_a || inst == inst_b) << prev;
     on_a += inst == inst_a;
     for (int turn = 0; turn < 4; ++turn) {
-      json next = {{"model", "m"}, {"input", "And then?"}, {"max_output_tokens", 6},
-                   {"temperature", 0}, {"store", true}, {"previous_response_id", prev}};
+      json next = {{"model", "m"},     {"input", "And then?"}, {"max_output_tokens", 6},
+                   {"temperature", 0}, {"store", true},        {"previous_response_id", prev}};
       Response rsp = r.PostJson("/v1/responses", next.dump());
       ASSERT_EQ(rsp.status, 200) << "turn " << turn << ": " << rsp.body;
       json j = json::parse(rsp.body);

@@ -69,7 +69,9 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
   f.Int("page-size", &c->page_size, "tokens per KV page", 1, 1024);
   f.Int("context-length", &c->context_length,
         "longest prompt + output (0: the model's max_position_embeddings)", 0, int64_t{1} << 30);
-  f.String("kv-cache-dtype", &c->kv_cache_dtype, "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on the CPU)");
+  f.String("kv-cache-dtype", &c->kv_cache_dtype,
+           "KV page element type: f32, bf16, f16 or auto (bf16 on a GPU under bf16 matmul, f32 on "
+           "the CPU)");
   f.Bool("disable-radix-cache", &c->disable_radix_cache, "turn off prefix caching");
   f.Int("max-queued-requests", &c->max_queued_requests,
         "admission: most requests waiting for prefill (0: no limit)", 0, int64_t{1} << 30);

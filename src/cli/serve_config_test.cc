@@ -71,7 +71,8 @@ TEST(ServeConfigValidationTest, EveryProblemIsReportedAtOnce) {
        "64", "--max-total-tokens", "10", "--hicache-ratio", "2", "--numa-node", "1"});
   const ServePlan p = ValidateServeConfig(c, nullptr, Machine(64 * kGB, 32 * kGB));
   ASSERT_EQ(p.problems.size(), 6u) << All(p);
-  EXPECT_THAT(p.problems[0], HasSubstr("--kv-cache-dtype: 'q4' is not one of auto, f32, bf16, f16"));
+  EXPECT_THAT(p.problems[0],
+              HasSubstr("--kv-cache-dtype: 'q4' is not one of auto, f32, bf16, f16"));
   EXPECT_THAT(p.problems[1], HasSubstr("--matmul-precision: 'tf32' is not one of fp32, bf16, auto"));
   EXPECT_THAT(p.problems[2],
               HasSubstr("--cpu-isa: 'neon' is not one of auto, avx512, avx2, scalar"));

@@ -310,6 +310,7 @@ class UcxTransport::Impl {
       {
         std::lock_guard<std::mutex> lock(mu_);
         stop_ = true;
+        pending_.store(true, std::memory_order_release);
       }
       ucp_worker_signal(worker_);
       thread_.join();
@@ -365,7 +366,10 @@ class UcxTransport::Impl {
   // ---- commands (any thread) -------------------------------------------
 
   // REQUIRES: mu_ held. The caller signals the worker after unlocking.
-  void EnqueueLocked(std::function<void()> cmd) { queue_.push_back(std::move(cmd)); }
+  void EnqueueLocked(std::function<void()> cmd) {
+    queue_.push_back(std::move(cmd));
+    pending_.store(true, std::memory_order_release);
+  }
 
   void Signal() { ucp_worker_signal(worker_); }
 
@@ -655,7 +659,9 @@ class UcxTransport::Impl {
   void Loop() {
     int idle = 0;
     for (;;) {
-      {
+      // The lock only when something was enqueued (or stop_ set): spinning
+      // for completions must not contend with Write for mu_ (2 cores).
+      if (pending_.load(std::memory_order_acquire)) {
         std::lock_guard<std::mutex> lock(mu_);
         if (stop_) return;
       }
@@ -686,13 +692,16 @@ class UcxTransport::Impl {
 
   // Runs the queued commands; true when there were any.
   bool RunQueued() {
-    std::deque<std::function<void()>> cmds;
+    if (!pending_.load(std::memory_order_acquire)) return false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      cmds.swap(queue_);
+      running_.swap(queue_);
+      pending_.store(stop_, std::memory_order_relaxed);  // stop_ keeps Loop looking
     }
-    for (auto& cmd : cmds) cmd();
-    return !cmds.empty();
+    for (auto& cmd : running_) cmd();
+    const bool ran = !running_.empty();
+    running_.clear();  // keeps its capacity: no allocation per batch
+    return ran;
   }
 
   // Registers [base, base + length), or with base null has UCX allocate
@@ -982,7 +991,11 @@ class UcxTransport::Impl {
   std::atomic<std::thread::id> owner_{};
 
   mutable std::mutex mu_;
-  std::deque<std::function<void()>> queue_;        // guarded by mu_
+  std::vector<std::function<void()>> queue_;       // guarded by mu_
+  // Set (under mu_) with every command and with stop_; cleared when the
+  // progress thread takes the queue: it reads it without mu_ while spinning.
+  std::atomic<bool> pending_{false};
+  std::vector<std::function<void()>> running_;     // progress thread: the commands being run
   bool stop_ = false;                              // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the progress thread is in (or entering) poll()
   std::deque<LocalRegion> regions_;                // guarded by mu_; entries never move

@@ -280,9 +280,9 @@ void Engine::Postprocess(const ScheduledBatch& batch, const Tensor& logits) {
     const auto& p = s.req.params;
     std::span<const uint32_t> allowed;
     if (s.req.constraint)
-      allowed = masks_early ? early_masks_[i]
-                            : s.req.constraint->Allowed(s.limit -
-                                                        static_cast<int64_t>(s.tokens.size()));
+      allowed = masks_early
+                    ? early_masks_[i]
+                    : s.req.constraint->Allowed(s.limit - static_cast<int64_t>(s.tokens.size()));
     banned_.clear();
     if (p.min_tokens > 0 && static_cast<int64_t>(s.tokens.size()) - s.prompt_len < p.min_tokens) {
       const auto& eos = model_.eos_token_ids;

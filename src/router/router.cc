@@ -377,7 +377,8 @@ void Router::Impl::ScheduleChecks(std::chrono::milliseconds delay) {
   });
 }
 
-// I/O thread. GET /health; when it passes, GET /load and GET /server_info. `done` runs when the check has ended.
+// I/O thread. GET /health; when it passes, GET /load and GET /server_info. `done` runs when the
+// check has ended.
 void Router::Impl::CheckWorker(Worker& w, std::function<void()> done) {
   w.checking = true;
   auto self = shared_from_this();

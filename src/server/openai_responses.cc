@@ -708,8 +708,8 @@ std::string NewStoredResponseId(std::string_view instance_id) {
 
 std::string_view ResponseIdInstance(std::string_view id) {
   constexpr std::string_view kPrefix = "resp_";
-  if (id.size() != kPrefix.size() + kInstanceHex + 1 + 32 || id.substr(0, kPrefix.size()) != kPrefix ||
-      id[kPrefix.size() + kInstanceHex] != '_')
+  if (id.size() != kPrefix.size() + kInstanceHex + 1 + 32 ||
+      id.substr(0, kPrefix.size()) != kPrefix || id[kPrefix.size() + kInstanceHex] != '_')
     return {};
   const std::string_view inst = id.substr(kPrefix.size(), kInstanceHex);
   if (!IsHex(inst) || !IsHex(id.substr(kPrefix.size() + kInstanceHex + 1))) return {};

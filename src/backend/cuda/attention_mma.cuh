@@ -26,8 +26,8 @@
 // A warp skips tiles none of its rows can see (causal: the first warps of a
 // prefill tile stop early; in a decode batch, whose tiles hold one token's
 // group, only warp 0 computes, and the block is a 128-thread loader of
-// 16-byte K/V reads, which is what a decode step's attention needs). One piece: O / l is written; more: (max in the
-// natural-log domain, sum, unnormalised O) go to the workspace exactly as
+// 16-byte K/V reads, which is what a decode step's attention needs). One piece: O / l is written;
+// more: (max in the natural-log domain, sum, unnormalised O) go to the workspace exactly as
 // FlashAttentionKernel writes them, and AttentionReduceKernel merges them.
 
 namespace {
@@ -62,7 +62,9 @@ __device__ inline void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2,
 }
 
 // Eight elements at p (16-byte aligned) as bf16.
-__device__ inline uint4 Load8Bf16(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ inline uint4 Load8Bf16(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
 __device__ inline uint4 Load8Bf16(const __half* p) {
   const uint4 raw = *reinterpret_cast<const uint4*>(p);
   const __half2* h = reinterpret_cast<const __half2*>(&raw);
@@ -157,7 +159,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int w_hi = wlive ? pos_of(wlast) : -1;
   const int w_lo = wlive ? first_of(pos_of(wr0)) : 0;
   const bool all16 = wr0 + 15 < rows;
-  const int w_min_pos = wlive ? pos_of(wr0) : -1, w_max_first = all16 ? first_of(pos_of(wr0 + 15)) : 0;
+  const int w_min_pos = wlive ? pos_of(wr0) : -1,
+            w_max_first = all16 ? first_of(pos_of(wr0 + 15)) : 0;
 
   // The block's KV range and this split's piece of it.
   const int t_lo = static_cast<int>(r0 / group), t_hi = static_cast<int>((r0 + rows - 1) / group);
@@ -356,11 +359,11 @@ void MmaAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t 
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(args.num_kv_heads),
                   static_cast<unsigned>(splits));
   if (args.head_dim == 64) {
-    MmaAttentionKernel<64><<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out,
-                                                             ml, acc, splits);
+    MmaAttentionKernel<64>
+        <<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out, ml, acc, splits);
   } else {
-    MmaAttentionKernel<128><<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out,
-                                                              ml, acc, splits);
+    MmaAttentionKernel<128>
+        <<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out, ml, acc, splits);
   }
   if (splits > 1) {
     const dim3 rgrid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));

@@ -678,8 +678,8 @@ class CudaBackend final : public Backend {
                  q.rows == out.rows);
     STRATA_CHECK(IsFloatDType(layer.dtype) && layer.page_size > 0);
     if (num_seqs == 0 || q.rows == 0) return;
-    cuda::AttentionArgs a{p.num_heads,      p.num_kv_heads, hd, p.sliding_window,
-                          p.scale,          p.max_kv_len,   bf16_weights_};
+    cuda::AttentionArgs a{p.num_heads, p.num_kv_heads, hd,           p.sliding_window,
+                          p.scale,     p.max_kv_len,   bf16_weights_};
     const bool v_alias = layer.v == nullptr || layer.v == layer.k;
     STRATA_CHECK(cuda::AttentionSmemBytes(hd, v_alias) <= max_smem_per_block_)
         << "CUDA backend: attention with head_dim " << hd << " needs "

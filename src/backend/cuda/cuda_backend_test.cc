@@ -706,7 +706,8 @@ double CheckAttention(Backend* cuda, Backend* cpu, DType kv_dtype, int page_size
     HostTensor got = out;
     cuda->Synchronize();
     cuda->CopyToHost(got.bytes.data(), dout.data, got.bytes.size());
-    worst = std::max(worst, ExpectClose(got, ref, tol, what + " max_kv_len " + std::to_string(hint)));
+    worst =
+        std::max(worst, ExpectClose(got, ref, tol, what + " max_kv_len " + std::to_string(hint)));
   }
   return worst;
 }
@@ -732,17 +733,17 @@ TEST_F(CudaParityTest, PagedAttentionOnTensorCoresUnderBf16) {
     std::vector<SeqSpec> seqs;
   };
   const Case cases[] = {
-      {DType::kBF16, 16, 32, 8, 64, 0, {{70, 70}, {1, 500}, {9, 40}}},      // Llama 1B's GQA 4
-      {DType::kBF16, 16, 32, 8, 128, 0, {{300, 300}}},                      // 8B's
-      {DType::kF32, 1, 16, 2, 128, 0, {{40, 600}, {1, 700}}},               // cached prefix, F32 pages
-      {DType::kF16, 5, 8, 8, 64, 0, {{33, 33}, {2, 17}}},                   // MHA, odd page size
-      {DType::kBF16, 16, 16, 2, 64, 250, {{600, 1000}, {1, 2000}}},         // window
-      {DType::kF32, 16, 8, 2, 128, 100, {{50, 900}, {3, 3}}},               // window, chunk
-      {DType::kBF16, 16, 8, 2, 128, 0, {{2, 3000}}},                        // few rows: splits
-      {DType::kBF16, 1, 14, 2, 64, 0, {{129, 129}, {1, 1}, {65, 200}}},      // 0.5B's 14/2
-      {DType::kBF16, 16, 32, 8, 128, 0, {{1, 3000}, {1, 33}, {1, 1}}},      // decode, splits
+      {DType::kBF16, 16, 32, 8, 64, 0, {{70, 70}, {1, 500}, {9, 40}}},   // Llama 1B's GQA 4
+      {DType::kBF16, 16, 32, 8, 128, 0, {{300, 300}}},                   // 8B's
+      {DType::kF32, 1, 16, 2, 128, 0, {{40, 600}, {1, 700}}},            // cached prefix, F32 pages
+      {DType::kF16, 5, 8, 8, 64, 0, {{33, 33}, {2, 17}}},                // MHA, odd page size
+      {DType::kBF16, 16, 16, 2, 64, 250, {{600, 1000}, {1, 2000}}},      // window
+      {DType::kF32, 16, 8, 2, 128, 100, {{50, 900}, {3, 3}}},            // window, chunk
+      {DType::kBF16, 16, 8, 2, 128, 0, {{2, 3000}}},                     // few rows: splits
+      {DType::kBF16, 1, 14, 2, 64, 0, {{129, 129}, {1, 1}, {65, 200}}},  // 0.5B's 14/2
+      {DType::kBF16, 16, 32, 8, 128, 0, {{1, 3000}, {1, 33}, {1, 1}}},   // decode, splits
       {DType::kF32, 16, 32, 8, 64, 0, {{1, 2000}, {1, 1500}, {1, 64}, {1, 65}}},  // decode batch
-      {DType::kBF16, 16, 16, 2, 64, 100, {{1, 3000}, {1, 7}}},              // decode, window
+      {DType::kBF16, 16, 16, 2, 64, 100, {{1, 3000}, {1, 7}}},                    // decode, window
   };
   for (const Case& k : cases) {
     const double err = CheckAttention(tc.get(), cpu_.get(), k.kv, k.page_size, k.heads, k.kv_heads,
