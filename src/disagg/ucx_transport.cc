@@ -151,6 +151,9 @@ class UcxTransport::Impl {
     // Guarded by Impl::mu_.
     bool lost = false;
     std::string lost_reason;
+    // Set once `lost` is: PostBatch reads it without mu_ (its per-batch
+    // check would otherwise contend with every Write for the mutex).
+    std::atomic<bool> lost_seen{false};
     // Progress thread only.
     ucp_ep_h ep = nullptr;
     ucp_rkey_h probe_rkey = nullptr;
@@ -768,6 +771,7 @@ class UcxTransport::Impl {
       if (peer.lost) return;
       peer.lost = true;
       peer.lost_reason = reason;
+      peer.lost_seen.store(true, std::memory_order_release);
     }
     // A peer being disconnected ends its batches as "disconnected", however
     // UCX reports the close.
@@ -830,12 +834,14 @@ class UcxTransport::Impl {
     Peer& peer = *b->peer;
     if (shutting_down_) return FinishAndFree(b, Aborted("KV transport shutting down"));
     if (peer.closing) return FinishAndFree(b, Aborted("disconnected"));
-    std::string lost;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (peer.lost) lost = peer.lost_reason;
+    if (peer.lost_seen.load(std::memory_order_acquire)) {
+      std::string lost;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        lost = peer.lost_reason;
+      }
+      return FinishAndFree(b, Unavailable(lost));
     }
-    if (!lost.empty()) return FinishAndFree(b, Unavailable(lost));
     if (CopyDirect(*b)) return FinishAndFree(b, OkStatus());
     ucp_request_param_t none{};
     for (const Put& put : b->puts) {
