@@ -254,3 +254,25 @@ TEST_F(CliTest, CheckPlansGpuMemoryOrSaysWhyNot) {
 }
 
 }  // namespace
+
+// bench engine --batch N decodes N sequences together: its decode rate
+// counts all of them over decode-only steps, and the step time is N tokens
+// per step at that rate.
+TEST_F(CliTest, BenchEngineDecodesABatchTogether) {
+  for (int batch : {1, 3}) {
+    Result r = Run({"bench", "engine", "--model-path", Fixture("qwen3"), "--prompt-len", "6",
+                    "--gen-len", "5", "--repeats", "1", "--batch", std::to_string(batch),
+                    "--threads", "2", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["batch"], batch);
+    const double tok_s = j["decode_tok_s"], step_ms = j["decode_step_ms"];
+    ASSERT_GT(tok_s, 0) << r.out;
+    EXPECT_NEAR(step_ms, 1e3 * batch / tok_s, 1e-6 * step_ms) << r.out;
+    EXPECT_GT(j["prefill_tok_s"].get<double>(), 0) << r.out;
+  }
+  Result r = Run({"bench", "engine", "--model-path", Fixture("qwen3"), "--batch", "2",
+                  "--json-object"});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_THAT(r.err, HasSubstr("--batch"));
+}

@@ -194,18 +194,24 @@ int BenchCommand(const Args& args) {
     return UsageError(cmd, InvalidArgument("unknown benchmark '" + args[0] +
                                            "' (known: engine, bandwidth, serve)"));
   ModelFlags mf;
-  int64_t prompt_len = 512, gen_len = 64, reps = 3;
+  int64_t prompt_len = 512, gen_len = 64, reps = 3, batch = 1;
   bool json = false, warmup = true, json_object = false, constraint_warm = false;
   std::string json_schema_path, kv_dtype = "auto";
   FlagSet f(
       "bench engine",
       "Measures prefill (one prompt of --prompt-len random tokens) and batch-1 decode "
       "(--gen-len tokens) on the --device backend, alternating runs, and reports tokens/s and "
-      "the decode ratio to the memory-bandwidth roofline measured in the same run.");
+      "the decode ratio to the memory-bandwidth roofline measured in the same run. With --batch "
+      "N, N such prompts are prefilled together and decoded together: decode tokens/s counts "
+      "all N sequences' tokens over the steps that carried decode tokens only.");
   mf.Register(f);
   f.Int("prompt-len", &prompt_len, "prompt tokens", 1, 1 << 20);
   f.Int("gen-len", &gen_len, "generated tokens", 1, 1 << 20);
   f.Int("repeats", &reps, "repetitions (best is reported)", 1, 100);
+  f.Int("batch", &batch,
+        "sequences per repetition, decoded together (the chunked prefill size defaults to all "
+        "their prompts, so that every decode step carries all of them)",
+        1, 4096);
   f.Bool("json", &json, "print results as one JSON object");
   f.Bool("warmup", &warmup, "run one short untimed request first (default true)");
   f.String("kv-cache-dtype", &kv_dtype,
@@ -228,15 +234,18 @@ int BenchCommand(const Args& args) {
   }
   auto kv = ParseKvCacheDtype(kv_dtype, mf);
   if (!kv.ok()) return UsageError(cmd, kv.status());
-  if (!f.IsSet("chunked-prefill-size")) mf.max_batch_tokens = prompt_len;
+  if (batch > 1 && (!json_schema_path.empty() || json_object))
+    return UsageError(cmd, InvalidArgument("--batch with a constraint: measure constraints at "
+                                           "batch 1"));
+  if (!f.IsSet("chunked-prefill-size")) mf.max_batch_tokens = prompt_len * batch;
   auto stack = LoadForCli(cmd, mf);
   if (!stack.ok()) return Fail(cmd, stack.status());
   LoadedModel& m = *stack->model;
   EngineOptions eo;
-  eo.max_running_requests = 1;
+  eo.max_running_requests = static_cast<int32_t>(batch);
   eo.kv_dtype = *kv;
   eo.chunked_prefill_size = static_cast<int32_t>(mf.max_batch_tokens);
-  eo.max_total_tokens = prompt_len + gen_len + 64;
+  eo.max_total_tokens = batch * (prompt_len + gen_len + 64);
   eo.context_length = prompt_len + gen_len + 1;
   auto engine = Engine::Create(m, *stack->backend, eo);
   if (!engine.ok()) return Fail(cmd, engine.status());
@@ -309,15 +318,17 @@ int BenchCommand(const Args& args) {
     // (docs/perf.md quotes GPU runs against the device's copy bandwidth).
     if (mf.device == "cpu")
       best_bw = std::max(best_bw, MeasureReadBandwidth(size_t{1} << 30, threads));
-    GenerationRequest req;
-    for (int64_t i = 0; i < prompt_len; ++i) req.prompt.push_back(dist(rng));
-    req.params.temperature = 0;
-    req.params.ignore_eos = true;
-    req.params.max_tokens = static_cast<int>(gen_len);
     Engine* e = engine->get();
     const EngineStats before = e->stats();
     std::vector<GenerationRequest> reqs;
-    reqs.push_back(std::move(req));
+    for (int64_t b = 0; b < batch; ++b) {
+      GenerationRequest req;
+      for (int64_t i = 0; i < prompt_len; ++i) req.prompt.push_back(dist(rng));
+      req.params.temperature = 0;
+      req.params.ignore_eos = true;
+      req.params.max_tokens = static_cast<int>(gen_len);
+      reqs.push_back(std::move(req));
+    }
     auto res = e->Generate(std::move(reqs));
     if (!res.ok()) return Fail(cmd, res.status());
     // And after it: the probe is a lower bound on the machine's bandwidth at
@@ -330,7 +341,8 @@ int BenchCommand(const Args& args) {
     if (pt > 0)
       best_prefill = std::max(best_prefill, (after.prefill_tokens - before.prefill_tokens) / pt);
     if (dt > 0)
-      best_decode = std::max(best_decode, (after.decode_tokens - before.decode_tokens) / dt);
+      best_decode =
+          std::max(best_decode, (after.decode_only_tokens - before.decode_only_tokens) / dt);
     if (spec) {
       // Same prompt length, greedy, stopping at the answer's EOS (the
       // constraint forces it within gen_len): decode tokens/s over its steps.
@@ -364,19 +376,22 @@ int BenchCommand(const Args& args) {
           std::max(best_prefill_cpu, (after.prefill_tokens - before.prefill_tokens) / pc);
     if (dc > 0)
       best_decode_cpu =
-          std::max(best_decode_cpu, (after.decode_tokens - before.decode_tokens) / dc);
+          std::max(best_decode_cpu, (after.decode_only_tokens - before.decode_only_tokens) / dc);
   }
-  // Batch-1 decode reads every weight once per token (embedding: one row).
+  // A decode step reads every weight once (embedding: one row per
+  // sequence) and yields `batch` tokens: the roofline is per step.
   const double weight_bytes = static_cast<double>(m.weight_bytes);
-  const double roofline = best_bw * 1e9 / weight_bytes;
-  // What decode actually streamed: weight bytes per token x tokens/s, the
+  const double roofline = best_bw * 1e9 / weight_bytes * static_cast<double>(batch);
+  // What decode actually streamed: weight bytes per step x steps/s, the
   // number to hold against the probe (and against a peer's, computed alike).
-  const double decode_read_gb_s = weight_bytes * best_decode / 1e9;
+  const double decode_read_gb_s = weight_bytes * best_decode / static_cast<double>(batch) / 1e9;
   nlohmann::json j = {{"model", m.dir},
                       {"architecture", m.config.architecture},
                       {"threads", threads},
                       {"backend", stack->backend->Name()},
                       {"prompt_len", prompt_len},
+                      {"batch", batch},
+                      {"decode_step_ms", best_decode > 0 ? 1e3 * batch / best_decode : 0},
                       {"gen_len", gen_len},
                       {"prefill_tok_s", best_prefill},
                       {"decode_tok_s", best_decode},
@@ -402,6 +417,9 @@ int BenchCommand(const Args& args) {
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
+    if (batch > 1)
+      std::printf("batch %lld  decode step %.3f ms  ", static_cast<long long>(batch),
+                  j["decode_step_ms"].get<double>());
     std::printf(
         "threads %d  prefill %.1f tok/s  decode %.2f tok/s (reads %.1f GB/s)  bandwidth %.1f GB/s  "
         "roofline %.2f tok/s  decode/roofline %.2f\n",

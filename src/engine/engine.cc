@@ -406,6 +406,7 @@ Status Engine::Step() {
     stats_.prefill_cpu_seconds += dcpu;
   } else if (prompt_toks == 0) {
     stats_.decode_seconds += dt;
+    stats_.decode_only_tokens += decode_toks;
     stats_.decode_cpu_seconds += dcpu;
   } else
     stats_.mixed_seconds += dt;

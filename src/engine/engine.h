@@ -137,6 +137,7 @@ struct EngineStats {
   int64_t generated_tokens = 0;  // every sampled token (first tokens included)
   double prefill_seconds = 0;    // steps that carried only prompt tokens
   double decode_seconds = 0;     // steps that carried only decode tokens
+  int64_t decode_only_tokens = 0;  // decode tokens of those steps: / decode_seconds is a rate
   double mixed_seconds = 0;
   // Process CPU time (all threads, spinning included) of the prefill-only and
   // decode-only steps: on a shared machine, tokens x threads / CPU-seconds
