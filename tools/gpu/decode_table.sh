@@ -4,8 +4,10 @@
 # random bf16 weights): `strata bench engine --device cuda --batch B` for
 # B in $BATCHES (default 1 8 32 128), prompts of $PROMPT_LEN (512) and
 # $GEN_LEN (128) generated tokens each, bf16 KV; then (unless SKIP_PREFILL)
-# the 2k prefill once plain and once under STRATA_CUDA_OP_TIMING=gated for
-# its per-op table. JSON lines and the op table go to $OUT.
+# the bf16 GEMM peak (torch) and the prefill of each of $PREFILL_LENS
+# tokens (default 2048) once plain and once under
+# STRATA_CUDA_OP_TIMING=gated for its per-op table. JSON lines and the op
+# tables go to $OUT.
 cd "$(dirname "$0")"
 R=$(cd .. && pwd)
 OUT=${OUT:-/tmp/strata-gpu-out}
@@ -38,7 +40,16 @@ for b in sys.argv[2:]:
     print(f"| {b} | {j['decode_tok_s']:.1f} | {j['decode_step_ms']:.3f} | {j['decode_tok_s'] / int(b):.1f} |")
 PY
 [ -n "${SKIP_PREFILL:-}" ] && exit 0
-for n in 2048; do
+echo "== bf16 GEMM peak (torch.matmul 8192^3, best of 20)"
+python3 -c "
+import torch, time
+a = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); b = torch.randn_like(a)
+for _ in range(3): a @ b
+best = 1e9
+for _ in range(20):
+    torch.cuda.synchronize(); t = time.time(); a @ b; torch.cuda.synchronize(); best = min(best, time.time() - t)
+print(f'gemm_bf16_tflops {2 * 8192**3 / best / 1e12:.1f}')" | tee "$OUT/gemm_peak.txt"
+for n in ${PREFILL_LENS:-2048}; do
   echo "== prefill $n, plain then per-op (gated)"
   ./strata $common --prompt-len $n --gen-len 1 --repeats 3 2>/dev/null | tail -1 | tee "$OUT/prefill_$n.json"
   STRATA_CUDA_OP_TIMING=gated ./strata $common --prompt-len $n --gen-len 1 --repeats 2 \

@@ -12,11 +12,13 @@
 // shares its scores, softmax or output. Per kMmaCols-position KV tile:
 //   1. all threads load K and V rows through the page table into shared
 //      memory as bf16 (16-byte loads; F32 and F16 pages are converted),
-//      positions past the piece as zeros;
+//      positions past the piece as zeros; double-buffered, the next tile
+//      loading while this one is computed (bf16 pages by cp.async; F16
+//      and F32 through registers, so only bf16 overlaps);
 //   2. each warp computes S = Q K^T (16 x kMmaCols) from its Q fragments,
-//      held in registers as bf16 for the whole loop, and K read straight
-//      from shared memory (row stride kHd + 8 elements: the 32 lanes of a
-//      fragment load hit 32 different banks);
+//      held in registers as bf16 for the whole loop, and K's fragments by
+//      ldmatrix from shared memory (row stride kHd + 8 elements: the 8 rows
+//      of a matrix hit 8 different 16-byte bank groups);
 //   3. online softmax in the exp2 domain (scores scaled by scale * log2 e),
 //      each lane holding two rows (g and g + 8) of the fragment, row maxima
 //      over the lane quad by two shuffles; the masks (causal, window, past
@@ -61,6 +63,31 @@ __device__ inline void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2,
                : "r"(addr));
 }
 
+// Four 8x8 bf16 matrices: lane l gives the address of row l % 8 of matrix
+// l / 8 and receives, of matrix i in register i, row l / 4's elements
+// 2 (l % 4) and 2 (l % 4) + 1: a K tile's B fragments for two n-tiles.
+__device__ inline void LdMatrixX4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                  const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// 16 bytes global -> shared without passing through registers (sm_80+);
+// valid false: the 16 bytes are zero-filled and nothing is read.
+__device__ inline void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are in flight.
+template <int N>
+__device__ inline void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // Eight elements at p (16-byte aligned) as bf16.
 __device__ inline uint4 Load8Bf16(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint4*>(p);
@@ -103,6 +130,30 @@ __device__ void MmaLoadKv(const T* kbase, const T* vbase, const int32_t* page_ta
   }
 }
 
+// MmaLoadKv of bf16 pages by cp.async: the copies are only issued here;
+// they land after the caller's CpAsyncCommit and CpAsyncWait.
+template <int kHd>
+__device__ void MmaLoadKvAsync(const __nv_bfloat16* kbase, const __nv_bfloat16* vbase,
+                               const int32_t* page_table, int ps, int64_t token_elems, int p0,
+                               int p_end, __nv_bfloat16* ks, __nv_bfloat16* vs) {
+  constexpr int kChunks = kHd / 8, kS = kHd + 8;
+#pragma unroll 4
+  for (int c = threadIdx.x; c < kMmaCols * kChunks; c += kMmaThreads) {
+    const int j = c / kChunks, d = (c % kChunks) * 8;
+    const int p = p0 + j;
+    const bool in = p <= p_end;
+    const int64_t slot = in ? int64_t{page_table[p / ps]} * ps + p % ps : 0;
+    CpAsync16(ks + j * kS + d, kbase + slot * token_elems + d, in);
+    CpAsync16(vs + j * kS + d, vbase + slot * token_elems + d, in);
+  }
+}
+
+// Dynamic shared memory of MmaAttentionKernel: two K/V tile pairs (the
+// tile computed and the one loading).
+constexpr size_t MmaSmemBytes(int hd) {
+  return size_t{2} * 2 * kMmaCols * (hd + 8) * sizeof(__nv_bfloat16);
+}
+
 template <int kHd>
 __global__ void __launch_bounds__(kMmaThreads)
     MmaAttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
@@ -110,8 +161,9 @@ __global__ void __launch_bounds__(kMmaThreads)
   constexpr int kS = kHd + 8;
   constexpr int kNT = kMmaCols / 8;  // score n-tiles of a KV tile
   constexpr int kOT = kHd / 8;       // output n-tiles
-  __shared__ alignas(16) __nv_bfloat16 ks[kMmaCols * kS];
-  __shared__ alignas(16) __nv_bfloat16 vs[kMmaCols * kS];
+  extern __shared__ __align__(16) unsigned char mma_smem[];
+  // Tile buffer b: K at tiles + 2b * kMmaCols * kS, V right after it.
+  __nv_bfloat16* const tiles = reinterpret_cast<__nv_bfloat16*>(mma_smem);
   __shared__ int seq_s;
   __shared__ int64_t tile_s;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -121,7 +173,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   if (warp == 0) {
     int s = -1;
     int64_t tile = 0;
-    const bool found = FindTile(seqs, num_seqs, group, blockIdx.x, kMmaRows, &s, &tile);
+    // Slots in reverse: a causal prefill's last tiles see the most KV, so
+    // they start first and the short ones fill the tail (the slack slots,
+    // last in FindTile's order, leave at once).
+    const bool found =
+        FindTile(seqs, num_seqs, group, gridDim.x - 1 - blockIdx.x, kMmaRows, &s, &tile);
     if (lane == 0) {
       seq_s = found ? s : -1;
       tile_s = tile;
@@ -207,14 +263,16 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   const int64_t token_elems = static_cast<int64_t>(layer.num_kv_heads) * kHd;
   const int64_t head_off = static_cast<int64_t>(kh) * kHd;
-  for (int p0 = z_lo; p0 <= z_hi; p0 += kMmaCols) {
-    __syncthreads();  // every warp is done with the last tile
+  // Tile p0 into buffer b: bf16 pages by cp.async (in flight until
+  // waited for), F16 and F32 converted through registers (landed on return).
+  auto load = [&](int p0, int b) {
+    __nv_bfloat16* ks = tiles + 2 * b * kMmaCols * kS;
+    __nv_bfloat16* vs = ks + kMmaCols * kS;
     switch (layer.dtype) {
       case DType::kBF16: {
         const auto* k = static_cast<const __nv_bfloat16*>(layer.k) + head_off;
         const auto* v = static_cast<const __nv_bfloat16*>(layer.v) + head_off;
-        MmaLoadKv<__nv_bfloat16, kHd>(k, v, sq.page_table, layer.page_size, token_elems, p0, z_hi,
-                                      ks, vs);
+        MmaLoadKvAsync<kHd>(k, v, sq.page_table, layer.page_size, token_elems, p0, z_hi, ks, vs);
         break;
       }
       case DType::kF16: {
@@ -230,7 +288,23 @@ __global__ void __launch_bounds__(kMmaThreads)
         break;
       }
     }
+    CpAsyncCommit();
+  };
+  // Double-buffered: tile i + 1 loads while tile i is computed.
+  load(z_lo, 0);
+  int cur = 0;
+  for (int p0 = z_lo; p0 <= z_hi; p0 += kMmaCols, cur ^= 1) {
+    // Every warp is done with tile i - 1, whose buffer tile i + 1 takes.
     __syncthreads();
+    if (p0 + kMmaCols <= z_hi) {
+      load(p0 + kMmaCols, cur ^ 1);
+      CpAsyncWait<1>();  // tile i's copies (this thread's) have landed
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // and everyone's
+    const __nv_bfloat16* ks = tiles + 2 * cur * kMmaCols * kS;
+    const __nv_bfloat16* vs = ks + kMmaCols * kS;
     const int p_last = p0 + kMmaCols - 1;
     if (p0 > w_hi || p_last < w_lo) continue;  // no row of this warp sees the tile
 
@@ -238,13 +312,18 @@ __global__ void __launch_bounds__(kMmaThreads)
     float s[kNT][4];
 #pragma unroll
     for (int n = 0; n < kNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    // K's B fragments of n-tiles n and n + 1 by one ldmatrix.x4: lanes
+    // 8i .. 8i + 7 address rows of matrix i = (n-tile n + i / 2, dims
+    // 16kk + 8 (i % 2) ..).
+    const __nv_bfloat16* krow = ks + ((lane >> 4) * 8 + (lane & 7)) * kS + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int kk = 0; kk < kHd / 16; ++kk) {
 #pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-        const __nv_bfloat16* kr = ks + (n * 8 + g) * kS + kk * 16 + 2 * t;
-        MmaBf16(s[n], qa[kk], *reinterpret_cast<const uint32_t*>(kr),
-                *reinterpret_cast<const uint32_t*>(kr + 8));
+      for (int n = 0; n < kNT; n += 2) {
+        uint32_t b0, b1, b2, b3;
+        LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kS + kk * 16);
+        MmaBf16(s[n], qa[kk], b0, b1);
+        MmaBf16(s[n + 1], qa[kk], b2, b3);
       }
     }
     // Online softmax; lane holds row g (s[.][0..1]) and row g + 8 (s[.][2..3]).
@@ -359,11 +438,17 @@ void MmaAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t 
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(args.num_kv_heads),
                   static_cast<unsigned>(splits));
   if (args.head_dim == 64) {
-    MmaAttentionKernel<64>
-        <<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out, ml, acc, splits);
+    static_assert(MmaSmemBytes(64) <= 48 * 1024, "no opt-in needed");
+    MmaAttentionKernel<64><<<grid, kMmaThreads, MmaSmemBytes(64), stream>>>(
+        q, layer, seqs, num_seqs, args, out, ml, acc, splits);
   } else {
-    MmaAttentionKernel<128>
-        <<<grid, kMmaThreads, 0, stream>>>(q, layer, seqs, num_seqs, args, out, ml, acc, splits);
+    // Above the default 48 KiB: opted in once (per process; one device each).
+    static const bool opted_in =
+        cudaFuncSetAttribute(MmaAttentionKernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(MmaSmemBytes(128))) == cudaSuccess;
+    (void)opted_in;  // a failure shows as the launch's error
+    MmaAttentionKernel<128><<<grid, kMmaThreads, MmaSmemBytes(128), stream>>>(
+        q, layer, seqs, num_seqs, args, out, ml, acc, splits);
   }
   if (splits > 1) {
     const dim3 rgrid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));

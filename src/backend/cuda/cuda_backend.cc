@@ -28,6 +28,12 @@
 // launch over all its weights (kernels.h GemvGroup), LinearSiluMul (gate/up
 // and SiLU·mul) one more (GemvSiluMul); AddRmsNorm one kernel for the
 // residual add and the norm.
+// The GEMM path's x in 16 bits is made once per distinct input (Rounded16,
+// below): RmsNorm, AddRmsNorm and SiluMul write it beside their F32 output
+// when a GEMM is likely to read it next, and a Linear that converts x
+// leaves its conversion for the next Linear of the same x (q/k/v, gate/up).
+// Either way the bf16 values are the ones Convert would make, so results
+// are unchanged to the bit.
 // Attention follows the same setting: under bf16, PagedAttention (prefill
 // and decode, head dims 64 and 128) runs on the tensor cores (q, K, V and the
 // probabilities rounded to bf16; kernels.h PagedAttentionUsesTensorCores);
@@ -502,9 +508,11 @@ class CudaBackend final : public Backend {
         << "norm weight has " << weight.rows << "x" << weight.cols;
     STRATA_CHECK(IsFloatDType(weight.dtype));
     cuda::View w = ToView(weight);
+    const cuda::View rounded = PrepareRounded(out);
     Timed timed(this, "RmsNorm");
-    cuda::RmsNorm(ToView(x), w, eps, ToView(out), stream_);
+    cuda::RmsNorm(ToView(x), w, eps, ToView(out), stream_, rounded);
     Launched();
+    MarkRounded(out, rounded);
   }
 
   void AddRmsNorm(Tensor x, const Tensor& delta, const Tensor& weight, float eps,
@@ -515,9 +523,11 @@ class CudaBackend final : public Backend {
     STRATA_CHECK(weight.rows * weight.cols == x.cols)
         << "norm weight has " << weight.rows << "x" << weight.cols;
     STRATA_CHECK(IsFloatDType(weight.dtype));
+    const cuda::View rounded = PrepareRounded(out);
     Timed timed(this, "AddRmsNorm");
-    cuda::AddRmsNorm(ToView(x), ToView(delta), ToView(weight), eps, ToView(out), stream_);
+    cuda::AddRmsNorm(ToView(x), ToView(delta), ToView(weight), eps, ToView(out), stream_, rounded);
     Launched();
+    MarkRounded(out, rounded);
   }
 
   static void CheckLinear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
@@ -587,21 +597,18 @@ class CudaBackend final : public Backend {
     }
     const void* b = x.data;
     int64_t ldb = x.row_stride();
-    if (w.dtype != DType::kF32) {
-      // Tensor-core path: round x to the weight's 16-bit type.
-      const size_t bytes = n * k * DTypeSize(w.dtype);
-      if (xh_.bytes() < bytes) {
-        SyncStream();  // the old scratch may still be read
-        // Freed first: in the arena the old block merges with the free
-        // range after it instead of staying behind as a hole.
-        xh_.Reset();
-        StatusOr<Buffer> buf = Allocate(bytes);
-        STRATA_CHECK(buf.ok()) << buf.status().message();
-        xh_ = std::move(buf).value();
+    const bool rounded = w.dtype != DType::kF32;
+    if (rounded) {
+      // Tensor-core path: x rounded to the weight's 16-bit type, by the op
+      // that wrote x or by the Linear before this one, else here.
+      gemm_dtype_ = w.dtype;
+      if (!HoldsRounded(x, w.dtype)) {
+        EnsureRoundedScratch(n * k * DTypeSize(w.dtype));
+        Tensor xh{xh_.data(), w.dtype, n, k, 0};
+        Timed timed(this, "Linear.convert_x");
+        cuda::Convert(ToView(x), ToView(xh), stream_);
+        x16_ = Rounded16{x.data, n, k, x.row_stride(), w.dtype, op_seq_};
       }
-      Tensor xh{xh_.data(), w.dtype, n, k, 0};
-      Timed timed(this, "Linear.convert_x");
-      cuda::Convert(ToView(x), ToView(xh), stream_);
       b = xh_.data();
       ldb = k;
     }
@@ -614,13 +621,24 @@ class CudaBackend final : public Backend {
       cuda::AddBias(ToView(out), ToView(*bias), stream_);
     }
     Launched();
+    // This GEMM wrote only out: x's rounding stays good for the next
+    // Linear of the same x unless out overlaps x.
+    if (rounded) {
+      if (Overlaps(out, x)) {
+        x16_ = Rounded16{};
+      } else {
+        x16_.seq = op_seq_;
+      }
+    }
   }
 
   void SiluMul(const Tensor& gate, const Tensor& up, Tensor out) override {
     CheckSameShape(gate, up, out);
+    const cuda::View rounded = PrepareRounded(out);
     Timed timed(this, "SiluMul");
-    cuda::SiluMul(ToView(gate), ToView(up), ToView(out), stream_);
+    cuda::SiluMul(ToView(gate), ToView(up), ToView(out), stream_, rounded);
     Launched();
+    MarkRounded(out, rounded);
   }
 
   void Add(const Tensor& a, const Tensor& b, Tensor out) override {
@@ -756,6 +774,7 @@ class CudaBackend final : public Backend {
   class Timed {
    public:
     Timed(CudaBackend* b, const char* op, bool arms_gate = true) : t_(b->timer_.get()) {
+      ++b->op_seq_;  // Rounded16's clock
       if (t_) index_ = t_->Begin(op, arms_gate);
     }
     ~Timed() {
@@ -777,6 +796,68 @@ class CudaBackend final : public Backend {
   }
   void ReleaseGate() {
     if (timer_) timer_->ReleaseGate();
+  }
+
+  // ---- x in 16 bits for the GEMM path (Linear's convert_x, once per input) ----
+  // xh_ holds x16_: the F32 tensor {data, rows, cols, stride} rounded to
+  // `dtype`, contiguous, as of the op numbered `seq`. It is good for a
+  // Linear only while op_seq_ == seq: every op begins with a Timed, which
+  // counts it, so any op between the writer and the Linear (one that might
+  // write the tensor: a copy, a kernel) makes it stale. A Linear that reads
+  // it and writes nothing of x re-stamps it. One thread drives the compute
+  // stream (the backend's contract), so these need no lock.
+  struct Rounded16 {
+    const void* data = nullptr;
+    int64_t rows = 0, cols = 0, stride = 0;
+    DType dtype = DType::kF32;
+    uint64_t seq = 0;
+  };
+
+  bool HoldsRounded(const Tensor& x, DType dtype) const {
+    return x16_.data != nullptr && x16_.seq == op_seq_ && x16_.data == x.data &&
+           x16_.rows == x.rows && x16_.cols == x.cols && x16_.stride == x.row_stride() &&
+           x16_.dtype == dtype;
+  }
+
+  // Grows xh_ to `bytes` (dropping what it held). Before the op's Timed: it
+  // may wait for the stream.
+  void EnsureRoundedScratch(size_t bytes) {
+    if (xh_.bytes() >= bytes) return;
+    SyncStream();  // the old scratch may still be read
+    x16_ = Rounded16{};
+    // Freed first: in the arena the old block merges with the free range
+    // after it instead of staying behind as a hole.
+    xh_.Reset();
+    StatusOr<Buffer> buf = Allocate(bytes);
+    STRATA_CHECK(buf.ok()) << buf.status().message();
+    xh_ = std::move(buf).value();
+  }
+
+  // Where an op writing F32 `out` also writes out rounded for the GEMM
+  // likely to read it next: xh_, when out has more rows than the GEMV takes
+  // and the GEMMs run 16-bit weights; else a view without data (none).
+  // Called before the op's Timed; MarkRounded after its launch.
+  cuda::View PrepareRounded(const Tensor& out) {
+    if (out.rows <= cuda::kGemvMaxRows || out.cols == 0 || gemm_dtype_ == DType::kF32 ||
+        out.dtype != DType::kF32) {
+      return cuda::View{};
+    }
+    EnsureRoundedScratch(static_cast<size_t>(out.rows * out.cols) * DTypeSize(gemm_dtype_));
+    return cuda::View{xh_.data(), gemm_dtype_, out.rows, out.cols, out.cols};
+  }
+  void MarkRounded(const Tensor& out, const cuda::View& rounded) {
+    x16_ = rounded.data == nullptr
+               ? Rounded16{}
+               : Rounded16{out.data, out.rows, out.cols, out.row_stride(), rounded.dtype, op_seq_};
+  }
+
+  static bool Overlaps(const Tensor& a, const Tensor& b) {
+    const auto lo = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data); };
+    const auto hi = [](const Tensor& t) {
+      return reinterpret_cast<uintptr_t>(t.data) +
+             static_cast<uintptr_t>(t.rows * t.row_stride()) * DTypeSize(t.dtype);
+    };
+    return lo(a) < hi(b) && lo(b) < hi(a);
   }
 
   static void CheckSameShape(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -1007,6 +1088,9 @@ class CudaBackend final : public Backend {
   std::map<uintptr_t, size_t> pinned_;
   cublasLtHandle_t lt_ = nullptr;
   Buffer err_buf_, workspace_, xh_;
+  Rounded16 x16_;            // what xh_ holds
+  uint64_t op_seq_ = 0;      // ops begun (Timed)
+  DType gemm_dtype_ = DType::kF32;  // the 16-bit weight type of the last GEMM, F32 before any
   // SampleRows: inputs (pinned staging and device), results (device and
   // pinned), adjusted-logits scratch, per-block masses; a host row for a
   // row handed to the host.

@@ -19,6 +19,7 @@
 #include <span>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -158,6 +159,9 @@ TEST_F(CudaParityTest, Embedding) {
 }
 
 TEST_F(CudaParityTest, RmsNorm) {
+  // pad 0: rows 16-byte aligned, widths in 4s: the 4-wide path (kernels.cu
+  // Vec4Ok) where d allows; pad 5: element by element.
+  for (int64_t pad : {5, 0})
   for (DType wt : {DType::kF32, DType::kBF16}) {
     // Fewer than 264 rows: a thread per element (up to 1024); 300: 256.
     for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 64},
@@ -166,7 +170,7 @@ TEST_F(CudaParityTest, RmsNorm) {
                            {3, 4096},
                            {1, 2048},
                            {300, 2048}}) {
-      HostTensor x(DType::kF32, rows, d, d + 5), w(wt, 1, d), out(DType::kF32, rows, d);
+      HostTensor x(DType::kF32, rows, d, d + pad), w(wt, 1, d), out(DType::kF32, rows, d);
       x.Fill(rng_, 3.f);
       w.Fill(rng_);
       HostTensor ref_in = x, ref = out;
@@ -433,13 +437,111 @@ TEST_F(CudaParityTest, LinearSiluMulEqualsGroupThenSiluMul) {
   }
 }
 
+// The GEMM path's x in bf16 made once per input (cuda_backend.cc
+// Rounded16): by RmsNorm, AddRmsNorm and SiluMul beside their output, or
+// by the first of several Linears of one x. A layer's worth of ops run
+// twice on bf16 backends, once as the model calls them and once with an
+// unrelated op between every two (which makes any kept rounding stale, so
+// every Linear converts its x): the outputs must be the same bytes, and a
+// tensor changed after its rounding was made (Add into it) must be read
+// as changed. The op table counts the conversions each run made.
+TEST(CudaRoundedInputTest, FusedRoundingIsTheConversionAndNeverStale) {
+  for (auto [n, k, m, y_pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{300, 512, 384, 4},
+                                {17, 96, 40, 0}}) {
+    const std::string what = "n=" + std::to_string(n) + " k=" + std::to_string(k);
+    std::mt19937 rng(11);
+    HostTensor x(DType::kF32, n, k), nw(DType::kBF16, 1, k), w1(DType::kBF16, m, k),
+        w2(DType::kBF16, m, k), w3(DType::kBF16, k, m), y(DType::kF32, n, k, k + y_pad),
+        a(DType::kF32, n, m), d(DType::kF32, n, k), tiny(DType::kF32, 1, 1);
+    x.Fill(rng, 2.f);
+    nw.Fill(rng);
+    w1.Fill(rng, 0.1f);
+    w2.Fill(rng, 0.1f);
+    w3.Fill(rng, 0.1f);
+    std::vector<HostTensor> outs[2];
+    std::string tables[2];
+    for (int run = 0; run < 2; ++run) {
+      const bool poke = run == 1;
+      setenv("STRATA_CUDA_OP_TIMING", "1", 1);
+      CudaBackendOptions o;
+      o.matmul_precision = "bf16";
+      auto c = CreateCudaBackend(o);
+      unsetenv("STRATA_CUDA_OP_TIMING");
+      if (!c.ok()) GTEST_SKIP() << c.status().message();
+      std::unique_ptr<Backend> b = std::move(c).value();
+      std::vector<Buffer> keep;
+      auto up = [&](const HostTensor& h) {
+        Buffer buf = b->Allocate(h.bytes.size()).value();
+        b->CopyToDevice(buf.data(), h.bytes.data(), h.bytes.size());
+        Tensor t{buf.data(), h.dtype, h.rows, h.cols, h.stride};
+        keep.push_back(std::move(buf));
+        return t;
+      };
+      const Tensor dx = up(x), dnw = up(nw), dw1 = up(w1), dw2 = up(w2), dw3 = up(w3), dy = up(y),
+                   da1 = up(a), da2 = up(a), ds = up(a), dd = up(d), de = up(a), dwarm = up(a),
+                   dt = up(tiny);
+      auto between = [&] {
+        if (poke) b->Add(dt, dt, dt);
+      };
+      b->Linear(dx, dw1, nullptr, dwarm);  // the first GEMM: its weight type is then known
+      between();
+      b->RmsNorm(dx, dnw, 1e-5f, dy);
+      between();
+      b->Linear(dy, dw1, nullptr, da1);
+      between();
+      b->Linear(dy, dw2, nullptr, da2);
+      between();
+      b->SiluMul(da1, da2, ds);
+      between();
+      b->Linear(ds, dw3, nullptr, dd);
+      between();
+      b->AddRmsNorm(dx, dd, dnw, 1e-5f, dy);
+      between();
+      b->Add(dy, dx, dy);  // y changes after its rounding was made
+      between();
+      b->Linear(dy, dw1, nullptr, de);
+      b->Synchronize();
+      for (const Tensor* t : {&da1, &da2, &dd, &de}) {
+        HostTensor h(DType::kF32, t->rows, t->cols);
+        b->CopyToHost(h.bytes.data(), t->data, h.bytes.size());
+        outs[run].push_back(std::move(h));
+      }
+      keep.clear();
+      testing::internal::CaptureStderr();
+      b.reset();  // prints the op table
+      tables[run] = testing::internal::GetCapturedStderr();
+    }
+    const char* names[] = {"q-like Linear", "second Linear of the same x", "down after SiluMul",
+                           "Linear of a tensor changed after its rounding"};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(std::memcmp(outs[0][i].bytes.data(), outs[1][i].bytes.data(),
+                            outs[0][i].bytes.size()),
+                0)
+          << what << ": " << names[i] << " differs from converting its x";
+    }
+    auto count_of = [](const std::string& table, const std::string& op) {
+      const size_t at = table.find("  " + op + " ");
+      if (at == std::string::npos) return int64_t{0};
+      std::istringstream row(table.substr(at + op.size() + 2));
+      int64_t c = -1;
+      row >> c;
+      return c;
+    };
+    // Fused: the warm-up's x and the changed y only. Poked: all 5 Linears.
+    EXPECT_EQ(count_of(tables[0], "Linear.convert_x"), 2) << what << "\n" << tables[0];
+    EXPECT_EQ(count_of(tables[1], "Linear.convert_x"), 5) << what << "\n" << tables[1];
+  }
+}
+
 // AddRmsNorm: x += delta and the norm in one kernel, the bytes of Add then
 // RmsNorm on CUDA (x and out both) and the CPU's values.
 TEST_F(CudaParityTest, AddRmsNormEqualsAddThenRmsNorm) {
+  for (int64_t pad : {3, 0})  // 0: the 4-wide path (see RmsNorm)
   for (DType wt : {DType::kF32, DType::kBF16}) {
     for (auto [rows, d] : {std::pair<int64_t, int64_t>{1, 2048}, {1, 4096}, {7, 129}, {300, 896}}) {
-      const std::string what = "AddRmsNorm " + std::to_string(rows) + "x" + std::to_string(d);
-      HostTensor x(DType::kF32, rows, d, d + 3), delta(DType::kF32, rows, d), w(wt, 1, d),
+      const std::string what = "AddRmsNorm " + std::to_string(rows) + "x" + std::to_string(d) +
+                               " pad " + std::to_string(pad);
+      HostTensor x(DType::kF32, rows, d, d + pad), delta(DType::kF32, rows, d), w(wt, 1, d),
           out(DType::kF32, rows, d);
       x.Fill(rng_, 3.f);
       delta.Fill(rng_);
@@ -464,8 +566,9 @@ TEST_F(CudaParityTest, AddRmsNormEqualsAddThenRmsNorm) {
 }
 
 TEST_F(CudaParityTest, SiluMulAndAdd) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {5, 4864}, {65, 33}}) {
-    HostTensor g(DType::kF32, rows, cols, cols + 1), u(DType::kF32, rows, cols),
+  for (int64_t pad : {1, 0})  // 0: the 4-wide path where cols allows (see RmsNorm)
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {5, 4864}, {65, 33}, {300, 1024}}) {
+    HostTensor g(DType::kF32, rows, cols, cols + pad), u(DType::kF32, rows, cols),
         out(DType::kF32, rows, cols);
     g.Fill(rng_, 4.f);
     u.Fill(rng_);

@@ -47,12 +47,19 @@ void Convert(const View& src, const View& dst, cudaStream_t stream);
 void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* err,
                cudaStream_t stream);
 
-void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream);
+// `rounded` (RmsNorm, AddRmsNorm, SiluMul), when its data is set: a second
+// output, [out.rows x out.cols] in rounded.dtype (BF16 or F16) with row
+// stride rounded.stride, receiving each value written to out rounded to
+// nearest-even -- what Convert(out, rounded) would write, to the bit, made
+// while the value is in a register: the next GEMM's input (Linear's
+// convert_x) without a conversion pass.
+void RmsNorm(const View& x, const View& weight, float eps, const View& out, cudaStream_t stream,
+             const View& rounded = View{});
 // x += delta, then out = RmsNorm(x): one kernel whose results are Add's and
 // RmsNorm's to the bit (the same float add, the same norm code and thread
 // count). out must not alias x or delta.
 void AddRmsNorm(const View& x, const View& delta, const View& weight, float eps, const View& out,
-                cudaStream_t stream);
+                cudaStream_t stream, const View& rounded = View{});
 
 // Small-batch Linear (decode): out[r][j] = sum_k round(x[r][k]) * w[j][k]
 // (+ bias[j] when bias.data is set), for x.rows in [1, kGemvMaxRows].
@@ -90,7 +97,8 @@ void GemvSiluMul(const View& x, const GemvPart& gate, const GemvPart& up, const 
 // out[r, c] += bias[c].
 void AddBias(const View& out, const View& bias, cudaStream_t stream);
 
-void SiluMul(const View& gate, const View& up, const View& out, cudaStream_t stream);
+void SiluMul(const View& gate, const View& up, const View& out, cudaStream_t stream,
+             const View& rounded = View{});
 
 void Add(const View& a, const View& b, const View& out, cudaStream_t stream);
 
