@@ -155,7 +155,7 @@ constexpr size_t MmaSmemBytes(int hd) {
 }
 
 template <int kHd>
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kMmaThreads, 3)
     MmaAttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
                        View out, float* ml_part, float* acc_part, int splits) {
   constexpr int kS = kHd + 8;

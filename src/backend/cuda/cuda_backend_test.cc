@@ -589,12 +589,16 @@ TEST_F(CudaParityTest, Rope) {
     float scaling;
   };
   for (const Case& c :
-       {Case{4, 2, 64, 64, 1.f}, Case{3, 1, 40, 40, 1.f}, Case{8, 8, 128, 64, 0.75f}}) {
-    const int n = 9;
+       {Case{4, 2, 64, 64, 1.f}, Case{3, 1, 40, 40, 1.f}, Case{8, 8, 128, 64, 0.75f},
+        // Llama-3.1-8B (5 groups of kRopeHeads = 8), and q alone with a partial rotary.
+        Case{32, 8, 128, 128, 1.f}, Case{9, 0, 64, 32, 1.f}})
+  // 9 rows: a thread per head (decode's kernel); 40: a thread per 8 heads.
+  for (const int n : {9, 40}) {
     std::vector<float> inv_freq(c.rotary / 2);
     for (int i = 0; i < c.rotary / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / c.rotary);
     RopeParams rp{inv_freq.data(), c.hd, c.rotary, c.scaling};
     std::vector<int32_t> pos = {0, 1, 2, 7, 100, 511, 4095, 30000, 131071};
+    for (int i = 9; i < n; ++i) pos.push_back(i * 3301 % 131072);
     HostTensor q(DType::kF32, n, c.heads * c.hd, c.heads * c.hd + 4),
         k(DType::kF32, n, c.kv_heads * c.hd);
     q.Fill(rng_);

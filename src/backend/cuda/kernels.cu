@@ -273,25 +273,47 @@ __global__ void AddKernel(View a, View b, View out) {
   ROW_STRIDE(r, c, out.rows, out.cols) { RowF(out, r)[c] = RowF(a, r)[c] + RowF(b, r)[c]; }
 }
 
-// One thread per (row, head, rotary pair); the same float operations as the
-// CPU backend (cos/sin in double, rounded to float; no fused multiply-add).
+// One thread per (row, rotary pair, group of kHeads heads): the pair's
+// cos/sin (in double, rounded to float, like the CPU backend; no fused
+// multiply-add) once for all the group's heads, whose loads are all issued
+// before the first store. A thread per (row, head, pair) computed the same
+// double cos/sin 40 times a row on Llama-3.1-8B (32 q + 8 k heads): 2.6 ms
+// of a 2k prefill's forward on the H200, 0.9 ms with groups of 8. A decode
+// step's few rows take kHeads = 1 (groups of 8 left it 320 threads: 6.5
+// instead of 5.6 us a call).
+template <int kHeads>
 __global__ void RopeKernel(View q, View k, const int32_t* positions, RopeTable rope) {
+  constexpr int kRopeHeads = kHeads;
   const int half = rope.rotary_dim / 2, hd = rope.head_dim;
-  const int64_t qh = q.cols / hd, kh = k.cols / hd;
-  const int64_t n = q.rows * (qh + kh) * half;
+  const int64_t qh = q.cols / hd, kh = k.cols / hd, heads = qh + kh;
+  const int64_t groups = (heads + kRopeHeads - 1) / kRopeHeads;
+  const int64_t n = q.rows * groups * half;
   GRID_STRIDE(idx, n) {
     const int i = static_cast<int>(idx % half);
     const int64_t t = idx / half;
-    const int64_t h = t % (qh + kh), r = t / (qh + kh);
+    const int64_t g = t % groups, r = t / groups;
     const float f = __fmul_rn(static_cast<float>(positions[r]), rope.inv_freq[i]);
     const float cs =
         __fmul_rn(static_cast<float>(cos(static_cast<double>(f))), rope.attention_scaling);
     const float sn =
         __fmul_rn(static_cast<float>(sin(static_cast<double>(f))), rope.attention_scaling);
-    float* v = (h < qh ? RowF(q, r) + h * hd : RowF(k, r) + (h - qh) * hd) + rope.rotary_offset;
-    const float x1 = v[i], x2 = v[half + i];
-    v[i] = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
-    v[half + i] = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+    float* v[kRopeHeads];
+    float x1[kRopeHeads], x2[kRopeHeads];
+#pragma unroll
+    for (int j = 0; j < kRopeHeads; ++j) {
+      const int64_t h = g * kRopeHeads + j;
+      v[j] = h >= heads ? nullptr
+                        : (h < qh ? RowF(q, r) + h * hd : RowF(k, r) + (h - qh) * hd) +
+                              rope.rotary_offset;
+      x1[j] = v[j] != nullptr ? v[j][i] : 0.f;
+      x2[j] = v[j] != nullptr ? v[j][half + i] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kRopeHeads; ++j) {
+      if (v[j] == nullptr) continue;
+      v[j][i] = __fsub_rn(__fmul_rn(x1[j], cs), __fmul_rn(x2[j], sn));
+      v[j][half + i] = __fadd_rn(__fmul_rn(x2[j], cs), __fmul_rn(x1[j], sn));
+    }
   }
 }
 
@@ -847,8 +869,13 @@ void Rope(const View& q, const View& k, const int32_t* positions, const RopeTabl
     RopeInterleavedKernel<<<Blocks(q.rows * heads), kThreads, 0, stream>>>(q, k, positions, rope);
     return;
   }
-  RopeKernel<<<Blocks(q.rows * heads * (rope.rotary_dim / 2)), kThreads, 0, stream>>>(
-      q, k, positions, rope);
+  const int64_t pairs = rope.rotary_dim / 2;
+  if (q.rows <= 16) {
+    RopeKernel<1><<<Blocks(q.rows * heads * pairs), kThreads, 0, stream>>>(q, k, positions, rope);
+  } else {
+    RopeKernel<8><<<Blocks(q.rows * ((heads + 7) / 8) * pairs), kThreads, 0, stream>>>(
+        q, k, positions, rope);
+  }
 }
 
 void StoreKv(const View& k, const View& v, const KvLayer& layer, const int64_t* slots, int32_t* err,
