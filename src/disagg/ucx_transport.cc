@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,9 @@ constexpr int kSpinRounds = 256;
 // are in flight.
 constexpr int kIdlePollMs = 100;
 constexpr int kBusyPollMs = 0;
+// How long a closed peer's worker is kept (progressed) before it is
+// destroyed: the other side's replies to our last puts land in it.
+constexpr std::chrono::milliseconds kRetireGrace{2000};
 
 std::string CaptureToString(const std::function<void(FILE*)>& print) {
   char* buf = nullptr;
@@ -155,6 +159,16 @@ class UcxTransport::Impl {
     // check would otherwise contend with every Write for the mutex).
     std::atomic<bool> lost_seen{false};
     // Progress thread only.
+    // The peer's own worker: its endpoint lives there, so what the peer
+    // sends back (wireup, replies, keepalives) lands in a receive queue of
+    // this peer alone. A shared-memory peer killed while writing into our
+    // FIFO leaves an element that never completes and stops that queue for
+    // every sender behind it (UCX 1.13's mm transport: seen as every later
+    // Connect timing out, PeerDeathTest); with a worker per peer the wedged
+    // queue is this one, destroyed kRetireGrace after the peer is closed
+    // (ClosePeer, ReapRetired).
+    ucp_worker_h worker = nullptr;
+    int efd = -1;
     ucp_ep_h ep = nullptr;
     ucp_rkey_h probe_rkey = nullptr;
     std::vector<ucp_rkey_h> rkeys;
@@ -163,6 +177,9 @@ class UcxTransport::Impl {
     // with the rkeys (destroying them unmaps it).
     std::vector<char*> direct;
     std::unordered_set<Batch*> batches;  // flushing: UCX will call back
+    // Batches ClosePeer ended whose flush UCX still owes: freed by their
+    // late callback, or after the peer's worker is destroyed.
+    std::unordered_set<Batch*> orphans;
     bool closed = false;
   };
 
@@ -332,6 +349,7 @@ class UcxTransport::Impl {
     // Commands that completions queued while closing: writes fail now.
     while (RunQueued()) {
     }
+    ReapRetired(/*all=*/true);
     for (LocalRegion& r : regions_)
       if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
     if (probe_.memh != nullptr) ucp_mem_unmap(context_, probe_.memh);
@@ -669,16 +687,21 @@ class UcxTransport::Impl {
         if (stop_) return;
       }
       const bool ran = RunQueued();
+      ReapRetired(false);
       bool progressed = false;
       while (ucp_worker_progress(worker_) != 0) progressed = true;
+      for (Peer* p : live_) {
+        while (ucp_worker_progress(p->worker) != 0) progressed = true;
+      }
       if (ran || progressed) {
         idle = 0;
         continue;
       }
       if (++idle < kSpinRounds) continue;
       idle = 0;
-      const ucs_status_t st = ucp_worker_arm(worker_);
-      if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile
+      bool busy = ucp_worker_arm(worker_) == UCS_ERR_BUSY;
+      for (Peer* p : live_) busy = busy || ucp_worker_arm(p->worker) == UCS_ERR_BUSY;
+      if (busy) continue;  // events arrived meanwhile
       {
         // A command enqueued after this check signals the armed worker
         // (Write signals only while sleeping_ is set).
@@ -686,8 +709,11 @@ class UcxTransport::Impl {
         if (stop_ || !queue_.empty()) continue;
         sleeping_ = true;
       }
-      pollfd pfd{efd_, POLLIN, 0};
-      poll(&pfd, 1, inflight_ > 0 ? kBusyPollMs : kIdlePollMs);
+      // Signal() wakes the main worker's descriptor; each peer's worker
+      // raises its own for its endpoint's events.
+      pollfds_.assign(1, pollfd{efd_, POLLIN, 0});
+      for (Peer* p : live_) pollfds_.push_back(pollfd{p->efd, POLLIN, 0});
+      poll(pollfds_.data(), pollfds_.size(), inflight_ > 0 ? kBusyPollMs : kIdlePollMs);
       std::lock_guard<std::mutex> lock(mu_);
       sleeping_ = false;
     }
@@ -792,7 +818,18 @@ class UcxTransport::Impl {
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &Impl::OnEpError;
     ep.err_handler.arg = peer.get();
-    ucs_status_t st = ucp_ep_create(worker_, &ep, &peer->ep);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    ucs_status_t st = ucp_worker_create(context_, &wp, &peer->worker);
+    if (st != UCS_OK) {
+      peer->worker = nullptr;
+      return probe->Set(st);
+    }
+    st = ucp_worker_get_efd(peer->worker, &peer->efd);
+    if (st != UCS_OK) return probe->Set(st);  // ClosePeer destroys the worker
+    live_.push_back(peer.get());
+    st = ucp_ep_create(peer->worker, &ep, &peer->ep);
     if (st != UCS_OK) {
       peer->ep = nullptr;
       return probe->Set(st);
@@ -900,6 +937,8 @@ class UcxTransport::Impl {
     if (!b->orphaned) {
       b->peer->batches.erase(b);
       --impl->inflight_;
+    } else {
+      b->peer->orphans.erase(b);
     }
     if (status == UCS_OK) {
       impl->FinishAndFree(b, OkStatus());
@@ -947,7 +986,7 @@ class UcxTransport::Impl {
       p.flags = UCP_EP_CLOSE_FLAG_FORCE;
       ucs_status_ptr_t req = ucp_ep_close_nbx(peer->ep, &p);
       if (UCS_PTR_IS_PTR(req)) {
-        while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(peer->worker);
         ucp_request_free(req);
       }
       peer->ep = nullptr;
@@ -966,6 +1005,7 @@ class UcxTransport::Impl {
         b->orphaned = true;
         --inflight_;
         Finish(b, Aborted("disconnected"));
+        peer->orphans.insert(b);
       }
       peer->batches.clear();
     }
@@ -974,6 +1014,39 @@ class UcxTransport::Impl {
     peer->direct.clear();
     if (peer->probe_rkey != nullptr) ucp_rkey_destroy(peer->probe_rkey);
     peer->probe_rkey = nullptr;
+    // The peer's worker stays up (progressed, polled) for kRetireGrace: the
+    // other side may still hold puts of ours in flight, and UCX 1.13 aborts
+    // that process when its put handler's reply finds our worker gone
+    // (ucp_request.inl "unexpected error: Endpoint timeout"). ReapRetired
+    // destroys it after that.
+    if (peer->worker != nullptr) {
+      retired_.push_back({peer, std::chrono::steady_clock::now() + kRetireGrace});
+    }
+  }
+
+  // Destroys the retired peers' workers whose grace has passed (all of
+  // them when `all`). Progress thread (or the destructor) only.
+  void ReapRetired(bool all) {
+    if (retired_.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < retired_.size();) {
+      if (!all && retired_[i].until > now) {
+        ++i;
+        continue;
+      }
+      std::shared_ptr<Peer> peer = std::move(retired_[i].peer);
+      retired_[i] = std::move(retired_.back());
+      retired_.pop_back();
+      live_.erase(std::remove(live_.begin(), live_.end(), peer.get()), live_.end());
+      // Nothing of the peer can call back once its worker is gone: the
+      // flushes UCX still owed are freed here (their callbacks, should the
+      // destroy run them, free them first).
+      ucp_worker_destroy(peer->worker);
+      peer->worker = nullptr;
+      peer->efd = -1;
+      for (Batch* b : peer->orphans) delete b;
+      peer->orphans.clear();
+    }
   }
 
   std::string EpInfo(const Peer& peer) {
@@ -983,8 +1056,18 @@ class UcxTransport::Impl {
 
   const UcxTransportOptions options_;
   ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
+  ucp_worker_h worker_ = nullptr;  // what peers connect to (the descriptor's address)
   int efd_ = -1;
+  // Progress thread only: the peers whose worker Loop progresses and polls,
+  // and its poll set.
+  std::vector<Peer*> live_;
+  std::vector<pollfd> pollfds_;
+  // Closed peers whose worker is kept until `until` (ClosePeer).
+  struct Retired {
+    std::shared_ptr<Peer> peer;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::vector<Retired> retired_;
   std::string worker_address_;
   std::string resources_;
   std::string label_;
