@@ -851,6 +851,8 @@ TEST_F(CudaParityTest, PagedAttentionOnTensorCoresUnderBf16) {
       {DType::kBF16, 16, 32, 8, 128, 0, {{1, 3000}, {1, 33}, {1, 1}}},   // decode, splits
       {DType::kF32, 16, 32, 8, 64, 0, {{1, 2000}, {1, 1500}, {1, 64}, {1, 65}}},  // decode batch
       {DType::kBF16, 16, 16, 2, 64, 100, {{1, 3000}, {1, 7}}},                    // decode, window
+      {DType::kF16, 5, 32, 8, 128, 0, {{200, 450}}},  // F16 pages, odd page size, cached prefix
+      {DType::kF32, 16, 8, 8, 64, 0, {{130, 130}}},   // MHA, F32 pages
   };
   for (const Case& k : cases) {
     const double err = CheckAttention(tc.get(), cpu_.get(), k.kv, k.page_size, k.heads, k.kv_heads,
