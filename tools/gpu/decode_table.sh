@@ -8,12 +8,7 @@
 # tokens (default 2048) once plain and once under
 # STRATA_CUDA_OP_TIMING=gated for its per-op table. JSON lines and the op
 # tables go to $OUT.
-cd "$(dirname "$0")"
-R=$(cd .. && pwd)
-OUT=${OUT:-/tmp/strata-gpu-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
-export UCX_MODULE_DIR=$PWD/lib/ucx
+source "$(dirname "$0")/common.sh"  # cd, R, OUT, library paths
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
 SHAPE=${SHAPE:-llama-3.1-8b}
@@ -41,14 +36,7 @@ for b in sys.argv[2:]:
 PY
 [ -n "${SKIP_PREFILL:-}" ] && exit 0
 echo "== bf16 GEMM peak (torch.matmul 8192^3, best of 20)"
-python3 -c "
-import torch, time
-a = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); b = torch.randn_like(a)
-for _ in range(3): a @ b
-best = 1e9
-for _ in range(20):
-    torch.cuda.synchronize(); t = time.time(); a @ b; torch.cuda.synchronize(); best = min(best, time.time() - t)
-print(f'gemm_bf16_tflops {2 * 8192**3 / best / 1e12:.1f}')" | tee "$OUT/gemm_peak.txt"
+python3 gemm_peak.py | tee "$OUT/gemm_peak.txt"
 for n in ${PREFILL_LENS:-2048}; do
   echo "== prefill $n, plain then per-op (gated)"
   ./strata $common --prompt-len $n --gen-len 1 --repeats 3 2>/dev/null | tail -1 | tee "$OUT/prefill_$n.json"

@@ -6,12 +6,7 @@
 # to the device-to-device copy bandwidth, structured outputs' mask cost per
 # token next to that decode step, and HF transformers on both shapes. Logs
 # and JSON go to $OUT.
-cd "$(dirname "$0")"
-R=$(cd .. && pwd)
-OUT=${OUT:-/tmp/strata-gpu-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
-export UCX_MODULE_DIR=$PWD/lib/ucx  # UCX's transport plugins, staged with it
+source "$(dirname "$0")/common.sh"  # cd, R, OUT, library paths
 # The tests read fixtures via their compiled-in source directory.
 mkdir -p "$(dirname @STRATA_SOURCE_DIR@)" && ln -sfn "$R" @STRATA_SOURCE_DIR@
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader

@@ -7,12 +7,7 @@
 # after skipping $SKIP (default 8), with the speed-of-light, occupancy,
 # warp-state and memory-workload sections: whether the kernel waits on
 # memory, on barriers or on the tensor pipe. Report text to $OUT/ncu_attention.txt.
-cd "$(dirname "$0")"
-R=$(cd .. && pwd)
-OUT=${OUT:-/tmp/strata-gpu-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
-export UCX_MODULE_DIR=$PWD/lib/ucx
+source "$(dirname "$0")/common.sh"  # cd, R, OUT, library paths
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$NCU" ]; then echo "no ncu on this machine"; exit 1; fi
 echo "ncu: $NCU"

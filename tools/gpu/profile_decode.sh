@@ -9,12 +9,7 @@
 # are device time alone: op_timing_gated.txt); plain wall minus the gated
 # span per step is what launches and the host cost. Then, where the image
 # has Nsight Systems, its CUDA API, kernel and memcpy summaries.
-cd "$(dirname "$0")"
-R=$(cd .. && pwd)
-OUT=${OUT:-/tmp/strata-gpu-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
-export UCX_MODULE_DIR=$PWD/lib/ucx
+source "$(dirname "$0")/common.sh"  # cd, R, OUT, library paths
 NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 echo "nsys: ${NSYS:-none}"
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)

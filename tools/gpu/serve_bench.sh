@@ -12,12 +12,7 @@
 # KV (--kv-cache-dtype, default bf16: the model's dtype, as SGLang's auto picks),
 # CHUNK (--chunked-prefill-size, default 8192), DURATION (bench serve
 # --duration-s: start no request after it, default 240), SKIP_PREFILL, SKIP_SERVE. Results to $OUT.
-cd "$(dirname "$0")"
-R=$(cd .. && pwd)
-OUT=${OUT:-/tmp/strata-gpu-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
-export UCX_MODULE_DIR=$PWD/lib/ucx
+source "$(dirname "$0")/common.sh"  # cd, R, OUT, library paths
 N=${N:-1000} C=${C:-1000} RUNNING=${RUNNING:-512} CHUNK=${CHUNK:-8192} DURATION=${DURATION:-240}
 KV=${KV:-bf16}
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
@@ -25,14 +20,7 @@ KV=${KV:-bf16}
   --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out /tmp/l1b > /dev/null
 if [ -z "${SKIP_PREFILL:-}" ]; then  # SKIP_PREFILL=1: the serving part only
 echo "== bf16 GEMM peak"
-python3 -c "
-import torch, time
-a = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); b = torch.randn_like(a)
-for _ in range(3): a @ b
-best = 1e9
-for _ in range(20):
-    torch.cuda.synchronize(); t = time.time(); a @ b; torch.cuda.synchronize(); best = min(best, time.time() - t)
-print(f'gemm_bf16_tflops {2 * 8192**3 / best / 1e12:.1f}')" | tee "$OUT/gemm_peak.txt"
+python3 gemm_peak.py | tee "$OUT/gemm_peak.txt"
 echo "== prefill 2k / 8k"
 for p in 2048 8192; do
   ./strata bench engine --device cuda --matmul-precision bf16 --model-path /tmp/l1b --prompt-len $p \
