@@ -556,31 +556,29 @@ TEST(UcxChildReceiver, Serve) {
   _exit(0);
 }
 
-class ChildReceiver {
+// A helper process: this test binary re-executed with one gtest filter and
+// extra environment, talking over two pipes.
+class ChildProcess {
  public:
-  ~ChildReceiver() { Kill(); }
+  ~ChildProcess() { Kill(); }
 
-  // Spawns this test binary running UcxChildReceiver.Serve; its region is
-  // heap memory it registers, or with memory "ucx" AllocateRegion's.
-  void Start(const std::string& tls, size_t bytes, const std::string& memory = "heap") {
+  // Everything the child needs is built before fork: this process has
+  // threads, so the child may only make async-signal-safe calls.
+  void Spawn(const char* filter, std::vector<std::string> extra_env) {
     int to_child[2], from_child[2];
     ASSERT_EQ(pipe(to_child), 0);
     ASSERT_EQ(pipe(from_child), 0);
-    // Everything the child needs is built before fork: this process has
-    // threads, so the child may only make async-signal-safe calls.
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
     env.push_back("STRATA_UCX_CHILD_FDS=" + std::to_string(to_child[0]) + "," +
                   std::to_string(from_child[1]));
-    env.push_back("STRATA_UCX_CHILD_TLS=" + tls);
-    env.push_back("STRATA_UCX_CHILD_BYTES=" + std::to_string(bytes));
-    env.push_back("STRATA_UCX_CHILD_MEMORY=" + memory);
+    for (std::string& e : extra_env) env.push_back(std::move(e));
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     char arg0[] = "ucx_transport_test";
-    char arg1[] = "--gtest_filter=UcxChildReceiver.Serve";
-    char* argv[] = {arg0, arg1, nullptr};
+    std::string arg1 = std::string("--gtest_filter=") + filter;
+    char* argv[] = {arg0, arg1.data(), nullptr};
     pid_ = fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
@@ -595,18 +593,6 @@ class ChildReceiver {
     close(from_child[1]);
     to_ = to_child[1];
     from_ = from_child[0];
-    uint32_t len = 0;
-    ASSERT_TRUE(ReadFull(&len, 4)) << "the child receiver died before sending its descriptor";
-    descriptor_.resize(len);
-    ASSERT_TRUE(ReadFull(descriptor_.data(), len));
-  }
-
-  uint64_t Hash() {
-    const char c = 'h';
-    uint64_t h = 0;
-    EXPECT_EQ(write(to_, &c, 1), 1);
-    EXPECT_TRUE(ReadFull(&h, 8));
-    return h;
   }
 
   void Kill() {
@@ -621,9 +607,8 @@ class ChildReceiver {
   }
 
   void Signal(int sig) { kill(pid_, sig); }
-  const std::string& descriptor() const { return descriptor_; }
 
- private:
+ protected:
   bool ReadFull(void* p, size_t n) {
     char* c = static_cast<char*>(p);
     while (n > 0) {
@@ -634,9 +619,123 @@ class ChildReceiver {
     }
     return true;
   }
+  bool WriteFull(const void* p, size_t n) {
+    return write(to_, p, n) == static_cast<ssize_t>(n);
+  }
+  // A length-prefixed string from the child ("" when it died first).
+  std::string ReadString() {
+    uint32_t len = 0;
+    if (!ReadFull(&len, 4)) return "";
+    std::string s(len, '\0');
+    if (!ReadFull(s.data(), len)) return "";
+    return s;
+  }
+
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;
+};
+
+class ChildReceiver : public ChildProcess {
+ public:
+  // Spawns this test binary running UcxChildReceiver.Serve; its region is
+  // heap memory it registers, or with memory "ucx" AllocateRegion's.
+  void Start(const std::string& tls, size_t bytes, const std::string& memory = "heap") {
+    ASSERT_NO_FATAL_FAILURE(Spawn("UcxChildReceiver.Serve",
+                                  {"STRATA_UCX_CHILD_TLS=" + tls,
+                                   "STRATA_UCX_CHILD_BYTES=" + std::to_string(bytes),
+                                   "STRATA_UCX_CHILD_MEMORY=" + memory}));
+    descriptor_ = ReadString();
+    ASSERT_FALSE(descriptor_.empty()) << "the child receiver died before sending its descriptor";
+  }
+
+  uint64_t Hash() {
+    const char c = 'h';
+    uint64_t h = 0;
+    EXPECT_TRUE(WriteFull(&c, 1));
+    EXPECT_TRUE(ReadFull(&h, 8));
+    return h;
+  }
+
+  const std::string& descriptor() const { return descriptor_; }
+
+ private:
   std::string descriptor_;
+};
+
+// The sender's side of KilledSenderLeavesTheReceiverUsable: reads the
+// receiver's descriptor, registers `bytes` of FillRandom(seed), connects,
+// and answers "connected" or why not. Then 'w': the whole region written
+// into the receiver's (2 MiB pieces, all in flight), answered with the
+// status; 'l': the same in a loop, never answered (until killed).
+TEST(UcxChildSender, Serve) {
+  const char* fds = std::getenv("STRATA_UCX_CHILD_FDS");
+  if (fds == nullptr)
+    GTEST_SKIP() << "helper process of the PeerDeath tests; runs only when they spawn it";
+  int in = -1, out = -1;
+  ASSERT_EQ(std::sscanf(fds, "%d,%d", &in, &out), 2);
+  auto send = [&](const std::string& m) {
+    const uint32_t len = static_cast<uint32_t>(m.size());
+    if (write(out, &len, 4) != 4 || write(out, m.data(), len) != static_cast<ssize_t>(len))
+      _exit(5);
+  };
+  UcxTransportOptions opt;
+  opt.tls = std::getenv("STRATA_UCX_CHILD_TLS");
+  const size_t bytes = std::stoull(std::getenv("STRATA_UCX_CHILD_BYTES"));
+  auto t = UcxTransport::Create(opt);
+  if (!t.ok()) _exit(3);
+  std::vector<char> src(bytes);
+  FillRandom(&src, static_cast<uint32_t>(std::stoul(std::getenv("STRATA_UCX_CHILD_SEED"))));
+  if (!(*t)->RegisterRegion(src.data(), src.size()).ok()) _exit(4);
+  uint32_t len = 0;
+  if (read(in, &len, 4) != 4) _exit(6);
+  std::string desc(len, '\0');
+  for (size_t got = 0; got < len;) {
+    const ssize_t r = read(in, desc.data() + got, len - got);
+    if (r <= 0) _exit(6);
+    got += static_cast<size_t>(r);
+  }
+  const auto t0 = Clock::now();
+  auto peer = (*t)->Connect(desc);
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!peer.ok()) {
+    send("connect failed after " + std::to_string(took) + " s: " + peer.status().ToString());
+    _exit(0);
+  }
+  send("connected");
+  constexpr size_t kPiece = 2 << 20;
+  std::vector<WriteOp> ops;
+  for (size_t off = 0; off < bytes; off += kPiece)
+    ops.push_back({0, off, 0, off, std::min(kPiece, bytes - off)});
+  char cmd;
+  while (read(in, &cmd, 1) == 1) {
+    do {
+      Status st = WriteAndWait(**t, *peer, ops);
+      if (cmd == 'w') send(st.ok() ? "ok" : st.ToString());
+    } while (cmd == 'l');
+  }
+  _exit(0);
+}
+
+class ChildSender : public ChildProcess {
+ public:
+  // Spawns UcxChildSender.Serve writing FillRandom(seed) into `descriptor`;
+  // returns "connected" or the child's reason it is not.
+  std::string Start(const std::string& tls, size_t bytes, uint32_t seed,
+                    const std::string& descriptor) {
+    Spawn("UcxChildSender.Serve", {"STRATA_UCX_CHILD_TLS=" + tls,
+                                   "STRATA_UCX_CHILD_BYTES=" + std::to_string(bytes),
+                                   "STRATA_UCX_CHILD_SEED=" + std::to_string(seed)});
+    if (pid_ < 0) return "spawn failed";
+    const uint32_t len = static_cast<uint32_t>(descriptor.size());
+    if (!WriteFull(&len, 4) || !WriteFull(descriptor.data(), len)) return "child gone";
+    const std::string said = ReadString();
+    return said.empty() ? "the child sender died before connecting" : said;
+  }
+  // 'w' (one pass, its status returned) or 'l' (writes until killed; "").
+  std::string Command(char c) {
+    if (!WriteFull(&c, 1)) return "child gone";
+    return c == 'w' ? ReadString() : "";
+  }
 };
 
 class PeerDeathTest : public testing::TestWithParam<std::string> {};
@@ -850,6 +949,54 @@ TEST_P(PeerDeathTest, KilledReceiverWithAllocatedMemoryIsNoticedAndDisconnects) 
   auto stale = sender.Connect(child.descriptor());
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.status().code(), StatusCode::kUnavailable) << stale.status().ToString();
+}
+
+// The other direction: a sender killed (SIGKILL) while its writes stream
+// into this receiver. The receiver's memory and its one worker (every
+// sender's endpoint lands on it) must stay usable: a new sender connects
+// and its bytes land exactly.
+// DISABLED: it fails today (2026-12-04, UCX 1.13, 2-core box, each case run
+// alone 3 times), which is an open bug of issue 8, not a flaky test:
+//   - shm, all, posix,cma (1/3, 1/3, 3/3): the new sender's Connect gets
+//     "no answer within 5000 ms": the dead sender left this worker's
+//     receive FIFO stopped (the receiver-side twin of what a worker per
+//     peer mends on the sender side; disagg.md "Known limit");
+//   - tcp (1/3): this process aborts in UCX's put handler, whose
+//     completion reply to the dead sender fails ("ucp_request.inl:346
+//     Fatal: unexpected error: Endpoint timeout"): UCX 1.13 emulates puts
+//     over tcp with active messages and treats that reply's failure as
+//     fatal.
+// Run it with --gtest_also_run_disabled_tests.
+TEST_P(PeerDeathTest, DISABLED_KilledSenderLeavesTheReceiverUsable) {
+  constexpr size_t kBytes = 32 << 20;
+  UcxTransportOptions opt;
+  opt.tls = GetParam();
+  auto created = UcxTransport::Create(opt);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  UcxTransport& receiver = **created;
+  std::vector<char> region(kBytes, static_cast<char>(0xEE));
+  ASSERT_EQ(*receiver.RegisterRegion(region.data(), region.size()), 0);
+  const std::string desc = *receiver.LocalDescriptor();
+
+  ChildSender first;
+  ASSERT_EQ(first.Start(GetParam(), kBytes, 11, desc), "connected");
+  first.Command('l');
+  std::this_thread::sleep_for(milliseconds(300));  // writes streaming in
+  first.Kill();
+
+  std::vector<char> want(kBytes);
+  FillRandom(&want, 12);
+  const auto t0 = Clock::now();
+  ChildSender second;
+  const std::string said = second.Start(GetParam(), kBytes, 12, desc);
+  const double connect_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_EQ(said, "connected") << "a new sender after one was killed mid-write";
+  ASSERT_EQ(second.Command('w'), "ok");
+  EXPECT_EQ(Fnv(region.data(), kBytes), Fnv(want.data(), kBytes))
+      << "the new sender's bytes did not land as sent";
+  std::printf("[ info     ] UCX_TLS=%s: a new sender connected %.2f s after one was killed "
+              "mid-write, and its %zu MiB landed exactly\n",
+              GetParam().c_str(), connect_s, kBytes >> 20);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, PeerDeathTest,
