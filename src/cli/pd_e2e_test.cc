@@ -467,6 +467,15 @@ TEST_P(PdChaosTest, PrefillKilledMidRequestFailsTheDecodeAtOnceAndARestartedPref
   EXPECT_EQ(rd.status, 200) << rd.body << "\n" << pd->decode->Log();
   EXPECT_EQ(rp.status, 200) << rp.body;
   ExpectClean(prefill2, "prefill2");
+  // Each prefill connection wrote through a descriptor of its own (a
+  // receiving worker per connection: one killed mid-write cannot stop the
+  // next one's; ucx_transport_test KilledSenderLeavesTheReceiverUsable).
+  const std::string log = pd->decode->Log();
+  size_t own = 0;
+  for (size_t at = log.find("gets a transport descriptor of its own"); at != std::string::npos;
+       at = log.find("gets a transport descriptor of its own", at + 1))
+    ++own;
+  EXPECT_GE(own, 2u) << log;
 }
 
 TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {

@@ -433,11 +433,17 @@ void Endpoint::Impl::Accept(tcp::acceptor* acceptor, net::steady_timer* retry) {
 void Endpoint::Impl::Start(const std::shared_ptr<Conn>& c) {
   boost::system::error_code ec;
   c->socket.set_option(tcp::no_delay(true), ec);  // small frames; latency matters
+  std::string frame = hello_frame;
+  if (options.descriptor_for) {
+    Hello h = options.hello;
+    h.transport_descriptor = options.descriptor_for(c->info);
+    frame = Frame(EncodeMessage(h));
+  }
   {
     std::lock_guard<std::mutex> lock(mu);
     c->state = ConnState::kHandshaking;
-    c->out.push_front(hello_frame);  // before anything Send queued while connecting
-    c->queued_bytes += hello_frame.size();
+    c->queued_bytes += frame.size();
+    c->out.push_front(std::move(frame));  // before anything Send queued while connecting
     c->write_posted = false;
   }
   const Clock::time_point now = Clock::now();

@@ -79,6 +79,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -200,6 +201,12 @@ class Handler {
 
 struct EndpointOptions {
   Hello hello;  // what this process says about itself; must DecodeMessage cleanly
+  // When set, the hello sent on each connection carries what this returns
+  // as its transport_descriptor (the decode: KvTransport::LocalDescriptorFor
+  // the connection, so each prefill writes through receive state of its
+  // own). Called on the I/O thread as the connection starts; PeerInfo has
+  // its ref and address then.
+  std::function<std::string(const PeerInfo&)> descriptor_for;
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{
       5000};  // silence after which a peer is down; >= 2 heartbeats

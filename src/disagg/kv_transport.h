@@ -114,6 +114,20 @@ class KvTransport {
   // packed remote key, base and length). Stable for the transport's life.
   virtual StatusOr<std::string> LocalDescriptor() = 0;
 
+  // A descriptor for one peer alone (`key`: the caller's name for it, e.g.
+  // its bootstrap connection): the same regions, but what that peer sends
+  // lands in receive state of its own, so a peer that dies mid-write cannot
+  // stop the others' (UCX: a worker per key; disagg.md "Open bug"). The same
+  // key gives the same descriptor until ForgetPeer(key). Default: the
+  // shared LocalDescriptor.
+  virtual StatusOr<std::string> LocalDescriptorFor(const std::string& key) {
+    (void)key;
+    return LocalDescriptor();
+  }
+  // The peer of `key` is gone: its receive state is released (after a
+  // grace for what it still had in flight). Unknown keys are ignored.
+  virtual void ForgetPeer(const std::string& key) { (void)key; }
+
   // Connects to the receiver that produced `descriptor`. Fails with
   // InvalidArgument for a descriptor that does not parse (named as such),
   // Unavailable when the peer cannot be reached.

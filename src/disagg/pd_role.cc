@@ -144,10 +144,25 @@ class RoleBase : public PdRole, public Handler {
     hello.layout = layout;
     hello.num_pages = pool_.num_pages();
     hello.transport = transport_->name();
+    EndpointOptions eo;
     if (options_.mode == "decode") {
       ASSIGN_OR_RETURN(hello.transport_descriptor, transport_->LocalDescriptor());
+      // Each prefill connection writes through a receiving worker of its
+      // own (ForgetPeer at OnPeerDown): a prefill killed mid-write cannot
+      // stop the others' (disagg.md "Open bug"). The shared descriptor
+      // stays the fallback.
+      eo.descriptor_for = [this, shared = hello.transport_descriptor](const PeerInfo& p) {
+        StatusOr<std::string> d = transport_->LocalDescriptorFor(PeerKey(p));
+        if (d.ok()) {
+          STRATA_LOG(INFO) << "PD: prefill " << p.address
+                           << " gets a transport descriptor of its own";
+          return *d;
+        }
+        STRATA_LOG(WARN) << "PD: no transport descriptor of its own for prefill " << p.address
+                         << " (" << d.status().message() << "); it shares the decode's";
+        return shared;
+      };
     }
-    EndpointOptions eo;
     eo.hello = hello;
     eo.heartbeat_interval = options_.heartbeat_interval;
     eo.peer_timeout = options_.peer_timeout;
@@ -158,6 +173,9 @@ class RoleBase : public PdRole, public Handler {
 
  protected:
   void CountFailure(FailureReason r) { failures_->Get({FailureReasonName(r)}).Inc(); }
+
+  // The transport's key (LocalDescriptorFor, ForgetPeer) of a bootstrap connection.
+  static std::string PeerKey(const PeerInfo& p) { return "bootstrap#" + std::to_string(p.ref); }
 
   // Called every kReapInterval on the reaper thread.
   virtual void Reap(Clock::time_point now) = 0;
@@ -844,6 +862,7 @@ class DecodeRole final : public RoleBase {
     }
     if (!peer.hello.instance_id.empty())
       STRATA_LOG(WARN) << "PD: prefill " << peer.address << " down: " << why.message();
+    transport_->ForgetPeer(PeerKey(peer));
   }
 
  private:

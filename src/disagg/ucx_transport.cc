@@ -482,11 +482,37 @@ class UcxTransport::Impl {
     for (PeerId id : ids) Disconnect(id);
   }
 
-  StatusOr<std::string> LocalDescriptor() {
+  StatusOr<std::string> LocalDescriptor() { return DescriptorOf(worker_address_); }
+
+  StatusOr<std::string> LocalDescriptorFor(const std::string& key) {
+    if (OnProgressThread())
+      return FailedPrecondition("KV transport: LocalDescriptorFor from a completion");
+    std::string address;
+    Status st;
+    RunSync([&] { st = ListenerAddress(key, &address); });
+    if (!st.ok()) return st;
+    return DescriptorOf(address);
+  }
+
+  void ForgetPeer(const std::string& key) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      EnqueueLocked([this, key] {
+        auto it = listeners_.find(key);
+        if (it == listeners_.end()) return;
+        retired_listeners_.push_back(
+            {std::move(it->second), std::chrono::steady_clock::now() + kRetireGrace});
+        listeners_.erase(it);
+      });
+    }
+    Signal();
+  }
+
+  StatusOr<std::string> DescriptorOf(const std::string& worker_address) {
     UcxDescriptor d;
     d.nonce = nonce_;
     d.label = label_;
-    d.worker_address = worker_address_;
+    d.worker_address = worker_address;
     d.probe = {reinterpret_cast<uint64_t>(&probe_word_), sizeof(probe_word_), probe_.rkey};
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < regions_.size(); ++i) {
@@ -693,6 +719,9 @@ class UcxTransport::Impl {
       for (Peer* p : live_) {
         while (ucp_worker_progress(p->worker) != 0) progressed = true;
       }
+      for (Listener* l : listening_) {
+        while (ucp_worker_progress(l->worker) != 0) progressed = true;
+      }
       if (ran || progressed) {
         idle = 0;
         continue;
@@ -701,6 +730,7 @@ class UcxTransport::Impl {
       idle = 0;
       bool busy = ucp_worker_arm(worker_) == UCS_ERR_BUSY;
       for (Peer* p : live_) busy = busy || ucp_worker_arm(p->worker) == UCS_ERR_BUSY;
+      for (Listener* l : listening_) busy = busy || ucp_worker_arm(l->worker) == UCS_ERR_BUSY;
       if (busy) continue;  // events arrived meanwhile
       {
         // A command enqueued after this check signals the armed worker
@@ -713,6 +743,7 @@ class UcxTransport::Impl {
       // raises its own for its endpoint's events.
       pollfds_.assign(1, pollfd{efd_, POLLIN, 0});
       for (Peer* p : live_) pollfds_.push_back(pollfd{p->efd, POLLIN, 0});
+      for (Listener* l : listening_) pollfds_.push_back(pollfd{l->efd, POLLIN, 0});
       poll(pollfds_.data(), pollfds_.size(), inflight_ > 0 ? kBusyPollMs : kIdlePollMs);
       std::lock_guard<std::mutex> lock(mu_);
       sleeping_ = false;
@@ -1024,9 +1055,66 @@ class UcxTransport::Impl {
     }
   }
 
+  // The address of key's receiving worker, created on first use.
+  // Progress thread only.
+  Status ListenerAddress(const std::string& key, std::string* address) {
+    auto it = listeners_.find(key);
+    if (it == listeners_.end()) {
+      auto l = std::make_unique<Listener>();
+      ucp_worker_params_t wp{};
+      wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+      wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+      ucs_status_t st = ucp_worker_create(context_, &wp, &l->worker);
+      if (st != UCS_OK)
+        return Unavailable(std::string("UCX: ucp_worker_create failed: ") +
+                           ucs_status_string(st));
+      st = ucp_worker_get_efd(l->worker, &l->efd);
+      ucp_address_t* addr = nullptr;
+      size_t addr_len = 0;
+      if (st == UCS_OK) st = ucp_worker_get_address(l->worker, &addr, &addr_len);
+      if (st != UCS_OK) {
+        ucp_worker_destroy(l->worker);
+        return Unavailable(std::string("UCX: a receiving worker for a peer: ") +
+                           ucs_status_string(st));
+      }
+      l->address.assign(reinterpret_cast<const char*>(addr), addr_len);
+      ucp_worker_release_address(l->worker, addr);
+      it = listeners_.emplace(key, std::move(l)).first;
+      RebuildListening();
+    }
+    *address = it->second->address;
+    return OkStatus();
+  }
+
+  void RebuildListening() {
+    listening_.clear();
+    for (auto& [key, l] : listeners_) listening_.push_back(l.get());
+    for (RetiredListener& r : retired_listeners_) listening_.push_back(r.l.get());
+  }
+
   // Destroys the retired peers' workers whose grace has passed (all of
   // them when `all`). Progress thread (or the destructor) only.
   void ReapRetired(bool all) {
+    if (!retired_listeners_.empty() || (all && !listeners_.empty())) {
+      const auto now = std::chrono::steady_clock::now();
+      bool changed = false;
+      for (size_t i = 0; i < retired_listeners_.size();) {
+        if (!all && retired_listeners_[i].until > now) {
+          ++i;
+          continue;
+        }
+        ucp_worker_destroy(retired_listeners_[i].l->worker);
+        retired_listeners_[i] = std::move(retired_listeners_.back());
+        retired_listeners_.pop_back();
+        changed = true;
+      }
+      if (all) {
+        for (auto& [key, l] : listeners_) ucp_worker_destroy(l->worker);
+        listeners_.clear();
+        changed = true;
+      }
+      if (changed) RebuildListening();
+    }
     if (retired_.empty()) return;
     const auto now = std::chrono::steady_clock::now();
     for (size_t i = 0; i < retired_.size();) {
@@ -1068,6 +1156,21 @@ class UcxTransport::Impl {
     std::chrono::steady_clock::time_point until;
   };
   std::vector<Retired> retired_;
+  // LocalDescriptorFor's receiving workers by key, those ForgetPeer retired
+  // (kept for kRetireGrace), and both as Loop progresses and polls them.
+  // Progress thread only.
+  struct Listener {
+    ucp_worker_h worker = nullptr;
+    int efd = -1;
+    std::string address;
+  };
+  struct RetiredListener {
+    std::unique_ptr<Listener> l;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::map<std::string, std::unique_ptr<Listener>> listeners_;
+  std::vector<RetiredListener> retired_listeners_;
+  std::vector<Listener*> listening_;
   std::string worker_address_;
   std::string resources_;
   std::string label_;
@@ -1121,6 +1224,10 @@ void UcxTransport::FreeRegion(RegionId id) { impl_->FreeRegion(id); }
 std::string UcxTransport::RegionMemory(RegionId id) const { return impl_->RegionMemory(id); }
 void UcxTransport::DisconnectAll() { impl_->DisconnectAll(); }
 StatusOr<std::string> UcxTransport::LocalDescriptor() { return impl_->LocalDescriptor(); }
+StatusOr<std::string> UcxTransport::LocalDescriptorFor(const std::string& key) {
+  return impl_->LocalDescriptorFor(key);
+}
+void UcxTransport::ForgetPeer(const std::string& key) { impl_->ForgetPeer(key); }
 StatusOr<PeerId> UcxTransport::Connect(const std::string& descriptor) {
   return impl_->Connect(descriptor);
 }

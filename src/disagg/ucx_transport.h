@@ -131,6 +131,11 @@ class UcxTransport final : public KvTransport {
   std::string RegionMemory(RegionId id) const override;
   // The descriptor covers the regions registered so far.
   StatusOr<std::string> LocalDescriptor() override;
+  // A receiving worker per key (created on first use; its address in the
+  // descriptor), progressed like the others; ForgetPeer retires it for
+  // 2 s, then destroys it. Must not be called from a completion.
+  StatusOr<std::string> LocalDescriptorFor(const std::string& key) override;
+  void ForgetPeer(const std::string& key) override;
   // Also fails with FailedPrecondition when called from a completion.
   StatusOr<PeerId> Connect(const std::string& descriptor) override;
   // Called from a completion (on the progress thread) it cannot wait: the
