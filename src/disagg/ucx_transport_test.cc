@@ -516,21 +516,38 @@ INSTANTIATE_TEST_SUITE_P(Tls, AllocatedRegionTest,
 
 // ---- peer death: a receiver in a child process ----------------------------
 
+// What a helper process (ChildProcess, below) was spawned with: its pipe
+// ends, UCX_TLS and region size. False when this process is no helper.
+struct ChildSide {
+  int in = -1, out = -1;
+  UcxTransportOptions opt;
+  size_t bytes = 0;
+};
+bool ChildSideFromEnv(ChildSide* c) {
+  const char* fds = std::getenv("STRATA_UCX_CHILD_FDS");
+  if (fds == nullptr || std::sscanf(fds, "%d,%d", &c->in, &c->out) != 2) return false;
+  c->opt.tls = std::getenv("STRATA_UCX_CHILD_TLS");
+  c->bytes = std::stoull(std::getenv("STRATA_UCX_CHILD_BYTES"));
+  return true;
+}
+// A length-prefixed string to the parent (ChildProcess::ReadString).
+void SendString(int fd, const std::string& m) {
+  const uint32_t len = static_cast<uint32_t>(m.size());
+  if (write(fd, &len, 4) != 4 || write(fd, m.data(), len) != static_cast<ssize_t>(len)) _exit(5);
+}
+
 // The child's side: runs only when a PeerDeath test spawned this binary with
 // STRATA_UCX_CHILD_FDS set. Creates a receiver, registers a region of 0xEE,
 // sends its descriptor, then answers "hash your region" requests until its
 // command pipe closes (or it is killed).
 TEST(UcxChildReceiver, Serve) {
-  const char* fds = std::getenv("STRATA_UCX_CHILD_FDS");
-  if (fds == nullptr)
+  ChildSide child;
+  if (!ChildSideFromEnv(&child))
     GTEST_SKIP() << "helper process of the PeerDeath tests; runs only when they spawn it";
-  int in = -1, out = -1;
-  ASSERT_EQ(std::sscanf(fds, "%d,%d", &in, &out), 2);
-  UcxTransportOptions opt;
-  opt.tls = std::getenv("STRATA_UCX_CHILD_TLS");
-  const size_t bytes = std::stoull(std::getenv("STRATA_UCX_CHILD_BYTES"));
+  const int in = child.in, out = child.out;
+  const size_t bytes = child.bytes;
   const bool allocate = std::string(std::getenv("STRATA_UCX_CHILD_MEMORY")) == "ucx";
-  auto t = UcxTransport::Create(opt);
+  auto t = UcxTransport::Create(child.opt);
   if (!t.ok()) _exit(3);
   std::vector<char> heap;
   char* region = nullptr;
@@ -544,10 +561,7 @@ TEST(UcxChildReceiver, Serve) {
     if (!(*t)->RegisterRegion(region, bytes).ok()) _exit(4);
   }
   std::memset(region, 0xEE, bytes);
-  const std::string desc = *(*t)->LocalDescriptor();
-  const uint32_t len = static_cast<uint32_t>(desc.size());
-  if (write(out, &len, 4) != 4 || write(out, desc.data(), len) != static_cast<ssize_t>(len))
-    _exit(5);
+  SendString(out, *(*t)->LocalDescriptor());
   char cmd;
   while (read(in, &cmd, 1) == 1) {
     const uint64_t h = Fnv(region, bytes);
@@ -668,20 +682,13 @@ class ChildReceiver : public ChildProcess {
 // into the receiver's (2 MiB pieces, all in flight), answered with the
 // status; 'l': the same in a loop, never answered (until killed).
 TEST(UcxChildSender, Serve) {
-  const char* fds = std::getenv("STRATA_UCX_CHILD_FDS");
-  if (fds == nullptr)
+  ChildSide child;
+  if (!ChildSideFromEnv(&child))
     GTEST_SKIP() << "helper process of the PeerDeath tests; runs only when they spawn it";
-  int in = -1, out = -1;
-  ASSERT_EQ(std::sscanf(fds, "%d,%d", &in, &out), 2);
-  auto send = [&](const std::string& m) {
-    const uint32_t len = static_cast<uint32_t>(m.size());
-    if (write(out, &len, 4) != 4 || write(out, m.data(), len) != static_cast<ssize_t>(len))
-      _exit(5);
-  };
-  UcxTransportOptions opt;
-  opt.tls = std::getenv("STRATA_UCX_CHILD_TLS");
-  const size_t bytes = std::stoull(std::getenv("STRATA_UCX_CHILD_BYTES"));
-  auto t = UcxTransport::Create(opt);
+  const int in = child.in, out = child.out;
+  const size_t bytes = child.bytes;
+  auto send = [&](const std::string& m) { SendString(out, m); };
+  auto t = UcxTransport::Create(child.opt);
   if (!t.ok()) _exit(3);
   std::vector<char> src(bytes);
   FillRandom(&src, static_cast<uint32_t>(std::stoul(std::getenv("STRATA_UCX_CHILD_SEED"))));
