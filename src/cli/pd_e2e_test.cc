@@ -561,7 +561,8 @@ TEST_P(PdChaosTest, DecodeKilledBeforeTheWritesFreesThePrefillsPagesAndItServesA
   std::thread tp([&] { rp = pd.prefill->PostJson("/v1/completions", b.dump(), "", 60s); });
   std::thread td([&] { rd = pd.decode->PostJson("/v1/completions", b.dump(), "", 60s); });
   EXPECT_TRUE(Eventually([&] { return ActivePages(*pd.decode) > 0; }, 10s))
-      << "decode never reserved";
+      << "decode never reserved; its log:\n"
+      << pd.decode->Log();
   std::this_thread::sleep_for(300ms);  // the RoomReady reaches the prefill's socket
   pd.decode->Signal(SIGKILL);
   td.join();

@@ -20,11 +20,13 @@
 //
 // Usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5]
 //          [--receiver-memory=ucx|heap] [--sender-memory=heap|ucx] [--direct-copy=1|0]
-//          [--repeat=1]
+//          [--writes=auto|puts|messages] [--repeat=1]
 // Memory: "ucx" pools come from KvTransport::AllocateRegion (what `strata
 // serve` gives PD roles), "heap" ones are std::vectors given to
 // RegisterRegion. --direct-copy=0 turns UcxTransportOptions::direct_copy
 // off on the sender (UCX's puts even where the peer's memory is mapped).
+// --writes sets UcxTransportOptions::writes of the sender (auto: the
+// transport's own active messages where UCX has no native put, i.e. tcp).
 // Prints one line per repetition and a final "result ..." line (MB/s as
 // ucx_perftest prints them: 2^20 bytes per second).
 #include <signal.h>
@@ -57,6 +59,7 @@ struct Options {
   std::string receiver_memory = "ucx";
   std::string sender_memory = "heap";  // a prefill's pool is the backend's
   bool direct_copy = true;  // UcxTransportOptions::direct_copy of the sender
+  UcxTransportOptions::Writes writes = UcxTransportOptions::Writes::kAuto;
   int64_t pages = 1024;
   int64_t chunk_pages = 64;
   int reps = 5;
@@ -194,6 +197,7 @@ int Run(const Options& o) {
 
   UcxTransportOptions sender_options;
   sender_options.direct_copy = o.direct_copy;
+  sender_options.writes = o.writes;
   auto created = UcxTransport::Create(sender_options);
   if (!created.ok()) Die("sender: " + created.status().ToString());
   UcxTransport& t = **created;
@@ -310,6 +314,14 @@ int main(int argc, char** argv) {
       o.repeat = std::atoi(v);
     } else if (const char* v = value("--direct-copy=")) {
       o.direct_copy = std::atoi(v) != 0;
+    } else if (const char* v = value("--writes=")) {
+      const std::string w = v;
+      if (w != "auto" && w != "puts" && w != "messages") {
+        std::fprintf(stderr, "--writes: auto, puts or messages, not \"%s\"\n", v);
+        return 1;
+      }
+      using Writes = strata::disagg::UcxTransportOptions::Writes;
+      o.writes = w == "puts" ? Writes::kPuts : w == "messages" ? Writes::kMessages : Writes::kAuto;
     } else if (const char* v = value("--pages=")) {
       o.pages = std::atoll(v);
     } else if (const char* v = value("--chunk-pages=")) {
@@ -318,7 +330,7 @@ int main(int argc, char** argv) {
       o.reps = std::atoi(v);
     } else {
       std::fprintf(stderr, "usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5] "
-                   "[--receiver-memory=ucx|heap] [--sender-memory=ucx|heap] [--direct-copy=1|0] [--repeat=1]\n");
+                   "[--receiver-memory=ucx|heap] [--sender-memory=ucx|heap] [--direct-copy=1|0] [--writes=auto|puts|messages] [--repeat=1]\n");
       return 1;
     }
   }

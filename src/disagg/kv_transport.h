@@ -2,8 +2,9 @@
 // registers its KV pool memory for remote writes and publishes a descriptor
 // (through the bootstrap handshake, disagg/bootstrap.h); the prefill server
 // connects to it from that descriptor and writes computed KV pages straight
-// into the decode's pages with one-sided puts, in batches, as prefill chunks
-// finish. Nothing here knows about requests, rooms or pages: it moves byte
+// into the decode's pages, in batches, as prefill chunks finish (one-sided
+// puts, copies into mapped shared memory, or, over tcp, messages the
+// decode's transport copies: UcxTransport). Nothing here knows about requests, rooms or pages: it moves byte
 // ranges between registered regions. disagg/page_ops.h turns page ids of a
 // KvLayout into WriteOps.
 //
@@ -61,6 +62,7 @@ struct WriteOp {
 struct TransportStats {
   uint64_t bytes_written = 0;    // completed OK
   uint64_t bytes_copied_directly = 0;  // of those: by this process into mapped peer memory
+  uint64_t bytes_by_messages = 0;  // of those: as the transport's own messages (UCX: tcp)
   uint64_t writes_ok = 0;        // Write() batches completed OK
   uint64_t writes_failed = 0;    // completed with an error
   int64_t peers = 0;             // connected now

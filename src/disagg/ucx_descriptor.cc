@@ -7,7 +7,7 @@ namespace strata::disagg {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'K', 'V'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kFrameBytes = 8 + 4 + 4 + 8;  // magic, version, body length, checksum
 // A worker address or a packed rkey is tens to a few hundred bytes; the
 // bounds only keep a corrupt length from allocating gigabytes.
@@ -129,7 +129,6 @@ std::string EncodeUcxDescriptor(const UcxDescriptor& d) {
   PutU64(&body, d.nonce);
   PutStr(&body, d.label);
   PutStr(&body, d.worker_address);
-  PutRegion(&body, d.probe);
   PutU32(&body, static_cast<uint32_t>(d.regions.size()));
   for (const UcxRemoteRegion& r : d.regions) PutRegion(&body, r);
   std::string out(kMagic, sizeof(kMagic));
@@ -166,10 +165,9 @@ StatusOr<UcxDescriptor> ParseUcxDescriptor(std::string_view bytes) {
   Reader r(bytes.substr(16, body_len), 16);
   uint32_t n = 0;
   if (r.U64(&d.nonce, "nonce") && r.Str(&d.label, "label") &&
-      r.Str(&d.worker_address, "worker address") && r.Region(&d.probe, "probe region") &&
+      r.Str(&d.worker_address, "worker address") &&
       r.U32(&n, "region count")) {
     if (d.worker_address.empty()) r.Fail("empty worker address");
-    if (d.probe.length != sizeof(uint64_t)) r.Fail("probe region is not 8 bytes");
     if (n > kMaxRegions)
       r.Fail("region count " + std::to_string(n) + " over " + std::to_string(kMaxRegions));
     for (uint32_t i = 0; r.error().ok() && i < n; ++i) {

@@ -1,15 +1,16 @@
 // The descriptor UcxTransport::LocalDescriptor exports and Connect parses:
 // what a peer needs to write into this process's registered regions (the
 // UCX worker address, each region's base, length and packed remote key)
-// plus the probe word Connect reads to check it reached the right process.
+// plus the nonce the peer's answer to Connect's probe must hold, so that
+// Connect knows it reached the process that wrote the descriptor.
 // Pure functions on values; thread-safe. ParseUcxDescriptor is the only
 // code that sees a peer's bytes before UCX does, so it is fuzzed
 // (ucx_descriptor_test.cc).
 //
-// Wire format (little-endian), version 1:
+// Wire format (little-endian), version 2 (version 1 had a probe region
+// after the worker address: Connect read the nonce from it):
 //   "STRATAKV" | u32 version | u32 body length | body | u64 FNV-1a of all before
-//   body: u64 nonce | str label | str worker address
-//         | region probe | u32 n | n x region
+//   body: u64 nonce | str label | str worker address | u32 n | n x region
 //   region: u64 base | u64 length | str packed rkey;  str: u32 length | bytes
 // The checksum makes truncated or corrupted descriptors fail here, before
 // UCX parses an address or an rkey (UCX trusts those bytes). It is not a
@@ -33,10 +34,9 @@ struct UcxRemoteRegion {
 };
 
 struct UcxDescriptor {
-  uint64_t nonce = 0;          // random per transport; the probe word holds it
+  uint64_t nonce = 0;          // random per transport; its probe answer holds it
   std::string label;           // "host pid N", for messages
   std::string worker_address;  // ucp_worker_get_address output
-  UcxRemoteRegion probe;       // 8 bytes holding `nonce`
   std::vector<UcxRemoteRegion> regions;
 };
 

@@ -8,13 +8,13 @@
 namespace strata::disagg {
 namespace {
 
-// `body` behind a valid frame (magic, version 1, length) and checksum.
+// `body` behind a valid frame (magic, version 2, length) and checksum.
 std::string Frame(const std::string& body) {
   std::string out("STRATAKV", 8);
   auto u32 = [&](uint32_t v) {
     for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>(v >> (8 * k)));
   };
-  u32(1);
+  u32(2);
   u32(static_cast<uint32_t>(body.size()));
   out += body;
   uint64_t h = 14695981039346656037ull;
@@ -31,7 +31,6 @@ UcxDescriptor SampleDescriptor() {
   d.nonce = 0x0123456789abcdefull;
   d.label = "host pid 42";
   d.worker_address = std::string("\x01\x02\x00\x03worker", 10);
-  d.probe = {0x1000, 8, "probe-rkey"};
   d.regions = {{0x7f0000000000, 1 << 30, "rkey-0"},
                {0x7f1000000000, 4096, std::string(200, '\x07')}};
   return d;
@@ -44,11 +43,20 @@ TEST(UcxDescriptorTest, RoundTrips) {
   EXPECT_EQ(back->nonce, d.nonce);
   EXPECT_EQ(back->label, d.label);
   EXPECT_EQ(back->worker_address, d.worker_address);
-  EXPECT_EQ(back->probe.base, d.probe.base);
-  EXPECT_EQ(back->probe.rkey, d.probe.rkey);
   ASSERT_EQ(back->regions.size(), 2u);
   EXPECT_EQ(back->regions[1].length, 4096u);
   EXPECT_EQ(back->regions[1].rkey, d.regions[1].rkey);
+}
+
+// A descriptor of version 1 (a build whose Connect read a probe region)
+// is refused, naming both versions, before anything else is read.
+TEST(UcxDescriptorTest, AnOlderVersionIsRefusedNamingBoth) {
+  std::string bytes = EncodeUcxDescriptor(SampleDescriptor());
+  bytes[8] = 1;
+  auto r = ParseUcxDescriptor(bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("version 1, this build reads version 2"), std::string::npos)
+      << r.status().ToString();
 }
 
 void ExpectRejected(const std::string& bytes, const std::string& what) {
@@ -84,7 +92,6 @@ TEST(UcxDescriptorTest, RejectsGarbageThatPassesTheFrame) {
     auto r = ParseUcxDescriptor(Frame(body));
     if (r.ok()) {
       ++accepted;  // only structurally valid bodies parse
-      EXPECT_EQ(r->probe.length, 8u);
       EXPECT_FALSE(r->worker_address.empty());
     } else {
       EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);

@@ -20,11 +20,14 @@
 #include <unordered_set>
 #include <utility>
 
+#include "disagg/ucx_messages.h"
 #include "util/logging.h"
 
 namespace strata::disagg {
 
 namespace {
+
+using namespace ucx_messages;  // NOLINT: the wire format of this transport
 
 // Rounds of ucp_worker_progress without events before the progress thread
 // arms the worker and sleeps: keeps a burst of completions off the sleep
@@ -42,6 +45,14 @@ constexpr int kBusyPollMs = 0;
 // How long a closed peer's worker is kept (progressed) before it is
 // destroyed: the other side's replies to our last puts land in it.
 constexpr std::chrono::milliseconds kRetireGrace{2000};
+
+// A message this process sends whose header (and data) must live until UCX
+// completes the send: freed by the send's callback.
+struct OwnedMessage {
+  std::string header;
+  std::string data;
+};
+
 
 std::string CaptureToString(const std::function<void(FILE*)>& print) {
   char* buf = nullptr;
@@ -137,6 +148,16 @@ std::string MemoryKindAt(const void* p) {
 class UcxTransport::Impl {
  public:
   struct Batch;
+  struct Probe;
+
+  // A worker that receives: the main one (LocalDescriptor's) or a peer's
+  // own (LocalDescriptorFor).
+  struct Listener {
+    Impl* impl = nullptr;  // set by Receive
+    ucp_worker_h worker = nullptr;
+    int efd = -1;
+    std::string address;
+  };
 
   struct LocalRegion {
     char* base = nullptr;
@@ -170,15 +191,23 @@ class UcxTransport::Impl {
     ucp_worker_h worker = nullptr;
     int efd = -1;
     ucp_ep_h ep = nullptr;
-    ucp_rkey_h probe_rkey = nullptr;
     std::vector<ucp_rkey_h> rkeys;
     // Per region: where it is mapped in this process (ucp_rkey_ptr: the
     // peer's memory is shared memory UCX allocated), else null. Cleared
     // with the rkeys (destroying them unmaps it).
     std::vector<char*> direct;
-    std::unordered_set<Batch*> batches;  // flushing: UCX will call back
-    // Batches ClosePeer ended whose flush UCX still owes: freed by their
-    // late callback, or after the peer's worker is destroyed.
+    // Writes by active messages (UcxTransportOptions::writes) instead of
+    // ucp_put_nbx: decided at Connect.
+    bool by_messages = false;
+    uint64_t sender_id = 0;  // random: names this connection's batches at the receiver
+    uint64_t next_seq = 0;
+    // Connect's probe (kAmProbe) until its reply.
+    std::shared_ptr<Probe> probe;
+    WireProbe probe_header;
+    std::unordered_set<Batch*> batches;  // not yet ended
+    std::unordered_map<uint64_t, Batch*> awaiting;  // by messages: by seq, until the ack
+    // Batches already ended whose callbacks UCX still owes (Batch::ucx_owes):
+    // freed by the last of them, or after the peer's worker is destroyed.
     std::unordered_set<Batch*> orphans;
     bool closed = false;
   };
@@ -191,19 +220,23 @@ class UcxTransport::Impl {
     int dst_region = 0;
   };
 
+  // A posted Write. It is in flight (Peer::batches, counted in inflight_)
+  // until End; its memory lives until UCX owes it no callback either.
   struct Batch {
     std::shared_ptr<Peer> peer;
     std::vector<Put> puts;
     std::function<void(Status)> done;
     uint64_t bytes = 0;
-    bool finished = false;  // done ran
-    // ClosePeer gave up on UCX completing its flush: no longer in the
-    // peer's set nor counted in inflight_; a late callback only frees it.
-    bool orphaned = false;
+    bool finished = false;  // ended: done ran
+    // Callbacks UCX still owes: the flush (puts), or the sends of pieces
+    // that did not complete at once (messages; they read `headers`).
+    int ucx_owes = 0;
+    uint64_t seq = 0;                // by messages
+    std::vector<WireWrite> headers;  // by messages: one per piece
   };
 
-  // Connect's probe read; shared with the UCX callback, which may outlive
-  // a Connect that timed out.
+  // Connect's probe (kAmProbe and its reply); shared with the UCX
+  // callbacks, which may outlive a Connect that timed out.
   struct Probe {
     uint64_t value = 0;
     std::promise<ucs_status_t> result;
@@ -241,7 +274,7 @@ class UcxTransport::Impl {
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &context_);
     // Shared memory (posix/sysv) needs two settings of its own, made only
     // for a context that offers it (UCX warns of a setting no transport of
@@ -311,12 +344,24 @@ class UcxTransport::Impl {
                          ucs_status_string(st));
     worker_address_.assign(reinterpret_cast<const char*>(addr), addr_len);
     ucp_worker_release_address(worker_, addr);
+    // (Only with a transport of active messages: UCX 1.13 asserts in the
+    // query without one, and Connect then says what to use instead.)
+    ucp_worker_attr_t attr{};
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+    if (TlsHaveActiveMessages() &&
+        ((st = ucp_worker_query(worker_, &attr)) != UCS_OK ||
+         attr.max_am_header < sizeof(WireWrite))) {
+      return Unavailable("UCX: its active messages take headers of " +
+                         std::to_string(attr.max_am_header) + " bytes, this transport needs " +
+                         std::to_string(sizeof(WireWrite)));
+    }
+    main_rx_.worker = worker_;
+    main_rx_.efd = efd_;
+    RETURN_IF_ERROR(Receive(&main_rx_));
 
     std::random_device rd;
     nonce_ = (uint64_t{rd()} << 32) ^ rd();
-    probe_word_ = nonce_;
     label_ = Hostname() + " pid " + std::to_string(getpid());
-    ASSIGN_OR_RETURN(probe_, MapRegion(&probe_word_, sizeof(probe_word_)));
     resources_ = ResourcesOf(context_);
     STRATA_LOG(INFO) << "KV transport ucx: UCX " << ucp_get_version_string() << ", UCX_TLS=\""
                      << TlsForMessages() << "\", offers: " << resources_;
@@ -352,7 +397,6 @@ class UcxTransport::Impl {
     ReapRetired(/*all=*/true);
     for (LocalRegion& r : regions_)
       if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
-    if (probe_.memh != nullptr) ucp_mem_unmap(context_, probe_.memh);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
     if (context_ != nullptr) ucp_cleanup(context_);
   }
@@ -513,7 +557,6 @@ class UcxTransport::Impl {
     d.nonce = nonce_;
     d.label = label_;
     d.worker_address = worker_address;
-    d.probe = {reinterpret_cast<uint64_t>(&probe_word_), sizeof(probe_word_), probe_.rkey};
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < regions_.size(); ++i) {
       const LocalRegion& r = regions_[i];
@@ -574,14 +617,23 @@ class UcxTransport::Impl {
                          fix + ")");
     }
     std::string info;
-    RunSync([&] { info = EpInfo(*peer); });
+    RunSync([&] {
+      info = EpInfo(*peer);
+      // UCX prints a "put[i]" line for each lane it puts natively on.
+      peer->by_messages =
+          options_.writes == UcxTransportOptions::Writes::kMessages ||
+          (options_.writes == UcxTransportOptions::Writes::kAuto &&
+           info.find("put[") == std::string::npos);
+    });
     {
       std::lock_guard<std::mutex> lock(mu_);
       peers_[peer->id] = peer;
     }
     STRATA_LOG(INFO) << "KV transport ucx: connected to " << peer->desc.label << " (peer "
                      << peer->id << ", " << peer->desc.regions.size() << " regions) over "
-                     << LanesOf(info) << "; writes copied directly into "
+                     << LanesOf(info) << ", writes by "
+                     << (peer->by_messages ? "active messages" : "puts")
+                     << "; writes copied directly into "
                      << std::count_if(peer->direct.begin(), peer->direct.end(),
                                       [](const char* p) { return p != nullptr; })
                      << " of " << peer->desc.regions.size() << " regions";
@@ -676,6 +728,7 @@ class UcxTransport::Impl {
     TransportStats s;
     s.bytes_written = bytes_written_.load();
     s.bytes_copied_directly = direct_bytes_.load();
+    s.bytes_by_messages = message_bytes_.load();
     s.writes_ok = writes_ok_.load();
     s.writes_failed = writes_failed_.load();
     s.writes_in_flight = inflight_.load();
@@ -834,10 +887,14 @@ class UcxTransport::Impl {
     // UCX reports the close.
     const Status st = peer.closing ? Aborted("disconnected") : Unavailable(reason);
     if (!peer.closing) STRATA_LOG(WARN) << "KV transport ucx: " << reason;
-    // UCX completes their flushes with an error too; end them now so a
-    // caller waiting on them hears at once. The callbacks free them.
+    // End them now so a caller waiting on them hears at once (UCX
+    // completes what it still owes with an error too, and that frees them;
+    // no ack comes for writes by messages).
     const std::vector<Batch*> inflight(peer.batches.begin(), peer.batches.end());
-    for (Batch* b : inflight) Finish(b, st);
+    for (Batch* b : inflight) {
+      End(b, st);
+      FreeIfDone(b);
+    }
   }
 
   void StartConnect(const std::shared_ptr<Peer>& peer, const std::shared_ptr<Probe>& probe) {
@@ -865,11 +922,6 @@ class UcxTransport::Impl {
       peer->ep = nullptr;
       return probe->Set(st);
     }
-    st = ucp_ep_rkey_unpack(peer->ep, peer->desc.probe.rkey.data(), &peer->probe_rkey);
-    if (st != UCS_OK) {
-      peer->probe_rkey = nullptr;
-      return probe->Set(st);
-    }
     for (const UcxRemoteRegion& r : peer->desc.regions) {
       ucp_rkey_h rkey = nullptr;
       st = ucp_ep_rkey_unpack(peer->ep, r.rkey.data(), &rkey);
@@ -879,23 +931,63 @@ class UcxTransport::Impl {
       const bool mapped = options_.direct_copy && ucp_rkey_ptr(rkey, r.base, &local) == UCS_OK;
       peer->direct.push_back(mapped ? static_cast<char*>(local) : nullptr);
     }
+    // What the receiver sends back lands in the peer's worker: acks of
+    // writes by messages and the probe's reply.
+    for (const auto& [id, cb] : {std::pair{kAmAck, &Impl::OnAckAm},
+                                 std::pair{kAmProbeReply, &Impl::OnProbeReplyAm}}) {
+      ucp_am_handler_param_t h{};
+      h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                     UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+      h.id = id;
+      h.cb = cb;
+      h.arg = peer.get();
+      h.flags = UCP_AM_FLAG_WHOLE_MSG;
+      st = ucp_worker_set_am_recv_handler(peer->worker, &h);
+      if (st != UCS_OK) return probe->Set(st);
+    }
+    // The probe: a message the receiver answers with its nonce. An active
+    // message, not a read of a word of the peer's: over tcp UCX 1.13
+    // emulates reads with messages whose handler aborts the process that
+    // answers when the asker died meanwhile (see PostMessages).
+    std::random_device rd;
+    peer->sender_id = (uint64_t{rd()} << 32) ^ rd();
+    peer->probe = probe;
+    peer->probe_header.token = peer->sender_id;
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = &Impl::OnProbeDone;
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    p.cb.send = &Impl::OnProbeSent;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
     auto* holder = new std::shared_ptr<Probe>(probe);
     p.user_data = holder;
-    ucs_status_ptr_t req = ucp_get_nbx(peer->ep, &probe->value, sizeof(probe->value),
-                                       peer->desc.probe.base, peer->probe_rkey, &p);
-    if (UCS_PTR_IS_PTR(req)) return;  // OnProbeDone follows
+    ucs_status_ptr_t req = ucp_am_send_nbx(peer->ep, kAmProbe, &peer->probe_header,
+                                           sizeof(peer->probe_header), nullptr, 0, &p);
+    if (UCS_PTR_IS_PTR(req)) return;  // OnProbeSent follows; the reply sets the probe
     delete holder;
-    probe->Set(UCS_PTR_STATUS(req));
+    if (UCS_PTR_IS_ERR(req)) probe->Set(UCS_PTR_STATUS(req));
   }
 
-  static void OnProbeDone(void* request, ucs_status_t status, void* user_data) {
+  // The probe's send completed: only an error says anything (the reply
+  // sets the probe).
+  static void OnProbeSent(void* request, ucs_status_t status, void* user_data) {
     auto* holder = static_cast<std::shared_ptr<Probe>*>(user_data);
-    (*holder)->Set(status);
+    if (status != UCS_OK) (*holder)->Set(status);
     delete holder;
     ucp_request_free(request);
+  }
+
+  static ucs_status_t OnProbeReplyAm(void* arg, const void* header, size_t header_length,
+                                     void* /*data*/, size_t /*length*/,
+                                     const ucp_am_recv_param_t* /*param*/) {
+    auto* peer = static_cast<Peer*>(arg);
+    WireProbe reply;
+    if (peer->probe == nullptr || !ReadHeader(header, header_length, &reply) ||
+        reply.token != peer->probe_header.token)
+      return UCS_OK;  // not our probe's answer
+    peer->probe->value = reply.nonce;
+    peer->probe->Set(UCS_OK);
+    peer->probe = nullptr;
+    return UCS_OK;
   }
 
   void PostBatch(Batch* b) {
@@ -911,6 +1003,8 @@ class UcxTransport::Impl {
       return FinishAndFree(b, Unavailable(lost));
     }
     if (CopyDirect(*b)) return FinishAndFree(b, OkStatus());
+    if (b->puts.empty()) return FinishAndFree(b, OkStatus());
+    if (peer.by_messages) return PostMessages(b);
     ucp_request_param_t none{};
     for (const Put& put : b->puts) {
       ucs_status_ptr_t req = ucp_put_nbx(peer.ep, put.src, put.length, put.remote_addr,
@@ -932,8 +1026,92 @@ class UcxTransport::Impl {
       MarkLost(peer, UCS_PTR_STATUS(req));
       return FinishAndFree(b, LostStatus(peer, UCS_PTR_STATUS(req)));
     }
+    b->ucx_owes = 1;
     peer.batches.insert(b);
     ++inflight_;
+  }
+
+  // A batch as active messages of our own: each put in pieces of at most
+  // kPieceBytes (kAmWrite, eager: UCX's rendezvous over tcp would bring
+  // back the emulated puts), and `done` from the receiver's kAmAck once all
+  // of them landed (remote completion, as a flush gives the puts). Why not
+  // ucp_put_nbx here: over tcp UCX 1.13 has no native puts and emulates each
+  // with a message whose handler, in the receiving process, sends a
+  // completion back and aborts that process when the send fails ("Fatal:
+  // unexpected error: Endpoint timeout", ucp_request.inl), i.e. when the
+  // sender died mid-write: a prefill killed mid-transfer would take the
+  // decode down with it. Our handler's sends report errors instead.
+  void PostMessages(Batch* b) {
+    Peer& peer = *b->peer;
+    b->seq = ++peer.next_seq;
+    size_t pieces = 0;
+    for (const Put& put : b->puts) pieces += PiecesOf(put.length);
+    b->headers.resize(pieces);
+    peer.batches.insert(b);
+    peer.awaiting[b->seq] = b;
+    ++inflight_;
+    size_t i = 0;
+    for (const Put& put : b->puts) {
+      const UcxRemoteRegion& region = peer.desc.regions[static_cast<size_t>(put.dst_region)];
+      for (uint64_t off = 0; off < put.length; off += kPieceBytes, ++i) {
+        WireWrite& h = b->headers[i];
+        h.dst_region = static_cast<uint32_t>(put.dst_region);
+        h.sender = peer.sender_id;
+        h.seq = b->seq;
+        h.dst_offset = put.remote_addr - region.base + off;
+        h.length = std::min<uint64_t>(kPieceBytes, put.length - off);
+        h.total = static_cast<uint32_t>(pieces);
+        ucp_request_param_t p{};
+        p.op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+        p.cb.send = &Impl::OnPieceSent;
+        p.user_data = b;
+        p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+        ucs_status_ptr_t req =
+            ucp_am_send_nbx(peer.ep, kAmWrite, &h, sizeof(h), put.src + off, h.length, &p);
+        if (UCS_PTR_IS_PTR(req)) {
+          ++b->ucx_owes;
+          continue;
+        }
+        if (UCS_PTR_IS_ERR(req)) {
+          MarkLost(peer, UCS_PTR_STATUS(req));
+          End(b, LostStatus(peer, UCS_PTR_STATUS(req)));
+          return FreeIfDone(b);
+        }
+      }
+    }
+  }
+
+  static void OnPieceSent(void* request, ucs_status_t status, void* user_data) {
+    ucp_request_free(request);
+    auto* b = static_cast<Batch*>(user_data);
+    Impl* impl = b->peer->impl;
+    --b->ucx_owes;
+    if (status != UCS_OK && !b->finished) impl->End(b, impl->LostStatus(*b->peer, status));
+    impl->FreeIfDone(b);
+  }
+
+  // kAmAck on a peer's worker: the receiver has the batch (or refused it).
+  static ucs_status_t OnAckAm(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* /*param*/) {
+    auto* peer = static_cast<Peer*>(arg);
+    WireAck ack;
+    if (!ReadHeader(header, header_length, &ack) || ack.sender != peer->sender_id)
+      return UCS_OK;  // not an answer to this connection
+    auto it = peer->awaiting.find(ack.seq);
+    if (it == peer->awaiting.end()) return UCS_OK;  // already ended (lost, disconnected)
+    Batch* b = it->second;
+    Impl* impl = peer->impl;
+    if (ack.code == kAckOk) {
+      impl->message_bytes_ += b->bytes;
+      impl->End(b, OkStatus());
+    } else {
+      const std::string why(static_cast<const char*>(data), data == nullptr ? 0 : length);
+      impl->End(b, InvalidArgument("KV transport peer " + peer->desc.label +
+                                   " refused a write: " + why));
+    }
+    impl->FreeIfDone(b);
+    return UCS_OK;
   }
 
   // When every put of `b` goes to a region mapped here (Peer::direct),
@@ -965,17 +1143,10 @@ class UcxTransport::Impl {
     ucp_request_free(request);
     auto* b = static_cast<Batch*>(user_data);
     Impl* impl = b->peer->impl;
-    if (!b->orphaned) {
-      b->peer->batches.erase(b);
-      --impl->inflight_;
-    } else {
-      b->peer->orphans.erase(b);
-    }
-    if (status == UCS_OK) {
-      impl->FinishAndFree(b, OkStatus());
-    } else {
-      impl->FinishAndFree(b, impl->LostStatus(*b->peer, status));
-    }
+    --b->ucx_owes;
+    if (!b->finished)
+      impl->End(b, status == UCS_OK ? OkStatus() : impl->LostStatus(*b->peer, status));
+    impl->FreeIfDone(b);
   }
 
   Status LostStatus(const Peer& peer, ucs_status_t status) {
@@ -1000,8 +1171,29 @@ class UcxTransport::Impl {
     if (done) done(st);
   }
 
+  // A batch that was never in flight: ended and freed at once.
   void FinishAndFree(Batch* b, const Status& st) {
     Finish(b, st);
+    delete b;
+  }
+
+  // Ends an in-flight batch: out of the peer's sets and inflight_, `done`
+  // run. Its memory stays while UCX owes it callbacks (Peer::orphans).
+  void End(Batch* b, const Status& st) {
+    if (b->finished) return;
+    Peer& peer = *b->peer;
+    peer.batches.erase(b);
+    if (b->seq != 0) peer.awaiting.erase(b->seq);
+    --inflight_;
+    Finish(b, st);
+    if (b->ucx_owes > 0) peer.orphans.insert(b);
+  }
+
+  // Frees an ended batch once UCX owes it nothing (a callback of UCX's
+  // calls this last).
+  void FreeIfDone(Batch* b) {
+    if (!b->finished || b->ucx_owes > 0) return;
+    b->peer->orphans.erase(b);
     delete b;
   }
 
@@ -1023,28 +1215,24 @@ class UcxTransport::Impl {
       peer->ep = nullptr;
     }
     if (!peer->batches.empty()) {
-      // UCX 1.13's forced close leaves the flush of puts that a stalled or
-      // dead peer never took uncompleted (seen over tcp and, more often,
-      // shared memory). End them here and stop counting them, or the
-      // progress thread would spin for them forever; their memory stays
-      // (a late callback frees it; it would otherwise touch freed memory).
+      // Left in flight: writes by messages whose ack will not come now,
+      // and puts whose flush UCX 1.13's forced close leaves uncompleted
+      // when a stalled or dead peer never took them (seen over tcp and,
+      // more often, shared memory). End them here, or the progress thread
+      // would spin for them forever; the memory of those UCX still owes a
+      // callback stays (a late callback frees it, else ReapRetired).
       STRATA_LOG(INFO) << "KV transport ucx: " << peer->batches.size()
-                       << " batches left pending by UCX after closing peer " << peer->desc.label
+                       << " batches in flight after closing peer " << peer->desc.label
                        << "; ended as disconnected";
       const std::vector<Batch*> left(peer->batches.begin(), peer->batches.end());
       for (Batch* b : left) {
-        b->orphaned = true;
-        --inflight_;
-        Finish(b, Aborted("disconnected"));
-        peer->orphans.insert(b);
+        End(b, Aborted("disconnected"));
+        FreeIfDone(b);
       }
-      peer->batches.clear();
     }
     for (ucp_rkey_h k : peer->rkeys) ucp_rkey_destroy(k);
     peer->rkeys.clear();
     peer->direct.clear();
-    if (peer->probe_rkey != nullptr) ucp_rkey_destroy(peer->probe_rkey);
-    peer->probe_rkey = nullptr;
     // The peer's worker stays up (progressed, polled) for kRetireGrace: the
     // other side may still hold puts of ours in flight, and UCX 1.13 aborts
     // that process when its put handler's reply finds our worker gone
@@ -1079,11 +1267,142 @@ class UcxTransport::Impl {
       }
       l->address.assign(reinterpret_cast<const char*>(addr), addr_len);
       ucp_worker_release_address(l->worker, addr);
+      if (Status rx = Receive(l.get()); !rx.ok()) {
+        ucp_worker_destroy(l->worker);
+        return rx;
+      }
       it = listeners_.emplace(key, std::move(l)).first;
       RebuildListening();
     }
     *address = it->second->address;
     return OkStatus();
+  }
+
+  // Makes `l`'s worker a receiver: writes by messages and probes.
+  Status Receive(Listener* l) {
+    l->impl = this;
+    for (const auto& [id, cb] :
+         {std::pair{kAmWrite, &Impl::OnWriteAm}, std::pair{kAmProbe, &Impl::OnProbeAm}}) {
+      ucp_am_handler_param_t h{};
+      h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                     UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+      h.id = id;
+      h.cb = cb;
+      h.arg = l;
+      h.flags = UCP_AM_FLAG_WHOLE_MSG;
+      const ucs_status_t st = ucp_worker_set_am_recv_handler(l->worker, &h);
+      if (st != UCS_OK)
+        return Unavailable(std::string("UCX: setting an active message handler failed: ") +
+                           ucs_status_string(st));
+    }
+    return OkStatus();
+  }
+
+  // Sends `msg` (header and data) to `ep`, which owns it until UCX is done
+  // with it. Errors are only logged: the peer it answers is gone, which its
+  // own endpoint reports.
+  static void SendOwned(ucp_ep_h ep, AmId id, OwnedMessage* msg) {
+    ucp_request_param_t p{};
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    p.cb.send = [](void* request, ucs_status_t status, void* user_data) {
+      if (status != UCS_OK)
+        STRATA_LOG(DEBUG) << "KV transport ucx: an answer to a peer was not sent: "
+                          << ucs_status_string(status);
+      delete static_cast<OwnedMessage*>(user_data);
+      ucp_request_free(request);
+    };
+    p.user_data = msg;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    ucs_status_ptr_t req = ucp_am_send_nbx(ep, id, msg->header.data(), msg->header.size(),
+                                           msg->data.data(), msg->data.size(), &p);
+    if (UCS_PTR_IS_PTR(req)) return;
+    if (UCS_PTR_IS_ERR(req))
+      STRATA_LOG(DEBUG) << "KV transport ucx: an answer to a peer was not sent: "
+                        << ucs_status_string(UCS_PTR_STATUS(req));
+    delete msg;
+  }
+
+  template <typename T>
+  static OwnedMessage* Message(const T& header, std::string data = {}) {
+    auto* m = new OwnedMessage;
+    m->header.assign(reinterpret_cast<const char*>(&header), sizeof(header));
+    m->data = std::move(data);
+    return m;
+  }
+
+  static ucs_status_t OnProbeAm(void* arg, const void* header, size_t header_length,
+                                void* /*data*/, size_t /*length*/,
+                                const ucp_am_recv_param_t* param) {
+    auto* l = static_cast<Listener*>(arg);
+    WireProbe probe;
+    if (!ReadHeader(header, header_length, &probe)) return UCS_OK;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;  // cannot answer
+    probe.nonce = l->impl->nonce_;
+    SendOwned(param->reply_ep, kAmProbeReply, Message(probe));
+    return UCS_OK;
+  }
+
+  static ucs_status_t OnWriteAm(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param) {
+    auto* l = static_cast<Listener*>(arg);
+    l->impl->ReceivePiece(*l, header, header_length, data, length, param);
+    return UCS_OK;
+  }
+
+  // One piece of a write by messages: checked against this process's
+  // regions (never trusted: a piece outside one is refused, not written),
+  // copied, and counted; the batch's last piece is answered with kAmAck.
+  // Progress thread only.
+  void ReceivePiece(const Listener& l, const void* header, size_t header_length, void* data,
+                    size_t length, const ucp_am_recv_param_t* param) {
+    const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    WireWrite h;
+    if (!ReadHeader(header, header_length, &h) || h.total == 0) {
+      STRATA_LOG(WARN) << "KV transport ucx: dropped a malformed write message (" << header_length
+                       << "-byte header)";
+      if (rndv) ucp_am_data_release(l.worker, data);
+      return;
+    }
+    std::string why;
+    if (rndv) {
+      // Our senders send eagerly; a rendezvous would need our reply.
+      ucp_am_data_release(l.worker, data);
+      why = "a piece came by rendezvous";
+    } else if (length != h.length) {
+      why = "a piece of " + std::to_string(length) + " bytes announced " +
+            std::to_string(h.length);
+    } else {
+      char* dst = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (h.dst_region >= regions_.size()) {
+          why = "no region " + std::to_string(h.dst_region) + " (" +
+                std::to_string(regions_.size()) + " registered)";
+        } else if (const LocalRegion& r = regions_[h.dst_region]; r.memh == nullptr) {
+          why = "region " + std::to_string(h.dst_region) + " was freed";
+        } else if (h.dst_offset > r.length || h.length > r.length - h.dst_offset) {
+          why = "[" + std::to_string(h.dst_offset) + ", +" + std::to_string(h.length) +
+                ") is outside region " + std::to_string(h.dst_region) + " of " +
+                std::to_string(r.length) + " bytes";
+        } else {
+          dst = r.base + h.dst_offset;
+        }
+      }
+      // FreeRegion unmaps on this thread, so the region stays while this runs.
+      if (dst != nullptr) std::memcpy(dst, data, length);
+    }
+    IncomingBatches::Outcome done = incoming_.Add(h, why, std::chrono::steady_clock::now());
+    if (!done.complete) return;
+    if (done.code != kAckOk) STRATA_LOG(WARN) << "KV transport ucx: refused a write: " << done.why;
+    // The fence orders the copies before whatever the caller hears next.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return;  // cannot answer
+    WireAck ack;
+    ack.code = done.code;
+    ack.sender = h.sender;
+    ack.seq = h.seq;
+    SendOwned(param->reply_ep, kAmAck, Message(ack, std::move(done.why)));
   }
 
   void RebuildListening() {
@@ -1159,11 +1478,6 @@ class UcxTransport::Impl {
   // LocalDescriptorFor's receiving workers by key, those ForgetPeer retired
   // (kept for kRetireGrace), and both as Loop progresses and polls them.
   // Progress thread only.
-  struct Listener {
-    ucp_worker_h worker = nullptr;
-    int efd = -1;
-    std::string address;
-  };
   struct RetiredListener {
     std::unique_ptr<Listener> l;
     std::chrono::steady_clock::time_point until;
@@ -1174,9 +1488,11 @@ class UcxTransport::Impl {
   std::string worker_address_;
   std::string resources_;
   std::string label_;
-  uint64_t nonce_ = 0;
-  uint64_t probe_word_ = 0;  // read by peers' Connect
-  LocalRegion probe_;
+  uint64_t nonce_ = 0;  // answered to peers' probes (Connect)
+  // The main worker as a receiver of kAmWrite/kAmProbe (LocalDescriptor's).
+  Listener main_rx_;
+  // Batches by messages being received. Progress thread only.
+  IncomingBatches incoming_;
   std::thread thread_;
   // The thread that runs UCP calls and completions: the progress thread,
   // then the destroying thread.
@@ -1201,6 +1517,7 @@ class UcxTransport::Impl {
 
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<uint64_t> direct_bytes_{0};
+  std::atomic<uint64_t> message_bytes_{0};
   std::atomic<uint64_t> writes_ok_{0};
   std::atomic<uint64_t> writes_failed_{0};
 };

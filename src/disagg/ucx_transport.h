@@ -1,6 +1,6 @@
 // UcxTransport: KvTransport over UCX's UCP API (Debian libucx-dev, 1.13).
 //
-// One UCP context (RMA + WAKEUP features) and one worker per transport. The
+// One UCP context (RMA + AM + WAKEUP features) and one worker per transport. The
 // transports are UCX's choice: UCX_TLS as UCX users expect, or
 // UcxTransportOptions::tls: tcp across hosts; on one host shared memory
 // (shm, sm, posix, sysv; UCX's default "all" picks it too for a peer on
@@ -16,25 +16,43 @@
 //                   allocated, which over shared memory a sender maps and
 //                   writes with its own memcpy (UCX 1.13's mm transports
 //                   put only into memory they allocated).
-//   LocalDescriptor worker address + per region (base, length, rkey), plus a
-//                   probe word (see Connect), framed and checksummed
+//   LocalDescriptor worker address + per region (base, length, rkey), plus
+//                   the transport's nonce, framed and checksummed
 //                   (ucx_descriptor.h).
 //   Connect         ucp_ep_create from the peer's worker address with
 //                   UCP_ERR_HANDLING_MODE_PEER; unpacks the rkeys; then
-//                   reads the peer's probe word with one ucp_get_nbx and
-//                   checks it holds the descriptor's nonce. So Connect
-//                   returns only once the peer is reachable and the rkeys
-//                   work, and a different process that reuses the address
-//                   of a dead one (same host:port) is refused, not written
-//                   into.
-//   Write           one ucp_put_nbx per op, then ucp_ep_flush_nbx: `done`
-//                   runs from the flush's completion, i.e. after the bytes
-//                   are in the peer's memory (remote completion). When the
-//                   peer's regions are mapped here (its memory came from
-//                   AllocateRegion and UCX reaches it over shared memory:
-//                   ucp_rkey_ptr), a memcpy per op on the progress thread
-//                   instead, and `done` right after it
-//                   (UcxTransportOptions::direct_copy).
+//                   sends a probe (an active message) that the peer answers
+//                   with its nonce, which must be the descriptor's. So
+//                   Connect returns only once the peer is reachable and
+//                   answers, and a different process that reuses the
+//                   address of a dead one (same host:port) is refused, not
+//                   written into.
+//   Write           three ways, chosen per peer at Connect:
+//                   - direct copy: the peer's regions are mapped here (its
+//                     memory came from AllocateRegion and UCX reaches it
+//                     over shared memory: ucp_rkey_ptr): a memcpy per op on
+//                     the progress thread, and `done` right after it
+//                     (UcxTransportOptions::direct_copy);
+//                   - puts: one ucp_put_nbx per op, then ucp_ep_flush_nbx:
+//                     `done` from the flush's completion, i.e. after the
+//                     bytes are in the peer's memory (remote completion);
+//                   - messages (UcxTransportOptions::writes; tcp): each op in
+//                     pieces of at most 512 KiB as eager active messages of
+//                     this transport (UCP_FEATURE_AM); the receiver checks
+//                     each piece against its own regions, copies it, and
+//                     answers the batch's last one with an ack: `done` from
+//                     the ack (remote completion again; a refused piece, e.g.
+//                     into a region freed since the descriptor, ends the
+//                     batch with InvalidArgument "refused a write: ..."). Not
+//                     UCX's puts there: UCX 1.13 has no native put over tcp,
+//                     and the handler of its emulated ones aborts the
+//                     receiving process when the sender died mid-write (its
+//                     completion reply fails: "ucp_request.inl Fatal:
+//                     unexpected error"), so a prefill killed mid-transfer
+//                     would take the decode down; UCX's emulated reads have
+//                     the same handler, hence the probe is a message too.
+//                     Over tcp the messages were also ~2x faster than those
+//                     puts (docs/perf.md "KV transfer (PD)").
 //   Disconnect      ucp_ep_close_nbx(UCP_EP_CLOSE_FLAG_FORCE): UCX cancels
 //                   the peer's outstanding operations; their batches end
 //                   with kAborted "disconnected".
@@ -47,12 +65,12 @@
 // transport's own thread" and Disconnect must know when the last callback
 // of a peer ran: with one owner thread both are true by construction, and
 // UCX's multi-thread mode would only add a lock around every call. The
-// receiver's progress thread matters too: for registered (not UCX-
-// allocated) memory UCX 1.13 has no native RMA over tcp, posix or sysv and
-// emulates puts with active messages that the receiving worker must
-// progress (a stopped receiver stalls them); over tcp that holds for every
-// memory. Only direct copies into UCX-allocated shared memory need nothing
-// of the receiver.
+// receiver's progress thread matters too: writes by messages are copied by
+// it, and for registered (not UCX-allocated) memory UCX 1.13 has no native
+// RMA over posix or sysv either and emulates puts with active messages that
+// the receiving worker must progress (a stopped receiver stalls them). Only
+// direct copies into UCX-allocated shared memory need nothing of the
+// receiver.
 //
 // Failure model: endpoints always use UCP_ERR_HANDLING_MODE_PEER (never
 // NONE, where UCX makes no promise about a failed peer's operations). The
@@ -90,7 +108,7 @@ struct UcxTransportOptions {
   // UCX_TLS of this transport's context ("tcp", "shm", "tcp,cma", ...).
   // Empty: the UCX_TLS environment variable, else UCX's default (all).
   std::string tls;
-  // How long Connect waits for the peer to answer the probe read.
+  // How long Connect waits for the peer to answer the probe.
   std::chrono::milliseconds connect_timeout{5000};
   // UCX_KEEPALIVE_INTERVAL for this context unless that variable is set
   // (UCX's default, 20 s, would notice a dead shared-memory peer late: UCX
@@ -109,6 +127,13 @@ struct UcxTransportOptions {
   // thread instead of ucp_put_nbx + flush. Off: always UCX's puts (for
   // comparison; docs/perf.md "KV transfer (PD)").
   bool direct_copy = true;
+  // How the other writes travel. kAuto: as this transport's own active
+  // messages when UCX puts to the peer on no lane natively (tcp, in UCX
+  // 1.13), else ucp_put_nbx. UCX's emulated puts are not used because their
+  // handler aborts the receiving process when the sender dies mid-write
+  // (see Write below). kPuts / kMessages force one (tests, benchmarks).
+  enum class Writes { kAuto, kPuts, kMessages };
+  Writes writes = Writes::kAuto;
 };
 
 class UcxTransport final : public KvTransport {

@@ -37,10 +37,31 @@ using std::chrono::seconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kTlsValues[][16] = {"tcp", "tcp,cma", "all", "shm", "sm", "posix,cma", "sysv"};
+// UcxTransportTest runs these too: "+messages" forces the transport's own
+// active messages (UcxTransportOptions::Writes::kMessages), which tcp gets
+// by default, over shared memory as well.
+constexpr char kForcedMessages[][24] = {"shm+messages", "posix,cma+messages"};
+
+// UcxTransportOptions for a test parameter: UCX_TLS, and "+messages".
+UcxTransportOptions OptionsFor(const std::string& param) {
+  UcxTransportOptions opt;
+  opt.tls = param;
+  if (const size_t plus = param.find("+messages"); plus != std::string::npos) {
+    opt.tls = param.substr(0, plus);
+    opt.writes = UcxTransportOptions::Writes::kMessages;
+  }
+  return opt;
+}
+
+// Whether writes of this parameter go as the transport's own messages.
+bool ByMessages(const std::string& param) {
+  return param.rfind("tcp", 0) == 0 || param.find("+messages") != std::string::npos;
+}
 
 std::string TestName(const testing::TestParamInfo<std::string>& info) {
   std::string s = info.param;
   std::replace(s.begin(), s.end(), ',', '_');
+  std::replace(s.begin(), s.end(), '+', '_');
   return s;
 }
 
@@ -131,8 +152,7 @@ class UcxTransportTest : public testing::TestWithParam<std::string> {
   static constexpr size_t kRegion = 8 << 20;
 
   void SetUp() override {
-    UcxTransportOptions opt;
-    opt.tls = GetParam();
+    const UcxTransportOptions opt = OptionsFor(GetParam());
     auto s = UcxTransport::Create(opt);
     auto r = UcxTransport::Create(opt);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -174,6 +194,8 @@ TEST_P(UcxTransportTest, WritesLandExactlyAndNothingElseChanges) {
   const TransportStats st = sender_->stats();
   EXPECT_EQ(st.writes_ok, 1u);
   EXPECT_EQ(st.bytes_written, 1u + 4096 + 77777 + 3333);
+  EXPECT_EQ(st.bytes_by_messages, ByMessages(GetParam()) ? st.bytes_written : 0u)
+      << "tcp (and +messages) write by the transport's own messages, the rest by UCX's puts";
   EXPECT_EQ(st.peers, 1);
   // Which transport UCX picked (ucp_ep_print_info's lane lines).
   const std::string info = sender_->PeerInfo(peer_);
@@ -397,10 +419,63 @@ TEST_P(UcxTransportTest, BadDescriptorIsInvalidArgument) {
   EXPECT_EQ(sender_->stats().peers, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest,
-                         testing::ValuesIn(std::vector<std::string>(std::begin(kTlsValues),
-                                                                    std::end(kTlsValues))),
+std::vector<std::string> TlsAndForcedMessages() {
+  std::vector<std::string> v(std::begin(kTlsValues), std::end(kTlsValues));
+  v.insert(v.end(), std::begin(kForcedMessages), std::end(kForcedMessages));
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, testing::ValuesIn(TlsAndForcedMessages()),
                          TestName);
+
+// A write by messages is checked by the receiver against its own regions,
+// never trusted: one into a region the receiver freed after exporting its
+// descriptor (which the sender cannot know) is refused, named as such, and
+// nothing is written; the next write into a live region lands.
+class RefusedWriteTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(RefusedWriteTest, AWriteIntoAFreedRegionIsRefusedAndTheNextLands) {
+  const UcxTransportOptions opt = OptionsFor(GetParam());
+  auto r = UcxTransport::Create(opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  UcxTransport& receiver = **r;
+  std::vector<char> live(1 << 20, static_cast<char>(0xEE));
+  auto gone = receiver.AllocateRegion(1 << 20);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  ASSERT_EQ(*receiver.RegisterRegion(live.data(), live.size()), 1);
+  auto desc = receiver.LocalDescriptor();
+  ASSERT_TRUE(desc.ok());
+  receiver.FreeRegion(gone->id);
+  std::vector<char> src(1 << 20);
+  FillRandom(&src, 5);
+  // Not mapped here (direct copies would not ask the receiver).
+  UcxTransportOptions no_direct = opt;
+  no_direct.direct_copy = false;
+  auto s2 = UcxTransport::Create(no_direct);
+  ASSERT_TRUE(s2.ok());
+  ASSERT_EQ(*(*s2)->RegisterRegion(src.data(), src.size()), 0);
+  auto peer = (*s2)->Connect(*desc);
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  // Two pieces (over kAmPiece), both refused.
+  const std::vector<WriteOp> bad = {{0, 0, 0, 100, 700000}};
+  const Status st = WriteAndWait(**s2, *peer, bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("refused a write: region 0 was freed"), std::string::npos)
+      << st.ToString();
+  std::vector<char> want(live.size(), static_cast<char>(0xEE));
+  EXPECT_EQ(FirstDiff(live, want), -1) << "the live region is untouched";
+  const std::vector<WriteOp> good = {{0, 0, 1, 0, 4096}, {0, 8192, 1, 600000, 400000}};
+  Apply(good, src, &want);
+  ASSERT_TRUE(WriteAndWait(**s2, *peer, good).ok());
+  EXPECT_EQ(FirstDiff(live, want), -1);
+  const TransportStats stats = (*s2)->stats();
+  EXPECT_EQ(stats.writes_failed, 1u);
+  EXPECT_EQ(stats.bytes_by_messages, 4096u + 400000u);
+}
+
+// Over tcp only: over shared memory a freed region's key cannot even be
+// unpacked (its segment is gone), so Connect fails first.
+INSTANTIATE_TEST_SUITE_P(Tls, RefusedWriteTest, testing::Values("tcp", "tcp,cma"), TestName);
 
 // cma alone moves bytes but has no active messages, which UCX needs to set
 // an endpoint up: refused at Connect with the values that work.
@@ -966,14 +1041,12 @@ TEST_P(PeerDeathTest, KilledReceiverWithAllocatedMemoryIsNoticedAndDisconnects) 
 // shared memory is that sender's alone. Through the shared LocalDescriptor
 // this failed alone on 2026-12-04 (shm 1/3, all 1/3, posix,cma 3/3: the new
 // sender's Connect got no answer within 5 s).
-// Not over tcp: there UCX 1.13 emulates puts with active messages, and its
-// put handler aborts this process when the completion reply to the dead
-// sender fails ("ucp_request.inl:346 Fatal: unexpected error: Endpoint
-// timeout", 1 in 3). An open bug of issue 8 (disagg.md "Open bug").
+// Over tcp the writes are the transport's own messages: with UCX 1.13's
+// emulated puts there (UcxTransportOptions::Writes::kPuts) their handler
+// aborted this process when its completion reply to the dead sender failed
+// ("ucp_request.inl:346 Fatal: unexpected error: Endpoint timeout", 1 in 3
+// runs; 0 in 60 with the messages).
 TEST_P(PeerDeathTest, KilledSenderLeavesTheReceiverUsable) {
-  if (GetParam().rfind("tcp", 0) == 0)
-    GTEST_SKIP() << "over tcp UCX 1.13's emulated-put handler aborts the receiver when a sender "
-                    "dies mid-write (disagg.md \"Open bug\"); shared memory is checked";
   constexpr size_t kBytes = 32 << 20;
   UcxTransportOptions opt;
   opt.tls = GetParam();
