@@ -20,9 +20,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -582,6 +584,68 @@ TEST_P(AllocatedRegionTest, WritesLandInItCopiedDirectlyOverSharedMemoryAndItFre
   ASSERT_FALSE(after.ok());
   EXPECT_EQ(after.status().code(), StatusCode::kFailedPrecondition) << after.status().ToString();
   EXPECT_EQ(receiver.AllocateRegion(0).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Direct copies (into a mapped shared-memory region) from writers on two
+// threads race a Disconnect: every batch Write accepted completes exactly
+// once, on the progress thread (not a writer's), and none after Disconnect
+// returned.
+TEST_P(AllocatedRegionTest, DisconnectDuringDirectCopiesFromTwoWritersRunsEachDoneOnceAndNoneAfter) {
+  if (!AllocatesSharedMemory(GetParam())) GTEST_SKIP() << "no direct copies over tcp";
+  constexpr size_t kBytes = 4 << 20, kPiece = 64 << 10;
+  UcxTransportOptions opt;
+  opt.tls = GetParam();
+  auto r = UcxTransport::Create(opt);
+  auto s = UcxTransport::Create(opt);
+  ASSERT_TRUE(r.ok() && s.ok());
+  auto a = (*r)->AllocateRegion(kBytes);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::vector<char> src(kBytes);
+  FillRandom(&src, 21);
+  ASSERT_EQ(*(*s)->RegisterRegion(src.data(), src.size()), 0);
+  auto peer = (*s)->Connect(*(*r)->LocalDescriptor());
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  std::mutex mu;
+  std::map<uint64_t, int> calls;  // batch -> dones
+  std::set<std::thread::id> writer_threads;
+  int after_disconnect = 0, on_writer_thread = 0;
+  std::atomic<bool> disconnected{false};
+  std::atomic<uint64_t> next{0};
+  auto writer = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      writer_threads.insert(std::this_thread::get_id());
+    }
+    for (;;) {
+      const uint64_t id = next++;
+      const uint64_t off = (id * kPiece) % kBytes;
+      const WriteOp op{0, off, 0, off, kPiece};
+      Status st = (*s)->Write(*peer, std::span<const WriteOp>(&op, 1), [&, id](Status) {
+        std::lock_guard<std::mutex> lock(mu);
+        ++calls[id];
+        if (disconnected) ++after_disconnect;
+        if (writer_threads.count(std::this_thread::get_id())) ++on_writer_thread;
+      });
+      if (!st.ok()) return;  // disconnected: NotFound
+      std::lock_guard<std::mutex> lock(mu);
+      calls.try_emplace(id, 0);
+    }
+  };
+  std::thread w1(writer), w2(writer);
+  std::this_thread::sleep_for(milliseconds(50));
+  (*s)->Disconnect(*peer);
+  disconnected = true;
+  w1.join();
+  w2.join();
+  std::this_thread::sleep_for(milliseconds(100));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_GT(calls.size(), 10u) << "the writers hardly wrote";
+  for (const auto& [id, n] : calls) EXPECT_EQ(n, 1) << "batch " << id;
+  EXPECT_EQ(after_disconnect, 0);
+  EXPECT_EQ(on_writer_thread, 0) << "done must run on the transport's progress thread";
+  EXPECT_GT((*s)->stats().bytes_copied_directly, 0u);
+  (*s)->DisconnectAll();
+  (*r)->FreeRegion(a->id);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, AllocatedRegionTest,
