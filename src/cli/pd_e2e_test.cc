@@ -437,7 +437,7 @@ class PdChaosTest : public PdTlsTest {};
 
 TEST_P(PdChaosTest, PrefillKilledMidRequestFailsTheDecodeAtOnceAndARestartedPrefillServes) {
   auto pd = std::make_unique<Pair>();
-  pd->prefill->Signal(SIGSTOP);  // it accepts the requests but computes nothing
+  pd->prefill->Stop();  // it accepts the requests but computes nothing
   json b = WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd->bootstrap_port, next_room++);
   Response r;
   std::thread t([&] { r = pd->decode->PostJson("/v1/completions", b.dump(), "", 30s); });
@@ -486,7 +486,7 @@ TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   PdResult warm = SendPd(pd, "/v1/completions", {{"prompt", "warm"}, {"max_tokens", 2}});
   EXPECT_EQ(warm.decode.status, 200) << warm.decode.body;
   ExpectTransport(*pd.prefill, GetParam());
-  pd.prefill->Signal(SIGSTOP);
+  pd.prefill->Stop();
   const json b =
       WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
   Response rp, rd;
@@ -498,7 +498,7 @@ TEST_P(PdChaosTest, DecodeKilledMidTransferEndsThePrefillsRequestAtOnce) {
   // stopped before that, the prefill never learns the room and ends it with
   // bootstrap_timeout (seen once here under load) instead of peer_lost.
   std::this_thread::sleep_for(300ms);
-  pd.decode->Signal(SIGSTOP);
+  pd.decode->Stop();
   pd.prefill->Signal(SIGCONT);
   std::this_thread::sleep_for(300ms);
   const auto t0 = std::chrono::steady_clock::now();
@@ -554,7 +554,7 @@ TEST_P(PdChaosTest, DecodeKilledBeforeTheWritesFreesThePrefillsPagesAndItServesA
   ASSERT_EQ(warm.decode.status, 200) << warm.decode.body;
   ExpectTransport(*pd.prefill, GetParam());
   ExpectDecodePool(*pd.decode, GetParam());
-  pd.prefill->Signal(SIGSTOP);
+  pd.prefill->Stop();
   const json b =
       WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
   Response rp, rd;
@@ -596,7 +596,7 @@ TEST_P(PdChaosTest, StalledPrefillIsLostAfterThePeerTimeoutAndRecovers) {
   // Connect the pair first (a request through both).
   PdResult warm = SendPd(pd, "/v1/completions", {{"prompt", "warm"}, {"max_tokens", 2}});
   ASSERT_EQ(warm.decode.status, 200) << warm.decode.body;
-  pd.prefill->Signal(SIGSTOP);
+  pd.prefill->Stop();
   const json b =
       WithRoom({{"prompt", kLongText}, {"max_tokens", 4}}, pd.bootstrap_port, next_room++);
   const auto t0 = std::chrono::steady_clock::now();

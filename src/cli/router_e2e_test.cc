@@ -357,7 +357,7 @@ TEST(RouterE2eTest, AStalledWorkerIsTakenOutAndItsRequestsFailOver) {
   });
   ASSERT_TRUE(Eventually([&] { return streaming.load(); }, std::chrono::seconds(10)));
   ASSERT_EQ(r.PostJson("/v1/completions", R"({"prompt":"b","max_tokens":2})").status, 200);
-  a.Signal(SIGSTOP);
+  a.Stop();
   std::thread tw([&] {
     whole = r.PostJson("/v1/completions", R"({"prompt":"whole","max_tokens":5,"ignore_eos":true})");
   });

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "server/http_test_client.h"
+#include "util/stop_process.h"
 
 namespace strata::http_test {
 
@@ -91,6 +92,9 @@ class StrataProcess {
     return exited_ ? code_ : -2;
   }
   void Signal(int sig) { kill(pid_, sig); }
+  // SIGSTOP, returning once every thread of the process is stopped (a bare
+  // Signal(SIGSTOP) lets it run on until it is scheduled: util/stop_process.h).
+  void Stop() { ASSERT_TRUE(StopProcess(pid_)) << "the process did not stop"; }
 
   Response Request(const std::string& raw) { return Request(raw, request_timeout_); }
   Response Request(const std::string& raw, std::chrono::milliseconds timeout) {

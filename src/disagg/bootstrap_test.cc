@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "disagg/bootstrap_test_util.h"
+#include "util/stop_process.h"
 extern char** environ;
 
 namespace strata::disagg {
@@ -899,7 +900,7 @@ TEST(BootstrapEndpoint, StoppedPeerProcessIsDownAfterThePeerTimeout) {
   auto e = MakeEndpoint(Options("decode", 100ms, 500ms), &r);
   const PeerRef ref = e->Connect("127.0.0.1", child.port);
   ASSERT_TRUE(r.WaitCount(Event::kUp, 1));
-  ASSERT_EQ(kill(child.pid, SIGSTOP), 0);  // its sockets stay open: only silence tells
+  ASSERT_TRUE(StopProcess(child.pid));  // its sockets stay open: only silence tells
   const auto t0 = Clock::now();
   const bool down = r.WaitCount(Event::kDown, 1, 10s);
   const auto took = Clock::now() - t0;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "disagg/page_ops.h"
+#include "util/stop_process.h"
 
 namespace strata::disagg {
 namespace {
@@ -760,6 +761,8 @@ class ChildProcess {
   }
 
   void Signal(int sig) { kill(pid_, sig); }
+  // SIGSTOP, returning once every thread of the child is stopped.
+  bool Stop() { return StopProcess(pid_); }
 
  protected:
   bool ReadFull(void* p, size_t n) {
@@ -1008,7 +1011,7 @@ TEST_P(PeerDeathTest, StoppedReceiverDisconnectsPromptlyAndConnectTimesOut) {
   ASSERT_TRUE(peer.ok()) << peer.status().ToString();
   constexpr int kInFlight = static_cast<int>(kBytes / kPiece);
   Completions c(kInFlight);
-  child.Signal(SIGSTOP);
+  ASSERT_TRUE(child.Stop());
   for (int i = 0; i < kInFlight; ++i) {
     const WriteOp op{0, uint64_t(i) * kPiece, 0, uint64_t(i) * kPiece, kPiece};
     ASSERT_TRUE(sender.Write(*peer, std::span<const WriteOp>(&op, 1), c.Callback(i)).ok());
