@@ -130,6 +130,19 @@ class KvTransport {
   // grace for what it still had in flight). Unknown keys are ignored.
   virtual void ForgetPeer(const std::string& key) { (void)key; }
 
+  // The receiving side's check of what a peer writes, where this process
+  // applies the writes itself (UcxTransport: writes by messages, i.e. over
+  // tcp; puts and direct copies land without this process, so nothing
+  // checks them). `key` is the LocalDescriptorFor key the peer connected
+  // through ("" for the shared LocalDescriptor). An empty answer allows the
+  // write; otherwise it says why not: nothing of that write lands and its
+  // batch ends at the sender with InvalidArgument naming the reason. Runs
+  // on the transport's progress thread: must not block or call the
+  // transport. Default: none (every write in a region is allowed).
+  using WriteGuard = std::function<std::string(const std::string& key, RegionId region,
+                                               uint64_t offset, uint64_t length)>;
+  virtual void SetWriteGuard(WriteGuard guard) { (void)guard; }
+
   // Connects to the receiver that produced `descriptor`. Fails with
   // InvalidArgument for a descriptor that does not parse (named as such),
   // Unavailable when the peer cannot be reached.

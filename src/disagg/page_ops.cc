@@ -17,6 +17,35 @@ uint64_t PageRunOffset(const KvLayout& layout, int64_t num_pages, int g, int lay
          run;
 }
 
+StatusOr<std::vector<int32_t>> PagesOfRange(const KvLayout& layout, int64_t num_pages, int g,
+                                            uint64_t offset, uint64_t length) {
+  if (g < 0 || static_cast<size_t>(g) >= layout.groups.size())
+    return InvalidArgument("no pool group " + std::to_string(g) + " (" +
+                           std::to_string(layout.groups.size()) + " in the layout)");
+  const PoolGroupSpec& s = layout.groups[static_cast<size_t>(g)];
+  const uint64_t run = layout.BytesPerPagePerTensor(g);
+  const uint64_t runs = static_cast<uint64_t>(s.num_layers) * (s.has_v ? 2 : 1) *
+                        static_cast<uint64_t>(num_pages);
+  if (run == 0 || num_pages <= 0 || offset > runs * run || length > runs * run - offset)
+    return InvalidArgument("[" + std::to_string(offset) + ", +" + std::to_string(length) +
+                           ") is outside group " + std::to_string(g) + "'s " +
+                           std::to_string(runs * run) + " bytes");
+  std::vector<int32_t> pages;
+  if (length == 0) return pages;
+  const uint64_t first = offset / run, last = (offset + length - 1) / run;
+  const uint64_t n = static_cast<uint64_t>(num_pages);
+  if (last - first + 1 >= n) {
+    // Every page (the range spans a whole [layer][tensor] slice).
+    pages.resize(static_cast<size_t>(n));
+    for (uint64_t p = 0; p < n; ++p) pages[p] = static_cast<int32_t>(p);
+    return pages;
+  }
+  // Consecutive runs are consecutive pages, wrapping at most once.
+  for (uint64_t i = first; i <= last; ++i) pages.push_back(static_cast<int32_t>(i % n));
+  std::sort(pages.begin(), pages.end());
+  return pages;
+}
+
 namespace {
 
 Status CheckPages(std::span<const int32_t> pages, int64_t num_pages, const char* side) {

@@ -39,6 +39,14 @@ struct PoolRegions {
 uint64_t PageRunOffset(const KvLayout& layout, int64_t num_pages, int g, int layer, int tensor,
                        int64_t page);
 
+// The pages that bytes [offset, offset + length) of group g's buffer (a
+// pool of `num_pages` pages) belong to, each once, ascending: the inverse of
+// PageRunOffset, for a receiver checking what a write touches. Empty for
+// length 0. InvalidArgument for a group out of range or a range past the
+// buffer's end.
+StatusOr<std::vector<int32_t>> PagesOfRange(const KvLayout& layout, int64_t num_pages, int g,
+                                            uint64_t offset, uint64_t length);
+
 // The ops that copy src_pages[i] of the sender's pool to dst_pages[i] of the
 // receiver's pool, in every group, layer and tensor. Ordered by group, layer,
 // tensor, then position in the page lists; merged where both sides advance

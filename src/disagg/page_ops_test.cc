@@ -34,6 +34,36 @@ TEST(PageRunOffsetTest, HandComputedOffsets) {
   EXPECT_EQ(PageRunOffset(l16, 7, 0, 1, 0, 5), ((1 * 2 + 0) * 7 + 5) * 256u);
 }
 
+// PagesOfRange inverts PageRunOffset: the ops of a page list touch exactly
+// those pages, and byte ranges across runs and slices give the pages they
+// cover.
+TEST(PagesOfRangeTest, InvertsTheOpsOfAPageListAndCoversRanges) {
+  const KvLayout l = TwoGroups(16);
+  const int64_t n = 9;
+  const std::vector<int32_t> src = {0, 1, 2, 3}, dst = {7, 2, 3, 5};
+  auto ops = PageWriteOps(l, {n, 0}, {n, 0}, src, dst);
+  ASSERT_TRUE(ops.ok());
+  for (const WriteOp& op : *ops) {
+    auto pages = PagesOfRange(l, n, op.dst_region, op.dst_offset, op.length);
+    ASSERT_TRUE(pages.ok()) << pages.status().ToString();
+    for (int32_t p : *pages)
+      EXPECT_TRUE(p == 7 || p == 2 || p == 3 || p == 5) << "op touches page " << p;
+  }
+  // One run of group 0 (256 B) at (layer 0, K, page 4): just page 4.
+  EXPECT_EQ(*PagesOfRange(l, n, 0, 4 * 256, 256), (std::vector<int32_t>{4}));
+  // One byte past a run's end reaches the next page; a range crossing from
+  // the last page of one [layer][tensor] slice into the next wraps to 0.
+  EXPECT_EQ(*PagesOfRange(l, n, 0, 4 * 256, 257), (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(*PagesOfRange(l, n, 0, 8 * 256 + 10, 300), (std::vector<int32_t>{0, 8}));
+  // A whole slice or more: every page.
+  EXPECT_EQ(PagesOfRange(l, n, 1, 0, n * 512)->size(), static_cast<size_t>(n));
+  EXPECT_TRUE(PagesOfRange(l, n, 0, 100, 0)->empty());
+  // Past the buffer (group 0: 2 layers x 2 tensors x 9 pages x 256 B), or no such group.
+  EXPECT_FALSE(PagesOfRange(l, n, 0, 2 * 2 * 9 * 256 - 10, 11).ok());
+  EXPECT_TRUE(PagesOfRange(l, n, 0, 2 * 2 * 9 * 256 - 10, 10).ok());
+  EXPECT_FALSE(PagesOfRange(l, n, 2, 0, 1).ok());
+}
+
 TEST(PageRunOffsetTest, AgreesWithKvPoolMemoryPagePtr) {
   for (int page_size : {1, 16}) {
     const KvLayout l = TwoGroups(page_size);

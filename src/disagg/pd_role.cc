@@ -10,6 +10,7 @@
 
 #include "disagg/bootstrap.h"
 #include "disagg/kv_transport.h"
+#include "disagg/page_grants.h"
 #include "disagg/page_ops.h"
 #include "engine/request.h"
 #include "util/logging.h"
@@ -78,7 +79,10 @@ class RoleBase : public PdRole, public Handler {
     endpoint_.reset();
     // The pool's memory may keep the transport alive after the role: no
     // completion of ours may run once we are gone.
-    if (transport_) transport_->DisconnectAll();
+    if (transport_) {
+      transport_->DisconnectAll();
+      if (grants_) transport_->SetWriteGuard(nullptr);
+    }
     transport_.reset();
   }
 
@@ -162,6 +166,15 @@ class RoleBase : public PdRole, public Handler {
                          << " (" << d.status().message() << "); it shares the decode's";
         return shared;
       };
+      // Writes the decode's transport applies itself (over tcp) land only
+      // in pages an open room of the writing connection holds: a prefill
+      // that resumes after the decode gave its room up cannot write into
+      // pages another request has now (disagg.md "Known limit").
+      grants_ = std::make_shared<PageGrants>(pool_.layout(), pool_.num_pages());
+      transport_->SetWriteGuard([g = grants_](const std::string& key, RegionId region,
+                                              uint64_t offset, uint64_t length) {
+        return g->Check(key, region, offset, length);
+      });
     }
     eo.hello = hello;
     eo.heartbeat_interval = options_.heartbeat_interval;
@@ -175,7 +188,8 @@ class RoleBase : public PdRole, public Handler {
   void CountFailure(FailureReason r) { failures_->Get({FailureReasonName(r)}).Inc(); }
 
   // The transport's key (LocalDescriptorFor, ForgetPeer) of a bootstrap connection.
-  static std::string PeerKey(const PeerInfo& p) { return "bootstrap#" + std::to_string(p.ref); }
+  static std::string PeerKey(const PeerInfo& p) { return PeerKey(p.ref); }
+  static std::string PeerKey(PeerRef ref) { return "bootstrap#" + std::to_string(ref); }
 
   // Called every kReapInterval on the reaper thread.
   virtual void Reap(Clock::time_point now) = 0;
@@ -198,6 +212,9 @@ class RoleBase : public PdRole, public Handler {
   const std::string instance_;
   std::shared_ptr<KvTransport> transport_;
   std::unique_ptr<Endpoint> endpoint_;
+  // Decode: the pages each prefill connection may write now (its rooms'
+  // between RoomReady and RoomDone or the request's end).
+  std::shared_ptr<PageGrants> grants_;
   metrics::Counter* bytes_ = nullptr;
   metrics::Counter* pages_ = nullptr;
   metrics::Histogram* seconds_ = nullptr;
@@ -726,6 +743,7 @@ class DecodeRole final : public RoleBase {
     bool aborting = false;  // we told the prefill; waiting for its answer
     Clock::time_point abort_at;
     bool settled = false;  // the prefill answered or is gone: nothing writes
+    std::vector<int32_t> granted;  // pages the prefill may write (PageGrants), until revoked
   };
 
   class Import final : public KvImport {
@@ -804,6 +822,7 @@ class DecodeRole final : public RoleBase {
       if (it == rooms_.end()) return;
       Room& r = *it->second;
       r.settled = true;  // the prefill's writes for the room are complete
+      RevokeLocked(r);
       if (r.failed || r.done) return;
       r.done = true;
       r.first.token = done->first_token;
@@ -877,6 +896,9 @@ class DecodeRole final : public RoleBase {
     r.reserved = true;
     r.reserved_at = Clock::now();
     if (r.failed) return;  // the prefill already refused: nothing will write
+    RevokeLocked(r);  // a room reserved again grants its new pages only
+    r.granted.assign(pages.begin(), pages.end());
+    grants_->Grant(PeerKey(r.peer), r.granted);
     RoomReady m;
     m.room = r.id;
     m.prompt_tokens = prompt_tokens;
@@ -944,9 +966,17 @@ class DecodeRole final : public RoleBase {
     return HandoffState::kFailed;
   }
 
+  // The room's pages are no longer the prefill's to write. REQUIRES: mu_.
+  void RevokeLocked(Room& r) {
+    if (r.granted.empty()) return;
+    grants_->Revoke(PeerKey(r.peer), r.granted);
+    r.granted.clear();
+  }
+
   void Release(const std::shared_ptr<Room>& rp) {
     std::lock_guard<std::mutex> lock(mu_);
     Room& r = *rp;
+    RevokeLocked(r);  // its pages go back to the pool
     if (!r.done && !r.failed)
       StartAbortLocked(r, FailureReason::kAborted, Aborted("aborted"), "the decode request ended");
     r.request_id.clear();

@@ -154,6 +154,7 @@ class UcxTransport::Impl {
   // own (LocalDescriptorFor).
   struct Listener {
     Impl* impl = nullptr;  // set by Receive
+    std::string key;       // LocalDescriptorFor's; "" for the main worker
     ucp_worker_h worker = nullptr;
     int efd = -1;
     std::string address;
@@ -536,6 +537,11 @@ class UcxTransport::Impl {
     RunSync([&] { st = ListenerAddress(key, &address); });
     if (!st.ok()) return st;
     return DescriptorOf(address);
+  }
+
+  void SetWriteGuard(WriteGuard guard) {
+    std::lock_guard<std::mutex> lock(mu_);
+    guard_ = guard ? std::make_shared<const WriteGuard>(std::move(guard)) : nullptr;
   }
 
   void ForgetPeer(const std::string& key) {
@@ -1249,6 +1255,7 @@ class UcxTransport::Impl {
     auto it = listeners_.find(key);
     if (it == listeners_.end()) {
       auto l = std::make_unique<Listener>();
+      l->key = key;
       ucp_worker_params_t wp{};
       wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
       wp.thread_mode = UCS_THREAD_MODE_SINGLE;
@@ -1365,6 +1372,7 @@ class UcxTransport::Impl {
       return;
     }
     std::string why;
+    std::shared_ptr<const WriteGuard> guard;
     if (rndv) {
       // Our senders send eagerly; a rendezvous would need our reply.
       ucp_am_data_release(l.worker, data);
@@ -1387,6 +1395,15 @@ class UcxTransport::Impl {
                 std::to_string(r.length) + " bytes";
         } else {
           dst = r.base + h.dst_offset;
+          guard = guard_;
+        }
+      }
+      if (guard != nullptr) {
+        const std::string no =
+            (*guard)(l.key, static_cast<RegionId>(h.dst_region), h.dst_offset, h.length);
+        if (!no.empty()) {
+          why = no;
+          dst = nullptr;
         }
       }
       // FreeRegion unmaps on this thread, so the region stays while this runs.
@@ -1507,6 +1524,7 @@ class UcxTransport::Impl {
   bool stop_ = false;                              // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the progress thread is in (or entering) poll()
   std::deque<LocalRegion> regions_;                // guarded by mu_; entries never move
+  std::shared_ptr<const WriteGuard> guard_;        // guarded by mu_; called without it
   std::map<PeerId, std::shared_ptr<Peer>> peers_;  // guarded by mu_
   PeerId next_peer_id_ = 1;                        // guarded by mu_
 
@@ -1545,6 +1563,7 @@ StatusOr<std::string> UcxTransport::LocalDescriptorFor(const std::string& key) {
   return impl_->LocalDescriptorFor(key);
 }
 void UcxTransport::ForgetPeer(const std::string& key) { impl_->ForgetPeer(key); }
+void UcxTransport::SetWriteGuard(WriteGuard guard) { impl_->SetWriteGuard(std::move(guard)); }
 StatusOr<PeerId> UcxTransport::Connect(const std::string& descriptor) {
   return impl_->Connect(descriptor);
 }

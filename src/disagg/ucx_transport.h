@@ -39,7 +39,8 @@
 //                   - messages (UcxTransportOptions::writes; tcp): each op in
 //                     pieces of at most 512 KiB as eager active messages of
 //                     this transport (UCP_FEATURE_AM); the receiver checks
-//                     each piece against its own regions, copies it, and
+//                     each piece against its own regions and its
+//                     KvTransport::WriteGuard, copies it, and
 //                     answers the batch's last one with an ack: `done` from
 //                     the ack (remote completion again; a refused piece, e.g.
 //                     into a region freed since the descriptor, ends the
@@ -161,6 +162,7 @@ class UcxTransport final : public KvTransport {
   // 2 s, then destroys it. Must not be called from a completion.
   StatusOr<std::string> LocalDescriptorFor(const std::string& key) override;
   void ForgetPeer(const std::string& key) override;
+  void SetWriteGuard(WriteGuard guard) override;
   // Also fails with FailedPrecondition when called from a completion.
   StatusOr<PeerId> Connect(const std::string& descriptor) override;
   // Called from a completion (on the progress thread) it cannot wait: the

@@ -476,6 +476,55 @@ TEST_P(RefusedWriteTest, AWriteIntoAFreedRegionIsRefusedAndTheNextLands) {
   EXPECT_EQ(stats.bytes_by_messages, 4096u + 400000u);
 }
 
+// The receiver's WriteGuard sees each write by messages with the key of
+// the descriptor it came through, and a refusal ends the batch naming the
+// guard's reason with nothing written.
+TEST_P(RefusedWriteTest, TheWriteGuardSeesTheKeyAndItsRefusalLandsNothing) {
+  const UcxTransportOptions opt = OptionsFor(GetParam());
+  auto r = UcxTransport::Create(opt);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  UcxTransport& receiver = **r;
+  std::vector<char> dst(1 << 20, static_cast<char>(0xEE));
+  ASSERT_EQ(*receiver.RegisterRegion(dst.data(), dst.size()), 0);
+  std::mutex mu;
+  std::vector<std::string> keys;
+  receiver.SetWriteGuard(
+      [&](const std::string& key, RegionId region, uint64_t offset, uint64_t length) {
+        std::lock_guard<std::mutex> lock(mu);
+        keys.push_back(key);
+        if (key == "room-holder" && region == 0 && offset + length <= 65536) return std::string();
+        return "bytes [" + std::to_string(offset) + ", +" + std::to_string(length) +
+               ") belong to no room of " + (key.empty() ? "the shared descriptor" : key);
+      });
+  std::vector<char> src(1 << 20);
+  FillRandom(&src, 8);
+  auto s = UcxTransport::Create(opt);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(*(*s)->RegisterRegion(src.data(), src.size()), 0);
+  auto own = (*s)->Connect(*receiver.LocalDescriptorFor("room-holder"));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  std::vector<char> want = dst;
+  const std::vector<WriteOp> allowed = {{0, 100, 0, 0, 65536}};
+  Apply(allowed, src, &want);
+  ASSERT_TRUE(WriteAndWait(**s, *own, allowed).ok());
+  EXPECT_EQ(FirstDiff(dst, want), -1);
+  const std::vector<WriteOp> outside = {{0, 0, 0, 65536, 4096}};
+  Status st = WriteAndWait(**s, *own, outside);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("refused a write: bytes [65536, +4096) belong to no room of "
+                              "room-holder"),
+            std::string::npos)
+      << st.ToString();
+  auto shared = (*s)->Connect(*receiver.LocalDescriptor());
+  ASSERT_TRUE(shared.ok());
+  st = WriteAndWait(**s, *shared, allowed);
+  EXPECT_NE(st.message().find("belong to no room of the shared descriptor"), std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(FirstDiff(dst, want), -1) << "a refused write landed";
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(keys, (std::vector<std::string>{"room-holder", "room-holder", ""}));
+}
+
 // Over tcp only: over shared memory a freed region's key cannot even be
 // unpacked (its segment is gone), so Connect fails first.
 INSTANTIATE_TEST_SUITE_P(Tls, RefusedWriteTest, testing::Values("tcp", "tcp,cma"), TestName);
