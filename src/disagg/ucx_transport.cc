@@ -1048,7 +1048,8 @@ class UcxTransport::Impl {
   // sender died mid-write: a prefill killed mid-transfer would take the
   // decode down with it. Our handler's sends report errors instead.
   void PostMessages(Batch* b) {
-    Peer& peer = *b->peer;
+    const std::shared_ptr<Peer> keep = b->peer;  // b may end (and go) before this returns
+    Peer& peer = *keep;
     b->seq = ++peer.next_seq;
     size_t pieces = 0;
     for (const Put& put : b->puts) pieces += PiecesOf(put.length);
@@ -1056,10 +1057,17 @@ class UcxTransport::Impl {
     peer.batches.insert(b);
     peer.awaiting[b->seq] = b;
     ++inflight_;
+    // Held while posting: a failed send marks the peer lost, which ends
+    // every batch of it, this one too, and must not free it under us.
+    ++b->ucx_owes;
     size_t i = 0;
     for (const Put& put : b->puts) {
       const UcxRemoteRegion& region = peer.desc.regions[static_cast<size_t>(put.dst_region)];
       for (uint64_t off = 0; off < put.length; off += kPieceBytes, ++i) {
+        if (b->finished) {  // the peer was lost meanwhile: no more pieces
+          --b->ucx_owes;
+          return FreeIfDone(b);
+        }
         WireWrite& h = b->headers[i];
         h.dst_region = static_cast<uint32_t>(put.dst_region);
         h.sender = peer.sender_id;
@@ -1081,11 +1089,14 @@ class UcxTransport::Impl {
         }
         if (UCS_PTR_IS_ERR(req)) {
           MarkLost(peer, UCS_PTR_STATUS(req));
-          End(b, LostStatus(peer, UCS_PTR_STATUS(req)));
+          End(b, LostStatus(peer, UCS_PTR_STATUS(req)));  // if MarkLost did not
+          --b->ucx_owes;
           return FreeIfDone(b);
         }
       }
     }
+    --b->ucx_owes;
+    FreeIfDone(b);  // only if it ended meanwhile
   }
 
   static void OnPieceSent(void* request, ucs_status_t status, void* user_data) {
