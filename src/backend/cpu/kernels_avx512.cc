@@ -97,9 +97,97 @@ int64_t PackPanelVector(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, 
   return kv;
 }
 #define STRATA_HAVE_PACK_PANEL_VECTOR 1
+#define STRATA_HAVE_GEMM_LOOP 1  // Gemm512 below
 
 #include "backend/cpu/kernels_simd.inc"
 #include "backend/cpu/kernels_attention.inc"
+
+// ---- fp32 GEMM loop nest (AVX-512) ----
+//
+// The micro-kernel, panel packing and 12 x 32 register tile are
+// kernels_simd.inc's; the loop nest around them is this file's, because on
+// the AVX-512 parts here (Zen 5: 1 MiB L2, two 512-bit FMA pipes) the shared
+// one lost a quarter of the FMA peak outside the inner loop. Per thread,
+// over its columns [m0, m1):
+//   for each block of kGemm512Nb rows of x
+//     for each group of kGemm512Group panels (64 columns)
+//       for each k block (K cut into equal blocks of <= kGemm512KcMax)
+//         pack the group's panels (kc x 32 F32 each, in L2), prefetch
+//             the weights of the next pack, then
+//         for each 12-row tile of x, for each panel of the group:
+//             register tile over the whole k block
+// The shared nest (k blocks of 256 outside the groups) loads and stores
+// every output tile once per k block, and by the time it returns to a tile
+// that tile has left L2 (the whole output, 20 MB for Qwen2.5-0.5B's gate_up,
+// is swept per k block): 18% of the micro-kernel's time went to those
+// loads. Here a k block is all of K up to 2048 (every Qwen2.5-0.5B and
+// Llama-3.2-1B Linear but down), so each output is written once, and a
+// group's outputs stay in L2 between its k blocks otherwise. x is read from
+// L3 once per group; at 64 columns per group that is ~7 GB/s, far below
+// what L3 delivers (docs/perf.md, "AMD EPYC with AVX-512 … fp32 prefill GEMM").
+// Per output the sum runs kk ascending within a block, blocks in order.
+constexpr int64_t kGemm512KcMax = 2048;
+constexpr int kGemm512Group = 2;
+constexpr int64_t kGemm512Nb = 1024;
+static_assert(kGemm512Group * kGemm512KcMax * kNr * sizeof(float) <= kGemmScratchBytes, "panels must fit scratch");
+
+// Prefetches (into L2) the weights rows [j0, j1) x columns [k0, k0 + kc):
+// they come from DRAM in short row pieces, too short for the hardware
+// prefetcher to pick up.
+template <typename W>
+void PrefetchWeights(const LinearArgs& a, int64_t j0, int64_t j1, int64_t k0, int64_t kc) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const char* p = reinterpret_cast<const char*>(static_cast<const W*>(a.w) + j * a.w_stride + k0);
+    for (int64_t b = 0; b < kc * static_cast<int64_t>(sizeof(W)); b += 64) __builtin_prefetch(p + b, 0, 2);
+  }
+}
+
+template <typename W>
+void Gemm512T(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
+  static constexpr auto kernels = MakeMicroKernels(std::make_integer_sequence<int, kGemmMr>());
+  constexpr int64_t kGroupCols = kGemm512Group * kNr;
+  float* panels = static_cast<float*>(scratch);
+  const int64_t nkb = (a.k + kGemm512KcMax - 1) / kGemm512KcMax;
+  const int64_t kb = ((a.k + nkb - 1) / nkb + 15) / 16 * 16;  // <= kGemm512KcMax
+  for (int64_t n0 = 0; n0 < a.n; n0 += kGemm512Nb) {
+    const int64_t n1 = n0 + kGemm512Nb < a.n ? n0 + kGemm512Nb : a.n;
+    for (int64_t g0 = m0; g0 < m1; g0 += kGroupCols) {
+      const int64_t g1 = g0 + kGroupCols < m1 ? g0 + kGroupCols : m1;
+      const int npanels = static_cast<int>((g1 - g0 + kNr - 1) / kNr);
+      for (int64_t k0 = 0; k0 < a.k; k0 += kb) {
+        const int64_t kc = a.k - k0 < kb ? a.k - k0 : kb;
+        for (int p = 0; p < npanels; ++p) {
+          const int64_t j0 = g0 + p * kNr;
+          PackPanel<W>(a, j0, static_cast<int>(g1 - j0 < kNr ? g1 - j0 : kNr), k0, kc, panels + p * kc * kNr);
+        }
+        if (k0 + kc < a.k) {  // the next pack: this group's next k block, or the next group's first
+          PrefetchWeights<W>(a, g0, g1, k0 + kc, a.k - k0 - kc < kb ? a.k - k0 - kc : kb);
+        } else if (g1 < m1) {
+          PrefetchWeights<W>(a, g1, g1 + kGroupCols < m1 ? g1 + kGroupCols : m1, 0, kb < a.k ? kb : a.k);
+        }
+        for (int64_t r0 = n0; r0 < n1; r0 += kGemmMr) {
+          const int mr = static_cast<int>(n1 - r0 < kGemmMr ? n1 - r0 : kGemmMr);
+          for (int p = 0; p < npanels; ++p) {
+            const int64_t j0 = g0 + p * kNr;
+            kernels[mr - 1](a.x + r0 * a.x_stride + k0, a.x_stride, panels + p * kc * kNr, kc,
+                            a.out + r0 * a.out_stride + j0, a.out_stride,
+                            static_cast<int>(g1 - j0 < kNr ? g1 - j0 : kNr), a.bias ? a.bias + j0 : nullptr,
+                            k0 > 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+void Gemm512(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
+  switch (a.w_dtype) {
+    case DType::kF32: return Gemm512T<float>(a, m0, m1, scratch);
+    case DType::kBF16: return Gemm512T<Bf16>(a, m0, m1, scratch);
+    case DType::kF16: return Gemm512T<Half>(a, m0, m1, scratch);
+    default: __builtin_trap();
+  }
+}
 
 // ---- bf16 GEMM (AVX512_BF16) ----
 //
@@ -365,7 +453,7 @@ void GemmBf16Amx(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
 const CpuKernels kAvx512Kernels = {
     .name = "avx512",
     .gemv = Gemv,
-    .gemm = Gemm,
+    .gemm = Gemm512,
     .gemm_bf16 = GemmBf16,
     .gemm_bf16_amx = GemmBf16Amx,
     .gemm_cols_align = kNr,
