@@ -618,6 +618,11 @@ TEST_P(CpuBackendTest, PagedAttentionSlidingWindowAndShapes) {
   CheckAttention(backend_.get(), DType::kF16, 16, 20, 1, 32, 0, batch,
                  rng_);  // group of 20 > 16: chunked
   CheckAttention(backend_.get(), DType::kBF16, 1, 8, 2, 128, 33, batch, rng_);
+  // Prefill blocks of 16 tokens (avx512 attention_block) whose rows' windows
+  // (5) start inside a KV block or miss it entirely, and 7 heads per group as
+  // Qwen2.5-0.5B, with a partial last block.
+  CheckAttention(backend_.get(), DType::kF32, 4, 14, 2, 64, 5, {{40, 40}, {21, 60}, {1, 9}}, rng_);
+  CheckAttention(backend_.get(), DType::kF32, 16, 14, 2, 64, 0, {{50, 50}, {17, 70}}, rng_);
 }
 
 // ---- SIMD levels against the scalar reference path ----

@@ -189,6 +189,137 @@ void Gemm512(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
   }
 }
 
+// ---- Prefill attention: a block of query tokens per pass over the KV ----
+//
+// AttendRow walks the KV once per token and takes one horizontal sum per
+// (position, head): 14% of an fp32 Qwen2.5-0.5B prefill on the Zen 5 EPYC.
+// Here each block of 16 KV positions is loaded once for all the block's
+// rows and heads, K transposed (16 positions in the lanes), so a score
+// vector of 16 positions is hd broadcast FMAs and the weighted V sum hd/16
+// FMAs per position, with one max and one sum reduction per 16 positions.
+// Online softmax as AttendRow (same math, different summation order).
+template <typename T>
+void AttendBlockT(const AttentionBlockArgs& a) {
+  constexpr int kPos = 16;  // KV positions per block (the lanes)
+  const KvLayerView& layer = *a.layer;
+  const int hd = a.head_dim, g = a.num_heads, nr = a.num_rows, nv = hd / kLanes;
+  const int64_t ps = layer.page_size;
+  const int64_t token_elems = static_cast<int64_t>(layer.num_kv_heads) * hd;
+  const T* kbase = static_cast<const T*>(layer.k) + static_cast<int64_t>(a.kv_head) * hd;
+  const T* vbase = static_cast<const T*>(layer.v) + static_cast<int64_t>(a.kv_head) * hd;
+  alignas(64) float o[kAttentionBlockFloats];
+  alignas(64) float kt[kMaxHeadDim * kPos];  // kt[i * 16 + j] = K[p0 + j][i]
+  alignas(64) float pj[kPos];
+  float m[kMaxAttentionBlockRows * kMaxAttentionGroup], l[kMaxAttentionBlockRows * kMaxAttentionGroup];
+  for (int i = 0; i < nr * g; ++i) m[i] = -__builtin_inff(), l[i] = 0.f;
+  for (int i = 0; i < nr * g * hd; ++i) o[i] = 0.f;
+  const int32_t last = a.pos0 + nr - 1;
+  const int32_t first = a.window > 0 && a.pos0 - a.window + 1 > 0 ? a.pos0 - a.window + 1 : 0;
+  const Vec scale = VSet1(a.scale);
+  for (int32_t p0 = first / kPos * kPos; p0 <= last; p0 += kPos) {
+    const int nb = last - p0 + 1 < kPos ? last - p0 + 1 : kPos;
+    const T* vrow[kPos];
+    const T* krow[kPos];
+    for (int j = 0; j < nb; ++j) {
+      const int64_t p = p0 + j;
+      const int64_t slot = static_cast<int64_t>(a.page_table[p / ps]) * ps + p % ps;
+      krow[j] = kbase + slot * token_elems;
+      vrow[j] = vbase + slot * token_elems;
+    }
+    for (int c = 0; c < nv; ++c) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j)
+        r[j] = j < nb ? _mm512_castps_si512(VLoad(krow[j] + c * kLanes)) : _mm512_setzero_si512();
+      Transpose16x16(r);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c * kLanes + i) * kPos, r[i]);
+    }
+    for (int t = 0; t < nr; ++t) {
+      const int32_t pos = a.pos0 + t;
+      const int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+      if (p0 > pos || p0 + nb - 1 < lo) continue;
+      // Lanes j with lo <= p0 + j <= pos.
+      const int jlo = lo > p0 ? lo - p0 : 0, jhi = pos - p0 < nb - 1 ? pos - p0 : nb - 1;
+      const __mmask16 valid = static_cast<__mmask16>(((1u << (jhi + 1)) - 1) & ~((1u << jlo) - 1));
+      for (int h = 0; h < g; ++h) {
+        const float* qv = a.q + t * a.q_stride + static_cast<int64_t>(a.first_head + h) * hd;
+        // 8 chains of hd / 8 FMAs (named: GCC keeps an array of them in memory).
+        Vec s0 = VZero(), s1 = VZero(), s2 = VZero(), s3 = VZero();
+        Vec s4 = VZero(), s5 = VZero(), s6 = VZero(), s7 = VZero();
+        for (int i = 0; i < hd; i += 8) {
+          s0 = VFma(VSet1(qv[i]), _mm512_load_ps(kt + i * kPos), s0);
+          s1 = VFma(VSet1(qv[i + 1]), _mm512_load_ps(kt + (i + 1) * kPos), s1);
+          s2 = VFma(VSet1(qv[i + 2]), _mm512_load_ps(kt + (i + 2) * kPos), s2);
+          s3 = VFma(VSet1(qv[i + 3]), _mm512_load_ps(kt + (i + 3) * kPos), s3);
+          s4 = VFma(VSet1(qv[i + 4]), _mm512_load_ps(kt + (i + 4) * kPos), s4);
+          s5 = VFma(VSet1(qv[i + 5]), _mm512_load_ps(kt + (i + 5) * kPos), s5);
+          s6 = VFma(VSet1(qv[i + 6]), _mm512_load_ps(kt + (i + 6) * kPos), s6);
+          s7 = VFma(VSet1(qv[i + 7]), _mm512_load_ps(kt + (i + 7) * kPos), s7);
+        }
+        const Vec sc = VMul(VAdd(VAdd(VAdd(s0, s1), VAdd(s2, s3)), VAdd(VAdd(s4, s5), VAdd(s6, s7))), scale);
+        const int idx = t * g + h;
+        const float bm = _mm512_mask_reduce_max_ps(valid, sc);
+        const float mx = bm > m[idx] ? bm : m[idx];
+        const Vec p = _mm512_maskz_mov_ps(valid, VExp(VSub(sc, VSet1(mx))));
+        const float corr = __builtin_expf(m[idx] - mx);  // 0 on the first block
+        m[idx] = mx;
+        l[idx] = l[idx] * corr + VSum(p);
+        _mm512_store_ps(pj, p);
+        float* orow = o + static_cast<int64_t>(idx) * hd;
+        const Vec cv = VSet1(corr);
+        // 64 dims at a time, even and odd positions in separate chains.
+        int c = 0;
+        for (; c + 4 <= nv; c += 4) {
+          float* op = orow + c * kLanes;
+          Vec a0 = VMul(VLoad(op), cv), a1 = VMul(VLoad(op + 16), cv);
+          Vec a2 = VMul(VLoad(op + 32), cv), a3 = VMul(VLoad(op + 48), cv);
+          Vec b0 = VZero(), b1 = VZero(), b2 = VZero(), b3 = VZero();
+          int j = jlo;
+          for (; j + 1 <= jhi; j += 2) {
+            const T* v0 = vrow[j] + c * kLanes;
+            const T* v1 = vrow[j + 1] + c * kLanes;
+            const Vec w0 = VSet1(pj[j]), w1 = VSet1(pj[j + 1]);
+            a0 = VFma(w0, VLoad(v0), a0), a1 = VFma(w0, VLoad(v0 + 16), a1);
+            a2 = VFma(w0, VLoad(v0 + 32), a2), a3 = VFma(w0, VLoad(v0 + 48), a3);
+            b0 = VFma(w1, VLoad(v1), b0), b1 = VFma(w1, VLoad(v1 + 16), b1);
+            b2 = VFma(w1, VLoad(v1 + 32), b2), b3 = VFma(w1, VLoad(v1 + 48), b3);
+          }
+          if (j <= jhi) {
+            const T* v0 = vrow[j] + c * kLanes;
+            const Vec w0 = VSet1(pj[j]);
+            a0 = VFma(w0, VLoad(v0), a0), a1 = VFma(w0, VLoad(v0 + 16), a1);
+            a2 = VFma(w0, VLoad(v0 + 32), a2), a3 = VFma(w0, VLoad(v0 + 48), a3);
+          }
+          VStore(op, VAdd(a0, b0)), VStore(op + 16, VAdd(a1, b1));
+          VStore(op + 32, VAdd(a2, b2)), VStore(op + 48, VAdd(a3, b3));
+        }
+        for (; c < nv; ++c) {
+          float* op = orow + c * kLanes;
+          Vec a0 = VMul(VLoad(op), cv);
+          for (int j = jlo; j <= jhi; ++j) a0 = VFma(VSet1(pj[j]), VLoad(vrow[j] + c * kLanes), a0);
+          VStore(op, a0);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < nr; ++t) {
+    float* out = a.out + t * a.out_stride + static_cast<int64_t>(a.first_head) * hd;
+    for (int h = 0; h < g; ++h) {
+      const int idx = t * g + h;
+      const float inv = 1.f / l[idx];
+      for (int i = 0; i < hd; ++i) out[h * hd + i] = o[idx * hd + i] * inv;
+    }
+  }
+}
+
+void AttendBlock(const AttentionBlockArgs& a) {
+  switch (a.layer->dtype) {
+    case DType::kF32: return AttendBlockT<float>(a);
+    case DType::kBF16: return AttendBlockT<Bf16>(a);
+    case DType::kF16: return AttendBlockT<Half>(a);
+    default: __builtin_trap();
+  }
+}
+
 // ---- bf16 GEMM (AVX512_BF16) ----
 //
 // Same loop nest as Gemm, but operands are bf16 and vdpbf16ps does two
@@ -458,6 +589,7 @@ const CpuKernels kAvx512Kernels = {
     .gemm_bf16_amx = GemmBf16Amx,
     .gemm_cols_align = kNr,
     .attention_row = AttendRow,
+    .attention_block = AttendBlock,
     .silu_mul = SiluMul,
 };
 
