@@ -124,7 +124,7 @@ int64_t PackPanelVector(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, 
 // Llama-3.2-1B Linear but down), so each output is written once, and a
 // group's outputs stay in L2 between its k blocks otherwise. x is read from
 // L3 once per group; at 64 columns per group that is ~7 GB/s, far below
-// what L3 delivers (docs/perf.md, "AMD EPYC with AVX-512 … fp32 prefill GEMM").
+// what L3 delivers (docs/perf.md, "AMD EPYC (Zen 5, AVX-512) … fp32 prefill GEMM").
 // Per output the sum runs kk ascending within a block, blocks in order.
 constexpr int64_t kGemm512KcMax = 2048;
 constexpr int kGemm512Group = 2;
