@@ -415,23 +415,53 @@ class CpuBackend final : public Backend {
     const int chunks = static_cast<int>(CeilDiv(group, cpu::kMaxAttentionGroup));
     const int chunk_heads = static_cast<int>(CeilDiv(group, chunks));
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * chunks;  // tasks per token
+    // Prefill tokens go in blocks of `block_rows` (one task per block and
+    // unit, kernels_->attention_block) where the kernel set has it; decode
+    // tokens (q_len 1) one per task (attention_row).
+    const bool blocks = kernels_->attention_block != nullptr && hd % 16 == 0;
+    const int64_t block_rows =
+        std::min<int64_t>(cpu::kMaxAttentionBlockRows,
+                          cpu::kAttentionBlockFloats / (static_cast<int64_t>(chunk_heads) * hd));
+    auto rows_per_task = [&](const AttentionSeq& sq) -> int64_t {
+      return blocks && sq.q_len > 1 ? block_rows : 1;
+    };
     task_start_.assign(num_seqs + 1, 0);
     for (int32_t s = 0; s < num_seqs; ++s) {
       const AttentionSeq& sq = seqs[s];
       STRATA_CHECK(sq.q_len >= 0 && sq.q_len <= sq.kv_len)
           << "seq " << s << " q_len " << sq.q_len << " kv_len " << sq.kv_len;
       STRATA_CHECK(sq.q_start >= 0 && sq.q_start + sq.q_len <= q.rows && q.rows == out.rows);
-      task_start_[s + 1] = task_start_[s] + sq.q_len * units;
+      task_start_[s + 1] = task_start_[s] + CeilDiv(sq.q_len, rows_per_task(sq)) * units;
     }
     pool_.ParallelFor(task_start_[num_seqs], [&](int64_t t, int) {
       const int64_t s =
           std::upper_bound(task_start_.begin() + 1, task_start_.end(), t) - task_start_.begin() - 1;
       const AttentionSeq& sq = seqs[s];
       const int64_t local = t - task_start_[s];
-      const int64_t i = local / units;
+      const int64_t rows = rows_per_task(sq);
+      const int64_t i = local / units * rows;
       const int kv_head = static_cast<int>((local % units) / chunks);
       const int chunk = static_cast<int>(local % chunks);
       const int32_t pos = sq.kv_len - sq.q_len + static_cast<int32_t>(i);
+      if (rows > 1) {
+        cpu::AttentionBlockArgs a;
+        a.q = q.row<float>(sq.q_start + i);
+        a.q_stride = q.row_stride();
+        a.out = out.row<float>(sq.q_start + i);
+        a.out_stride = out.row_stride();
+        a.layer = &layer;
+        a.page_table = sq.page_table;
+        a.pos0 = pos;
+        a.num_rows = static_cast<int32_t>(std::min<int64_t>(rows, sq.q_len - i));
+        a.window = p.sliding_window > 0 ? p.sliding_window : 0;
+        a.kv_head = kv_head;
+        a.first_head = kv_head * group + chunk * chunk_heads;
+        a.num_heads = std::min(chunk_heads, group - chunk * chunk_heads);
+        a.head_dim = hd;
+        a.scale = p.scale;
+        kernels_->attention_block(a);
+        return;
+      }
       cpu::AttentionRowArgs a;
       a.q = q.row<float>(sq.q_start + i);
       a.out = out.row<float>(sq.q_start + i);

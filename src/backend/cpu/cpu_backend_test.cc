@@ -160,6 +160,21 @@ TEST_P(CpuBackendTest, LinearCrossesGemmBlocks) {
   CheckLinear(backend_.get(), DType::kF16, {20, 300, 2 * 8 * 32 * 2 + 18}, true, false, rng_);
 }
 
+TEST_P(CpuBackendTest, LinearGemmEdgesAndThreadSplits) {
+  // The avx512 loop nest's edges (kernels_avx512.cc Gemm512T): past one
+  // 1024-row block with a 6-row tail; K over 2048, cut into 3 equal k blocks
+  // that accumulate onto the output, with a 5-row tile; and 1-4 threads, whose
+  // column ranges (>= 128 columns each) end in a group of 2 panels whose
+  // second is partial (300 = 128 + 128 + 32 + 12).
+  CheckLinear(backend_.get(), DType::kBF16, {1030, 37, 70}, true, false, rng_);
+  CheckLinear(backend_.get(), DType::kF32, {29, 4100, 45}, false, true, rng_);
+  for (int threads : {1, 2, 3, 4}) {
+    auto b = MakeBackend(GetParam(), threads);
+    CheckLinear(b.get(), DType::kF16, {17, 64, 300}, true, true, rng_);
+    CheckLinear(b.get(), DType::kBF16, {12, 2049, 77}, false, false, rng_);
+  }
+}
+
 TEST(CpuBackendBf16Matmul, MatchesBf16RoundedReference) {
   if (!cpu::DetectCpuFeatures().avx512_bf16) GTEST_SKIP() << "no AVX512_BF16";
   auto b = MakeBackend("avx512", 2, "bf16");
@@ -603,6 +618,11 @@ TEST_P(CpuBackendTest, PagedAttentionSlidingWindowAndShapes) {
   CheckAttention(backend_.get(), DType::kF16, 16, 20, 1, 32, 0, batch,
                  rng_);  // group of 20 > 16: chunked
   CheckAttention(backend_.get(), DType::kBF16, 1, 8, 2, 128, 33, batch, rng_);
+  // Prefill blocks of 16 tokens (avx512 attention_block) whose rows' windows
+  // (5) start inside a KV block or miss it entirely, and 7 heads per group as
+  // Qwen2.5-0.5B, with a partial last block.
+  CheckAttention(backend_.get(), DType::kF32, 4, 14, 2, 64, 5, {{40, 40}, {21, 60}, {1, 9}}, rng_);
+  CheckAttention(backend_.get(), DType::kF32, 16, 14, 2, 64, 0, {{50, 50}, {17, 70}}, rng_);
 }
 
 // ---- SIMD levels against the scalar reference path ----

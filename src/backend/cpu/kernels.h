@@ -59,9 +59,33 @@ struct AttentionRowArgs {
   float scale = 0.f;
 };
 
+// Consecutive query tokens of one sequence (a prefill block), rows
+// [0, num_rows) at positions pos0 + t, each attending causally to
+// [max(0, pos0 + t - window + 1) or 0 if window == 0, pos0 + t], for query
+// heads [first_head, first_head + num_heads) of kv head kv_head. Row t's q
+// is q + t * q_stride (head h at + h * head_dim), its output likewise.
+struct AttentionBlockArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  const KvLayerView* layer = nullptr;
+  const int32_t* page_table = nullptr;
+  int32_t pos0 = 0;
+  int32_t num_rows = 0;  // <= kMaxAttentionBlockRows
+  int32_t window = 0;    // 0: none
+  int32_t kv_head = 0;
+  int32_t first_head = 0;
+  int32_t num_heads = 0;  // num_rows * num_heads * head_dim <= kAttentionBlockFloats
+  int32_t head_dim = 0;   // a multiple of 16, <= kMaxHeadDim
+  float scale = 0.f;
+};
+
 inline constexpr int64_t kMaxGemvRows = 4;
 inline constexpr int kMaxAttentionGroup = 16;
 inline constexpr int kMaxHeadDim = 576;  // an MLA latent: DeepSeek V3 kv_lora 512 + rope 64
+inline constexpr int kMaxAttentionBlockRows = 16;
+inline constexpr int64_t kAttentionBlockFloats = 16384;  // the block's output accumulators
 // Bytes of per-thread scratch a gemm call may use.
 inline constexpr size_t kGemmScratchBytes = 1 << 20;
 
@@ -82,6 +106,10 @@ struct CpuKernels {
   // Column alignment that keeps gemm's panels whole when splitting [0, m).
   int64_t gemm_cols_align;
   void (*attention_row)(const AttentionRowArgs& a);
+  // A block of a prefill's query tokens in one pass over their KV (each K
+  // block transposed once for all the block's rows and heads); null where
+  // the level lacks it (then attention_row per token).
+  void (*attention_block)(const AttentionBlockArgs& a);
   // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate or up.
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
 };

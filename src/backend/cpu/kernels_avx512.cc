@@ -97,9 +97,228 @@ int64_t PackPanelVector(const LinearArgs& a, int64_t j0, int ncols, int64_t k0, 
   return kv;
 }
 #define STRATA_HAVE_PACK_PANEL_VECTOR 1
+#define STRATA_HAVE_GEMM_LOOP 1  // Gemm512 below
 
 #include "backend/cpu/kernels_simd.inc"
 #include "backend/cpu/kernels_attention.inc"
+
+// ---- fp32 GEMM loop nest (AVX-512) ----
+//
+// The micro-kernel, panel packing and 12 x 32 register tile are
+// kernels_simd.inc's; the loop nest around them is this file's, because on
+// the AVX-512 parts here (Zen 5: 1 MiB L2, two 512-bit FMA pipes) the shared
+// one lost a quarter of the FMA peak outside the inner loop. Per thread,
+// over its columns [m0, m1):
+//   for each block of kGemm512Nb rows of x
+//     for each group of kGemm512Group panels (64 columns)
+//       for each k block (K cut into equal blocks of <= kGemm512KcMax)
+//         pack the group's panels (kc x 32 F32 each, in L2), prefetch
+//             the weights of the next pack, then
+//         for each 12-row tile of x, for each panel of the group:
+//             register tile over the whole k block
+// The shared nest (k blocks of 256 outside the groups) loads and stores
+// every output tile once per k block, and by the time it returns to a tile
+// that tile has left L2 (the whole output, 20 MB for Qwen2.5-0.5B's gate_up,
+// is swept per k block): 18% of the micro-kernel's time went to those
+// loads. Here a k block is all of K up to 2048 (every Qwen2.5-0.5B and
+// Llama-3.2-1B Linear but down), so each output is written once, and a
+// group's outputs stay in L2 between its k blocks otherwise. x is read from
+// L3 once per group; at 64 columns per group that is ~7 GB/s, far below
+// what L3 delivers (docs/perf.md, "AMD EPYC (Zen 5, AVX-512) … fp32 prefill GEMM").
+// Per output the sum runs kk ascending within a block, blocks in order.
+constexpr int64_t kGemm512KcMax = 2048;
+constexpr int kGemm512Group = 2;
+constexpr int64_t kGemm512Nb = 1024;
+static_assert(kGemm512Group * kGemm512KcMax * kNr * sizeof(float) <= kGemmScratchBytes, "panels must fit scratch");
+
+// Prefetches (into L2) the weights rows [j0, j1) x columns [k0, k0 + kc):
+// they come from DRAM in short row pieces, too short for the hardware
+// prefetcher to pick up.
+template <typename W>
+void PrefetchWeights(const LinearArgs& a, int64_t j0, int64_t j1, int64_t k0, int64_t kc) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const char* p = reinterpret_cast<const char*>(static_cast<const W*>(a.w) + j * a.w_stride + k0);
+    for (int64_t b = 0; b < kc * static_cast<int64_t>(sizeof(W)); b += 64) __builtin_prefetch(p + b, 0, 2);
+  }
+}
+
+template <typename W>
+void Gemm512T(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
+  static constexpr auto kernels = MakeMicroKernels(std::make_integer_sequence<int, kGemmMr>());
+  constexpr int64_t kGroupCols = kGemm512Group * kNr;
+  float* panels = static_cast<float*>(scratch);
+  const int64_t nkb = (a.k + kGemm512KcMax - 1) / kGemm512KcMax;
+  const int64_t kb = ((a.k + nkb - 1) / nkb + 15) / 16 * 16;  // <= kGemm512KcMax
+  for (int64_t n0 = 0; n0 < a.n; n0 += kGemm512Nb) {
+    const int64_t n1 = n0 + kGemm512Nb < a.n ? n0 + kGemm512Nb : a.n;
+    for (int64_t g0 = m0; g0 < m1; g0 += kGroupCols) {
+      const int64_t g1 = g0 + kGroupCols < m1 ? g0 + kGroupCols : m1;
+      const int npanels = static_cast<int>((g1 - g0 + kNr - 1) / kNr);
+      for (int64_t k0 = 0; k0 < a.k; k0 += kb) {
+        const int64_t kc = a.k - k0 < kb ? a.k - k0 : kb;
+        for (int p = 0; p < npanels; ++p) {
+          const int64_t j0 = g0 + p * kNr;
+          PackPanel<W>(a, j0, static_cast<int>(g1 - j0 < kNr ? g1 - j0 : kNr), k0, kc, panels + p * kc * kNr);
+        }
+        if (k0 + kc < a.k) {  // the next pack: this group's next k block, or the next group's first
+          PrefetchWeights<W>(a, g0, g1, k0 + kc, a.k - k0 - kc < kb ? a.k - k0 - kc : kb);
+        } else if (g1 < m1) {
+          PrefetchWeights<W>(a, g1, g1 + kGroupCols < m1 ? g1 + kGroupCols : m1, 0, kb < a.k ? kb : a.k);
+        }
+        for (int64_t r0 = n0; r0 < n1; r0 += kGemmMr) {
+          const int mr = static_cast<int>(n1 - r0 < kGemmMr ? n1 - r0 : kGemmMr);
+          for (int p = 0; p < npanels; ++p) {
+            const int64_t j0 = g0 + p * kNr;
+            kernels[mr - 1](a.x + r0 * a.x_stride + k0, a.x_stride, panels + p * kc * kNr, kc,
+                            a.out + r0 * a.out_stride + j0, a.out_stride,
+                            static_cast<int>(g1 - j0 < kNr ? g1 - j0 : kNr), a.bias ? a.bias + j0 : nullptr,
+                            k0 > 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+void Gemm512(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
+  switch (a.w_dtype) {
+    case DType::kF32: return Gemm512T<float>(a, m0, m1, scratch);
+    case DType::kBF16: return Gemm512T<Bf16>(a, m0, m1, scratch);
+    case DType::kF16: return Gemm512T<Half>(a, m0, m1, scratch);
+    default: __builtin_trap();
+  }
+}
+
+// ---- Prefill attention: a block of query tokens per pass over the KV ----
+//
+// AttendRow walks the KV once per token and takes one horizontal sum per
+// (position, head): 14% of an fp32 Qwen2.5-0.5B prefill on the Zen 5 EPYC.
+// Here each block of 16 KV positions is loaded once for all the block's
+// rows and heads, K transposed (16 positions in the lanes), so a score
+// vector of 16 positions is hd broadcast FMAs and the weighted V sum hd/16
+// FMAs per position, with one max and one sum reduction per 16 positions.
+// Online softmax as AttendRow (same math, different summation order).
+template <typename T>
+void AttendBlockT(const AttentionBlockArgs& a) {
+  constexpr int kPos = 16;  // KV positions per block (the lanes)
+  const KvLayerView& layer = *a.layer;
+  const int hd = a.head_dim, g = a.num_heads, nr = a.num_rows, nv = hd / kLanes;
+  const int64_t ps = layer.page_size;
+  const int64_t token_elems = static_cast<int64_t>(layer.num_kv_heads) * hd;
+  const T* kbase = static_cast<const T*>(layer.k) + static_cast<int64_t>(a.kv_head) * hd;
+  const T* vbase = static_cast<const T*>(layer.v) + static_cast<int64_t>(a.kv_head) * hd;
+  alignas(64) float o[kAttentionBlockFloats];
+  alignas(64) float kt[kMaxHeadDim * kPos];  // kt[i * 16 + j] = K[p0 + j][i]
+  alignas(64) float pj[kPos];
+  float m[kMaxAttentionBlockRows * kMaxAttentionGroup], l[kMaxAttentionBlockRows * kMaxAttentionGroup];
+  for (int i = 0; i < nr * g; ++i) m[i] = -__builtin_inff(), l[i] = 0.f;
+  for (int i = 0; i < nr * g * hd; ++i) o[i] = 0.f;
+  const int32_t last = a.pos0 + nr - 1;
+  const int32_t first = a.window > 0 && a.pos0 - a.window + 1 > 0 ? a.pos0 - a.window + 1 : 0;
+  const Vec scale = VSet1(a.scale);
+  for (int32_t p0 = first / kPos * kPos; p0 <= last; p0 += kPos) {
+    const int nb = last - p0 + 1 < kPos ? last - p0 + 1 : kPos;
+    const T* vrow[kPos];
+    const T* krow[kPos];
+    for (int j = 0; j < nb; ++j) {
+      const int64_t p = p0 + j;
+      const int64_t slot = static_cast<int64_t>(a.page_table[p / ps]) * ps + p % ps;
+      krow[j] = kbase + slot * token_elems;
+      vrow[j] = vbase + slot * token_elems;
+    }
+    for (int c = 0; c < nv; ++c) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j)
+        r[j] = j < nb ? _mm512_castps_si512(VLoad(krow[j] + c * kLanes)) : _mm512_setzero_si512();
+      Transpose16x16(r);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(kt + (c * kLanes + i) * kPos, r[i]);
+    }
+    for (int t = 0; t < nr; ++t) {
+      const int32_t pos = a.pos0 + t;
+      const int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+      if (p0 > pos || p0 + nb - 1 < lo) continue;
+      // Lanes j with lo <= p0 + j <= pos.
+      const int jlo = lo > p0 ? lo - p0 : 0, jhi = pos - p0 < nb - 1 ? pos - p0 : nb - 1;
+      const __mmask16 valid = static_cast<__mmask16>(((1u << (jhi + 1)) - 1) & ~((1u << jlo) - 1));
+      for (int h = 0; h < g; ++h) {
+        const float* qv = a.q + t * a.q_stride + static_cast<int64_t>(a.first_head + h) * hd;
+        // 8 chains of hd / 8 FMAs (named: GCC keeps an array of them in memory).
+        Vec s0 = VZero(), s1 = VZero(), s2 = VZero(), s3 = VZero();
+        Vec s4 = VZero(), s5 = VZero(), s6 = VZero(), s7 = VZero();
+        for (int i = 0; i < hd; i += 8) {
+          s0 = VFma(VSet1(qv[i]), _mm512_load_ps(kt + i * kPos), s0);
+          s1 = VFma(VSet1(qv[i + 1]), _mm512_load_ps(kt + (i + 1) * kPos), s1);
+          s2 = VFma(VSet1(qv[i + 2]), _mm512_load_ps(kt + (i + 2) * kPos), s2);
+          s3 = VFma(VSet1(qv[i + 3]), _mm512_load_ps(kt + (i + 3) * kPos), s3);
+          s4 = VFma(VSet1(qv[i + 4]), _mm512_load_ps(kt + (i + 4) * kPos), s4);
+          s5 = VFma(VSet1(qv[i + 5]), _mm512_load_ps(kt + (i + 5) * kPos), s5);
+          s6 = VFma(VSet1(qv[i + 6]), _mm512_load_ps(kt + (i + 6) * kPos), s6);
+          s7 = VFma(VSet1(qv[i + 7]), _mm512_load_ps(kt + (i + 7) * kPos), s7);
+        }
+        const Vec sc = VMul(VAdd(VAdd(VAdd(s0, s1), VAdd(s2, s3)), VAdd(VAdd(s4, s5), VAdd(s6, s7))), scale);
+        const int idx = t * g + h;
+        const float bm = _mm512_mask_reduce_max_ps(valid, sc);
+        const float mx = bm > m[idx] ? bm : m[idx];
+        const Vec p = _mm512_maskz_mov_ps(valid, VExp(VSub(sc, VSet1(mx))));
+        const float corr = __builtin_expf(m[idx] - mx);  // 0 on the first block
+        m[idx] = mx;
+        l[idx] = l[idx] * corr + VSum(p);
+        _mm512_store_ps(pj, p);
+        float* orow = o + static_cast<int64_t>(idx) * hd;
+        const Vec cv = VSet1(corr);
+        // 64 dims at a time, even and odd positions in separate chains.
+        int c = 0;
+        for (; c + 4 <= nv; c += 4) {
+          float* op = orow + c * kLanes;
+          Vec a0 = VMul(VLoad(op), cv), a1 = VMul(VLoad(op + 16), cv);
+          Vec a2 = VMul(VLoad(op + 32), cv), a3 = VMul(VLoad(op + 48), cv);
+          Vec b0 = VZero(), b1 = VZero(), b2 = VZero(), b3 = VZero();
+          int j = jlo;
+          for (; j + 1 <= jhi; j += 2) {
+            const T* v0 = vrow[j] + c * kLanes;
+            const T* v1 = vrow[j + 1] + c * kLanes;
+            const Vec w0 = VSet1(pj[j]), w1 = VSet1(pj[j + 1]);
+            a0 = VFma(w0, VLoad(v0), a0), a1 = VFma(w0, VLoad(v0 + 16), a1);
+            a2 = VFma(w0, VLoad(v0 + 32), a2), a3 = VFma(w0, VLoad(v0 + 48), a3);
+            b0 = VFma(w1, VLoad(v1), b0), b1 = VFma(w1, VLoad(v1 + 16), b1);
+            b2 = VFma(w1, VLoad(v1 + 32), b2), b3 = VFma(w1, VLoad(v1 + 48), b3);
+          }
+          if (j <= jhi) {
+            const T* v0 = vrow[j] + c * kLanes;
+            const Vec w0 = VSet1(pj[j]);
+            a0 = VFma(w0, VLoad(v0), a0), a1 = VFma(w0, VLoad(v0 + 16), a1);
+            a2 = VFma(w0, VLoad(v0 + 32), a2), a3 = VFma(w0, VLoad(v0 + 48), a3);
+          }
+          VStore(op, VAdd(a0, b0)), VStore(op + 16, VAdd(a1, b1));
+          VStore(op + 32, VAdd(a2, b2)), VStore(op + 48, VAdd(a3, b3));
+        }
+        for (; c < nv; ++c) {
+          float* op = orow + c * kLanes;
+          Vec a0 = VMul(VLoad(op), cv);
+          for (int j = jlo; j <= jhi; ++j) a0 = VFma(VSet1(pj[j]), VLoad(vrow[j] + c * kLanes), a0);
+          VStore(op, a0);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < nr; ++t) {
+    float* out = a.out + t * a.out_stride + static_cast<int64_t>(a.first_head) * hd;
+    for (int h = 0; h < g; ++h) {
+      const int idx = t * g + h;
+      const float inv = 1.f / l[idx];
+      for (int i = 0; i < hd; ++i) out[h * hd + i] = o[idx * hd + i] * inv;
+    }
+  }
+}
+
+void AttendBlock(const AttentionBlockArgs& a) {
+  switch (a.layer->dtype) {
+    case DType::kF32: return AttendBlockT<float>(a);
+    case DType::kBF16: return AttendBlockT<Bf16>(a);
+    case DType::kF16: return AttendBlockT<Half>(a);
+    default: __builtin_trap();
+  }
+}
 
 // ---- bf16 GEMM (AVX512_BF16) ----
 //
@@ -365,11 +584,12 @@ void GemmBf16Amx(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
 const CpuKernels kAvx512Kernels = {
     .name = "avx512",
     .gemv = Gemv,
-    .gemm = Gemm,
+    .gemm = Gemm512,
     .gemm_bf16 = GemmBf16,
     .gemm_bf16_amx = GemmBf16Amx,
     .gemm_cols_align = kNr,
     .attention_row = AttendRow,
+    .attention_block = AttendBlock,
     .silu_mul = SiluMul,
 };
 
