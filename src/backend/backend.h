@@ -217,7 +217,10 @@ class Backend {
   virtual StatusOr<Buffer> Allocate(size_t bytes) = 0;
   // Where this backend's memory comes from, for logs and tests.
   virtual BackendMemoryUsage memory_usage() const { return {}; }
-  // Host <-> backend copies (plain memcpy on the CPU).
+  // Host <-> backend copies (plain memcpy on the CPU). CopyToDevice from
+  // memory PinHostMemory registered may read `src` when the copy runs, in
+  // issue order after earlier ops: keep it unchanged until Synchronize (from
+  // other host memory the bytes are taken before it returns).
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() {}
@@ -312,6 +315,17 @@ class Backend {
   virtual void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer,
                        const int64_t* slots) = 0;
 
+  // Rope(q, k, positions, rope) then StoreKv(k, v, layer, slots): the
+  // rotated keys go to the cache (this default). A backend may fuse the two
+  // (CUDA: one kernel for decode rows); the results are the same bits.
+  // REQUIRES: as Rope and StoreKv, and k holds whole KV rows (k.cols ==
+  // layer's kv_heads * head_dim).
+  virtual void RopeStoreKv(Tensor q, Tensor k, const Tensor& v, const int32_t* positions,
+                           const RopeParams& rope, const KvLayerView& layer, const int64_t* slots) {
+    Rope(q, k, positions, rope);
+    StoreKv(k, v, layer, slots);
+  }
+
   // Causal attention of each sequence's new queries over its paged context.
   // q, out: [total new tokens, num_heads * head_dim], F32. Softmax in F32.
   // layer.v may equal layer.k (MLA in absorbed form: the values are the
@@ -338,6 +352,47 @@ class Backend {
   // This default copies each row to the host and hands it over.
   virtual void SampleRows(const Tensor& logits, std::span<const SampleRowParams> rows,
                           HostRowSampler& host, std::span<SampleResult> out);
+
+  // ---- Recorded op sequences (CUDA graphs) ----
+  // A backend that queues ops (a GPU) may record the ops of one step once
+  // and replay them: one enqueue instead of one per op. A replay runs the
+  // recorded ops with the recorded arguments: the same shapes, pointers and
+  // host-side values (RopeParams::inv_freq, AttentionParams, counts such as
+  // num_seqs), as they were when recorded. What it reads afresh is backend
+  // memory: activations, KV pages and the index arrays (ids, positions,
+  // slots, page tables, AttentionSeq), so the per-step values of a replayed
+  // step travel through buffers at fixed addresses that the caller fills
+  // (CopyToDevice, in issue order before Replay).
+  //
+  // REQUIRES for a replay to compute what issuing the ops again would: the
+  // caller would issue exactly the recorded ops with the recorded arguments;
+  // only the contents of backend memory differ. Ops are issued from the one
+  // engine thread, as always.
+  //
+  // BeginRecording: the ops issued until EndRecording are recorded, not run
+  // (their outputs stay unwritten). While recording, nothing may wait for
+  // the device or need the host to see results: Synchronize, CopyToHost,
+  // CopyToDevice, SampleRows and an Allocate make the recording fail (the
+  // backend notes it and does not run them). EndRecording returns the
+  // recording's id (>= 0), or an error saying what broke it; nothing of a
+  // failed recording ran, so the caller issues the ops again, unrecorded.
+  // Replay(id) enqueues the recorded ops and returns true, or returns false
+  // having enqueued nothing when the backend has dropped the recording (it
+  // drops them all when it must move memory they use, e.g. a scratch buffer
+  // a longer step grew): the caller then issues the ops itself and may
+  // record them again. ForgetRecording(id) frees one (a dropped id too).
+  // Recordings live until forgotten, dropped or the backend is destroyed.
+  // A backend that cannot record (the CPU: each op runs to its end, there is
+  // nothing to save) returns false from SupportsRecording; the others are
+  // then never called.
+  virtual bool SupportsRecording() const { return false; }
+  virtual Status BeginRecording() { return Unimplemented("this backend records no ops"); }
+  virtual StatusOr<int> EndRecording() { return Unimplemented("this backend records no ops"); }
+  virtual bool Replay(int id) {
+    (void)id;
+    return false;
+  }
+  virtual void ForgetRecording(int id) { (void)id; }
 };
 
 struct CpuBackendOptions {

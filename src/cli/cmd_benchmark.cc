@@ -245,6 +245,7 @@ int BenchCommand(const Args& args) {
   eo.max_running_requests = static_cast<int32_t>(batch);
   eo.kv_dtype = *kv;
   eo.chunked_prefill_size = static_cast<int32_t>(mf.max_batch_tokens);
+  eo.step_recording.enabled = mf.decode_graphs;
   eo.max_total_tokens = batch * (prompt_len + gen_len + 64);
   eo.context_length = prompt_len + gen_len + 1;
   auto engine = Engine::Create(m, *stack->backend, eo);
@@ -401,7 +402,10 @@ int BenchCommand(const Args& args) {
                       {"weight_bytes", weight_bytes},
                       {"decode_roofline_tok_s", roofline},
                       {"decode_read_gb_s", decode_read_gb_s},
-                      {"decode_vs_roofline", roofline > 0 ? best_decode / roofline : 0}};
+                      {"decode_vs_roofline", roofline > 0 ? best_decode / roofline : 0},
+                      // Decode steps replayed from recordings (CUDA graphs), all repetitions.
+                      {"decode_steps_replayed", engine->get()->step_recording_stats().replayed},
+                      {"decode_steps_recorded", engine->get()->step_recording_stats().recorded}};
   if (spec) {
     // What the constraint adds per decode step: masks (cold: each
     // repetition compiles afresh), their upload and the masked sampling.

@@ -142,6 +142,7 @@ int GenerateCommand(const Args& args) {
   eo.max_total_tokens = max_total_tokens;
   eo.max_running_requests = 1;
   eo.chunked_prefill_size = static_cast<int32_t>(mf.max_batch_tokens);
+  eo.step_recording.enabled = mf.decode_graphs;
   eo.kv_dtype = kv;
   auto engine = Engine::Create(m, *stack->backend, eo);
   if (!engine.ok()) return Fail(cmd, engine.status());

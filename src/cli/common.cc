@@ -41,6 +41,9 @@ void ModelFlags::Register(FlagSet& f) {
            "faster prefill) or auto: bf16 on --device cuda, fp32 on the CPU");
   f.Int("chunked-prefill-size", &max_batch_tokens, "most tokens one forward step carries", 1,
         1 << 20);
+  f.Bool("decode-graphs", &decode_graphs,
+         "on a GPU, replay decode steps of up to 64 sequences as recorded CUDA graphs "
+         "(--decode-graphs=false issues every op, for comparison)");
   f.Bool("skip-weight-check", &skip_weight_check,
          "load even if a tensor holds NaN/Inf (by default a sample of every tensor is checked "
          "and such a model is refused with exit 65)");

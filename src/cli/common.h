@@ -39,6 +39,9 @@ struct ModelFlags {
     return device == "cpu" ? "fp32" : "bf16";
   }
   bool skip_weight_check = false;  // LoadOptions::check_weights off
+  // EngineOptions::step_recording.enabled: decode steps replayed as CUDA
+  // graphs (on by default; off issues every op, for comparison).
+  bool decode_graphs = true;
   void Register(FlagSet& flags);
 };
 

@@ -338,6 +338,7 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
   eo.max_total_tokens = c.max_total_tokens;
   eo.max_running_requests = static_cast<int32_t>(c.max_running_requests);
   eo.chunked_prefill_size = static_cast<int32_t>(mf.max_batch_tokens);
+  eo.step_recording.enabled = mf.decode_graphs;
   eo.context_length = c.context_length;
   eo.disable_radix_cache = c.disable_radix_cache;
 

@@ -79,10 +79,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
         std::make_unique<RadixTree>(RadixTreeConfig{options.page_size}, &e->pool_->allocator());
   }
   ASSIGN_OR_RETURN(e->runner_,
-                   ModelRunner::Create(*model.model, backend, *e->pool_,
-                                       EngineRunnerLimits(options, e->context_length_,
-                                                          model.model->max_batch_tokens(),
-                                                          model.config.vocab_size)));
+                   ModelRunner::Create(
+                       *model.model, backend, *e->pool_,
+                       EngineRunnerLimits(options, e->context_length_,
+                                          model.model->max_batch_tokens(), model.config.vocab_size),
+                       options.step_recording));
   SchedulerOptions so;
   so.page_size = options.page_size;
   so.max_running_requests = options.max_running_requests;

@@ -80,6 +80,8 @@ struct EngineOptions {
   // and masks otherwise add up; on the CPU the forward has every core.
   enum class MaskOverlap { kAuto, kOff, kOn };
   MaskOverlap mask_overlap = MaskOverlap::kAuto;
+  // Decode steps replayed from recordings (CUDA graphs; model_runner.h).
+  StepRecordingOptions step_recording;
 };
 
 // The context length an engine with these options serves: the option, else
@@ -186,6 +188,8 @@ class Engine {
   StatusOr<std::vector<GenerationResult>> Generate(std::vector<GenerationRequest> requests);
 
   const EngineStats& stats() const { return stats_; }
+  // Decode steps replayed from recordings (EngineOptions::step_recording).
+  const StepRecordingStats& step_recording_stats() const { return runner_->recording_stats(); }
   EngineLoad load() const;
   const KvPool& pool() const { return *pool_; }
   const RadixTree* prefix_cache() const { return radix_.get(); }

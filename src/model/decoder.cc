@@ -33,6 +33,10 @@ class DecoderModel final : public Model {
   int32_t max_batch_tokens() const override { return options_.max_batch_tokens; }
   Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv,
                  Tensor logits) override;
+  // Forward's ops depend on the batch's host fields alone (its scratch
+  // buffers and weights never move; positions, slots and page tables are
+  // read on the device).
+  bool ForwardIsReplayable() const override { return true; }
 
  private:
   StatusOr<Tensor> Bind(WeightStore& w, const std::string& name, std::vector<int64_t> shape);
@@ -169,8 +173,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
       backend_.RmsNorm(qh, L.q_norm, eps, qh);
       backend_.RmsNorm(kh, L.k_norm, eps, kh);
     }
-    backend_.Rope(q, k, batch.positions, rope_);
-    backend_.StoreKv(k, v, kv[l], batch.kv_slots);
+    backend_.RopeStoreKv(q, k, v, batch.positions, rope_, kv[l], batch.kv_slots);
     backend_.PagedAttention(q, kv[l], batch.seqs, batch.num_seqs, ap, attn);
     backend_.Linear(attn, L.o, bias(L.o_bias), out);
     backend_.AddRmsNorm(x, out, L.post_norm, eps, h);

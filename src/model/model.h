@@ -63,6 +63,16 @@ class Model {
   // [batch.num_logit_rows, vocab_size] in backend memory.
   virtual Status Forward(const ForwardBatch& batch, std::span<const KvLayerView> kv,
                          Tensor logits) = 0;
+  // True when Forward may be recorded and replayed (Backend::BeginRecording):
+  // for equal host-side fields of the batch (num_tokens, num_seqs,
+  // num_logit_rows, max_kv_len), the same kv and the same logits tensor,
+  // Forward issues the same ops with the same arguments and reads the
+  // step's values only through the batch's device arrays -- no copy to the
+  // host, no host-side state that changes between steps. The ModelRunner
+  // then replays decode steps instead of issuing them (a CUDA graph). False
+  // by default: a model that reads device values on the host (a MoE router
+  // on the host) must not be replayed.
+  virtual bool ForwardIsReplayable() const { return false; }
 };
 
 // Architecture registry (model/registry.cc). Adding an architecture is one

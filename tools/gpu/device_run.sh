@@ -25,6 +25,8 @@ echo "== device sampling vs the host Sampler (and its cost per step)"
 grep -E "device sampling|device rows|FAILED|PASSED" "$OUT/batch_sampler_test.log" | head -60
 echo "== memory arena (--mem-fraction-static)"
 ./cuda_arena_test > "$OUT/arena_test.log" 2>&1; tail -3 "$OUT/arena_test.log"
+echo "== recorded decode steps (CUDA graphs) vs op by op"
+./step_recording_test > "$OUT/step_recording_test.log" 2>&1; tail -3 "$OUT/step_recording_test.log"
 ./strata check -- --device cuda --model-path "$R/tests/fixtures/models/qwen3" --port 0 2>&1 | grep -E "GPU memory|OK|problem"
 echo "== model parity (CUDA)"
 timeout 240 ./parity_test --gtest_filter='Cuda/*' > "$OUT/parity_cuda.log" 2>&1

@@ -17,12 +17,14 @@ set -euo pipefail
 build=${1:?usage: stage.sh BUILD_DIR DEST_REPO}
 dest=${2:?usage: stage.sh BUILD_DIR DEST_REPO}/.cudarun
 here=$(cd "$(dirname "$0")" && pwd)
-nice ninja -C "$build" -j2 strata parity_test cuda_backend_test batch_sampler_test cuda_arena_test
+nice ninja -C "$build" -j2 strata parity_test cuda_backend_test batch_sampler_test cuda_arena_test \
+  step_recording_test
 mkdir -p "$dest/lib"
 cp "$build/strata" "$build/src/parity_test" "$build/src/cuda_backend_test" \
-  "$build/src/batch_sampler_test" "$build/src/cuda_arena_test" "$dest/"
+  "$build/src/batch_sampler_test" "$build/src/cuda_arena_test" "$build/src/step_recording_test" \
+  "$dest/"
 strip "$dest/strata" "$dest/parity_test" "$dest/cuda_backend_test" "$dest/batch_sampler_test" \
-  "$dest/cuda_arena_test"
+  "$dest/cuda_arena_test" "$dest/step_recording_test"
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 "$dest/lib/"
 # UCX (PD transfer) and its plugin directory (device_run.sh sets UCX_MODULE_DIR).
 for l in libucp.so.0 libuct.so.0 libucs.so.0 libucm.so.0 libnuma.so.1; do
@@ -49,7 +51,7 @@ fi
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
 cp "$here/common.sh" "$here/gemm_peak.py" "$here/profile_decode.sh" "$here/serve_bench.sh" \
-  "$here/decode_table.sh" "$here/profile_attention.sh" "$dest/"
+  "$here/decode_table.sh" "$here/profile_attention.sh" "$here/decode_kernels.sh" "$dest/"
 chmod +x "$dest/device_run.sh" "$dest/profile_decode.sh" "$dest/serve_bench.sh" "$dest/decode_table.sh" \
-  "$dest/profile_attention.sh"
+  "$dest/profile_attention.sh" "$dest/decode_kernels.sh"
 du -sh "$dest"

@@ -10,12 +10,18 @@
 //   STRATA_SHARED                      block-shared variable (__shared__)
 //   STRATA_DYNAMIC_SMEM(name)          float name[] of dynamic shared memory
 //   STRATA_LAUNCH(kernel, grid, block, smem_bytes, stream, args...)
+//   STRATA_GRID_DEPENDENCY()           a kernel's first statement: kernels.cu's
+//                                      GridDependency (PDL), the emulator's nothing
 //   (kernels.cu: the CUDA spellings; the emulator: its own), and has
 //   included <algorithm>, <cmath>, cuda_bf16.h, cuda_fp16.h, kernels.h.
 // kernels.cu also defines STRATA_ATTENTION_MMA and includes
 // attention_mma.cuh after this file: PagedAttention then hands the calls
 // PagedAttentionUsesTensorCores accepts to the tensor-core kernel there
 // (declared below; the emulator has neither).
+
+#ifndef STRATA_GRID_DEPENDENCY
+#define STRATA_GRID_DEPENDENCY()
+#endif
 
 #ifdef STRATA_ATTENTION_MMA
 namespace {
@@ -144,6 +150,7 @@ template <int kPL>
 __global__ void __launch_bounds__(kAttnThreads)
     FlashAttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
                          View out, float* ml_part, float* acc_part, int splits) {
+  STRATA_GRID_DEPENDENCY();
   STRATA_DYNAMIC_SMEM(smem);
   STRATA_SHARED int seq_s;
   STRATA_SHARED int64_t tile_s;
@@ -365,6 +372,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 __global__ void __launch_bounds__(kAttnThreads)
     AttentionReduceKernel(const Seq* seqs, int32_t num_seqs, AttentionArgs a, View out,
                           const float* ml_part, const float* acc_part, int splits) {
+  STRATA_GRID_DEPENDENCY();
   const int64_t row = blockIdx.x;
   const int head = blockIdx.y;
   const int hd = a.head_dim;

@@ -158,6 +158,7 @@ template <int kHd>
 __global__ void __launch_bounds__(kMmaThreads, 3)
     MmaAttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
                        View out, float* ml_part, float* acc_part, int splits) {
+  STRATA_GRID_DEPENDENCY();
   constexpr int kS = kHd + 8;
   constexpr int kNT = kMmaCols / 8;  // score n-tiles of a KV tile
   constexpr int kOT = kHd / 8;       // output n-tiles
@@ -439,21 +440,21 @@ void MmaAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t 
                   static_cast<unsigned>(splits));
   if (args.head_dim == 64) {
     static_assert(MmaSmemBytes(64) <= 48 * 1024, "no opt-in needed");
-    MmaAttentionKernel<64><<<grid, kMmaThreads, MmaSmemBytes(64), stream>>>(
-        q, layer, seqs, num_seqs, args, out, ml, acc, splits);
+    STRATA_LAUNCH(MmaAttentionKernel<64>, grid, kMmaThreads, MmaSmemBytes(64), stream, q, layer,
+                  seqs, num_seqs, args, out, ml, acc, splits);
   } else {
     // Above the default 48 KiB: opted in once (per process; one device each).
     static const bool opted_in =
         cudaFuncSetAttribute(MmaAttentionKernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(MmaSmemBytes(128))) == cudaSuccess;
     (void)opted_in;  // a failure shows as the launch's error
-    MmaAttentionKernel<128><<<grid, kMmaThreads, MmaSmemBytes(128), stream>>>(
-        q, layer, seqs, num_seqs, args, out, ml, acc, splits);
+    STRATA_LAUNCH(MmaAttentionKernel<128>, grid, kMmaThreads, MmaSmemBytes(128), stream, q, layer,
+                  seqs, num_seqs, args, out, ml, acc, splits);
   }
   if (splits > 1) {
     const dim3 rgrid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));
-    AttentionReduceKernel<<<rgrid, kAttnThreads, 0, stream>>>(seqs, num_seqs, args, out, ml, acc,
-                                                              splits);
+    STRATA_LAUNCH(AttentionReduceKernel, rgrid, kAttnThreads, 0, stream, seqs, num_seqs, args, out,
+                  ml, acc, splits);
   }
 }
 

@@ -39,6 +39,11 @@
 // probabilities rounded to bf16; kernels.h PagedAttentionUsesTensorCores);
 // under fp32 it stays the exact F32 kernel.
 //
+// Recordings (Backend::BeginRecording): CUDA graphs captured from the
+// compute stream; kernels are launched with programmatic dependent launch
+// (kernels.cu Launch), so in a graph or not each may start while the one
+// before finishes.
+//
 // Page copies (CopyBlocks, for HiCache) run on a second non-blocking
 // stream, the copy stream, so they overlap the compute stream's kernels:
 // one gather kernel over host memory pinned (and mapped) by PinHostMemory,
@@ -169,6 +174,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     ReleaseGate();
     cudaStreamSynchronize(stream_);
+    DropRecordings();
     if (timer_) timer_->Finish();
     timer_.reset();
     weights_.clear();
@@ -180,6 +186,7 @@ class CudaBackend final : public Backend {
     xh_.Reset();
     workspace_.Reset();
     err_buf_.Reset();
+    err_host_.Reset();
     if (arena_) {
       if (arena_->num_blocks() == 0) {
         cudaFree(arena_base_);
@@ -211,6 +218,9 @@ class CudaBackend final : public Backend {
     if (mem_fraction_ > 0) RETURN_IF_ERROR(CreateArena());
     ASSIGN_OR_RETURN(err_buf_, Allocate(sizeof(int32_t)));
     CUDA_CHECK(cudaMemsetAsync(err_buf_.data(), 0, sizeof(int32_t), stream_));
+    if (!GrowPinned(err_host_, sizeof(int32_t)))
+      return Unavailable("CUDA backend: cannot allocate pinned host memory on device " +
+                         std::to_string(device_));
     int host_ptr = 0;
     if (cudaDeviceGetAttribute(&host_ptr, cudaDevAttrCanUseHostPointerForRegisteredMem, device_) !=
         cudaSuccess)
@@ -281,7 +291,15 @@ class CudaBackend final : public Backend {
     return u;
   }
 
-  StatusOr<Buffer> Allocate(size_t bytes) override { return AllocateBlock(bytes, false); }
+  StatusOr<Buffer> Allocate(size_t bytes) override {
+    if (recording_) {
+      BreakRecording("Allocate");
+      return FailedPrecondition(
+          "CUDA backend: Allocate while recording ops (a step that "
+          "allocates cannot be replayed; it runs op by op)");
+    }
+    return AllocateBlock(bytes, false);
+  }
 
   // `high`: from the top of the arena (a staging copy freed at once).
   StatusOr<Buffer> AllocateBlock(size_t bytes, bool high) {
@@ -315,11 +333,13 @@ class CudaBackend final : public Backend {
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    if (recording_) return BreakRecording("CopyToDevice");
     // From pageable memory the copy is staged before this returns, so the
-    // caller may reuse `src` at once. It also waits for the stream first
-    // (CUDA's rule for pageable sources), so under STRATA_CUDA_OP_TIMING=gated
-    // it must not sit behind a shut gate: copies open it and run ungated;
-    // the step's next kernel shuts a new one.
+    // caller may reuse `src` at once; from pinned memory (PinHostMemory: the
+    // runner's step staging) it is a DMA that reads `src` when it runs. It
+    // also waits for the stream first (CUDA's rule for pageable sources), so
+    // under STRATA_CUDA_OP_TIMING=gated it must not sit behind a shut gate:
+    // copies open it and run ungated; the step's next kernel shuts a new one.
     ReleaseGate();
     Timed timed(this, "CopyToDevice", /*arms_gate=*/false);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -328,6 +348,7 @@ class CudaBackend final : public Backend {
   // Returns when the bytes are on the host (all earlier ops have finished).
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    if (recording_) return BreakRecording("CopyToHost");
     {
       // Into pageable memory the copy returns only once done, so under
       // STRATA_CUDA_OP_TIMING=gated the gate opens first (as in CopyToDevice).
@@ -454,11 +475,15 @@ class CudaBackend final : public Backend {
   }
 
   void Synchronize() override {
+    if (recording_) return BreakRecording("Synchronize");
+    // The error word comes back in the same wait (pinned: no second
+    // round trip after it).
+    CUDA_CHECK(cudaMemcpyAsync(err_host_.data(), err_buf_.data(), sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, stream_));
     SyncStream();
     if (timer_) timer_->EndStep();
     CUDA_CHECK(cudaGetLastError());
-    int32_t code = 0;
-    CUDA_CHECK(cudaMemcpy(&code, err_buf_.data(), sizeof code, cudaMemcpyDeviceToHost));
+    const int32_t code = *static_cast<const volatile int32_t*>(err_host_.data());
     STRATA_CHECK(code == cuda::kErrNone)
         << "CUDA backend: an op found a bad index on the device: " << cuda::DeviceErrorName(code)
         << " (a Strata bug)";
@@ -471,6 +496,10 @@ class CudaBackend final : public Backend {
   // returned once the conversion has run.
   StatusOr<Tensor> UploadWeight(const Tensor& host) override {
     STRATA_CHECK(IsFloatDType(host.dtype)) << DTypeName(host.dtype);
+    if (recording_) {
+      BreakRecording("UploadWeight");
+      return FailedPrecondition("CUDA backend: UploadWeight while recording ops");
+    }
     const DType want = CudaWeightDType(host.dtype, bf16_weights_);
     const size_t src_row = host.cols * DTypeSize(host.dtype);
     const size_t host_pitch = host.row_stride() * DTypeSize(host.dtype);
@@ -603,7 +632,7 @@ class CudaBackend final : public Backend {
       // that wrote x or by the Linear before this one, else here.
       gemm_dtype_ = w.dtype;
       if (!HoldsRounded(x, w.dtype)) {
-        EnsureRoundedScratch(n * k * DTypeSize(w.dtype));
+        if (!EnsureRoundedScratch(n * k * DTypeSize(w.dtype))) return;  // recording, broken
         Tensor xh{xh_.data(), w.dtype, n, k, 0};
         Timed timed(this, "Linear.convert_x");
         cuda::Convert(ToView(x), ToView(xh), stream_);
@@ -648,28 +677,34 @@ class CudaBackend final : public Backend {
     Launched();
   }
 
-  void Rope(Tensor q, Tensor k, const int32_t* positions, const RopeParams& rope) override {
+  // Rope's checks; false when there is nothing to rotate.
+  static bool RopeTableOf(const Tensor& q, const Tensor& k, const RopeParams& rope,
+                          cuda::RopeTable* t) {
     STRATA_CHECK(q.dtype == DType::kF32 && k.dtype == DType::kF32);
     STRATA_CHECK(k.cols == 0 || q.rows == k.rows);
     const int hd = rope.head_dim, half = rope.rotary_dim / 2;
     STRATA_CHECK(hd > 0 && hd <= cuda::kMaxHeadDim && rope.rotary_offset >= 0 &&
                  rope.rotary_offset + rope.rotary_dim <= hd && rope.rotary_dim % 2 == 0);
     STRATA_CHECK(q.cols % hd == 0 && k.cols % hd == 0);
-    if (q.rows == 0 || half == 0) return;
+    if (q.rows == 0 || half == 0) return false;
+    std::copy(rope.inv_freq, rope.inv_freq + half, t->inv_freq);
+    t->head_dim = hd;
+    t->rotary_dim = rope.rotary_dim;
+    t->rotary_offset = rope.rotary_offset;
+    t->interleaved = rope.interleaved;
+    t->attention_scaling = rope.attention_scaling;
+    return true;
+  }
+
+  void Rope(Tensor q, Tensor k, const int32_t* positions, const RopeParams& rope) override {
     cuda::RopeTable t;
-    std::copy(rope.inv_freq, rope.inv_freq + half, t.inv_freq);
-    t.head_dim = hd;
-    t.rotary_dim = rope.rotary_dim;
-    t.rotary_offset = rope.rotary_offset;
-    t.interleaved = rope.interleaved;
-    t.attention_scaling = rope.attention_scaling;
+    if (!RopeTableOf(q, k, rope, &t)) return;
     Timed timed(this, "Rope");
     cuda::Rope(ToView(q), ToView(k), positions, t, stream_);
     Launched();
   }
 
-  void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer,
-               const int64_t* slots) override {
+  static void CheckStoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer) {
     const int64_t e = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
     STRATA_CHECK(k.dtype == DType::kF32 && k.cols == e) << k.cols << " vs kv width " << e;
     if (layer.v != nullptr) {
@@ -677,13 +712,105 @@ class CudaBackend final : public Backend {
           << v.cols << " vs kv width " << e;
     }
     STRATA_CHECK(IsFloatDType(layer.dtype));
+  }
+
+  void StoreKv(const Tensor& k, const Tensor& v, const KvLayerView& layer,
+               const int64_t* slots) override {
+    CheckStoreKv(k, v, layer);
     if (k.rows == 0) return;
     Timed timed(this, "StoreKv");
     cuda::StoreKv(ToView(k), ToView(v), ToKvLayer(layer), slots, ErrWord(), stream_);
     Launched();
   }
 
+  // A decode step's rows, rotate-half, keys of the cache's head size: one
+  // kernel; otherwise Rope then StoreKv.
+  void RopeStoreKv(Tensor q, Tensor k, const Tensor& v, const int32_t* positions,
+                   const RopeParams& rope, const KvLayerView& layer,
+                   const int64_t* slots) override {
+    CheckStoreKv(k, v, layer);
+    cuda::RopeTable t;
+    if (q.rows > cuda::kRopeStoreKvMaxRows || rope.interleaved || layer.head_dim != rope.head_dim ||
+        !RopeTableOf(q, k, rope, &t)) {
+      Backend::RopeStoreKv(q, k, v, positions, rope, layer, slots);
+      return;
+    }
+    Timed timed(this, "RopeStoreKv");
+    cuda::RopeStoreKv(ToView(q), ToView(k), ToView(v), positions, t, ToKvLayer(layer), slots,
+                      ErrWord(), stream_);
+    Launched();
+  }
+
   bool ComputesAsynchronously() const override { return true; }
+
+  // ---- Recordings: CUDA graphs of the compute stream (Backend::BeginRecording) ----
+  // The stream is captured in thread-local mode, so the cache controller's
+  // thread (CopyBlocks on the copy stream) goes on unaffected. Kernels'
+  // arguments, the scratch buffers' addresses (xh_, attn_ws_) included, are
+  // baked into the graph: growing either drops every recording
+  // (DropRecordings), and Replay of a dropped id returns false. Not with
+  // STRATA_CUDA_OP_TIMING: it times ops one by one, so it runs them so.
+  bool SupportsRecording() const override { return timer_ == nullptr; }
+
+  Status BeginRecording() override {
+    if (!SupportsRecording())
+      return FailedPrecondition(
+          "CUDA backend: no recordings while STRATA_CUDA_OP_TIMING times ops one by one");
+    if (recording_) return FailedPrecondition("CUDA backend: BeginRecording while recording");
+    const cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return Internal(std::string("CUDA backend: cudaStreamBeginCapture: ") +
+                      cudaGetErrorString(e));
+    }
+    recording_ = true;
+    recording_broken_.clear();
+    return OkStatus();
+  }
+
+  StatusOr<int> EndRecording() override {
+    if (!recording_) return FailedPrecondition("CUDA backend: EndRecording without BeginRecording");
+    recording_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    if (e != cudaSuccess || !recording_broken_.empty()) {
+      cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      return FailedPrecondition("CUDA backend: the ops could not be recorded: " +
+                                (recording_broken_.empty()
+                                     ? std::string("cudaStreamEndCapture: ") + cudaGetErrorString(e)
+                                     : recording_broken_ + " while recording"));
+    }
+    cudaGraphExec_t exec = nullptr;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e == cudaSuccess) e = cudaGraphUpload(exec, stream_);  // the first replay pays no upload
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (exec) cudaGraphExecDestroy(exec);
+      return Internal(std::string("CUDA backend: instantiating the recorded graph: ") +
+                      cudaGetErrorString(e));
+    }
+    const int id = next_recording_++;
+    recordings_[id] = exec;
+    return id;
+  }
+
+  bool Replay(int id) override {
+    auto it = recordings_.find(id);
+    if (it == recordings_.end()) return false;
+    ++op_seq_;  // a replay writes what its ops write: x16_ is stale after it
+    x16_ = Rounded16{};
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    return true;
+  }
+
+  void ForgetRecording(int id) override {
+    auto it = recordings_.find(id);
+    if (it == recordings_.end()) return;
+    cudaGraphExecDestroy(it->second);
+    recordings_.erase(it);
+  }
 
   void PagedAttention(const Tensor& q, const KvLayerView& layer, const AttentionSeq* seqs,
                       int32_t num_seqs, const AttentionParams& p, Tensor out) override {
@@ -706,7 +833,9 @@ class CudaBackend final : public Backend {
     // Split-K partials, grown like xh_.
     const size_t ws = cuda::PagedAttentionWorkspaceBytes(q.rows, num_seqs, a, num_sms_);
     if (attn_ws_.bytes() < ws) {
+      if (recording_) return BreakRecording("PagedAttention growing its workspace");
       SyncStream();  // the old workspace may still be read
+      DropRecordings();  // they read the old one
       attn_ws_ = Buffer();
       StatusOr<Buffer> buf = Allocate(ws);
       STRATA_CHECK(buf.ok()) << buf.status().message();
@@ -741,6 +870,7 @@ class CudaBackend final : public Backend {
     STRATA_CHECK(out.size() == rows.size() && logits.dtype == DType::kF32);
     const int64_t vocab = logits.cols;
     if (rows.empty()) return;
+    if (recording_) return BreakRecording("SampleRows");
     if (vocab > INT32_MAX || !SampleOnDevice(logits, rows)) {
       Backend::SampleRows(logits, rows, host, out);
       return;
@@ -791,6 +921,7 @@ class CudaBackend final : public Backend {
   // Every wait for the compute stream goes through here: in gated mode the
   // stream cannot drain while its gate is shut.
   void SyncStream() {
+    STRATA_CHECK(!recording_) << "CUDA backend: a wait for the stream while recording ops";
     ReleaseGate();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -821,9 +952,14 @@ class CudaBackend final : public Backend {
 
   // Grows xh_ to `bytes` (dropping what it held). Before the op's Timed: it
   // may wait for the stream.
-  void EnsureRoundedScratch(size_t bytes) {
-    if (xh_.bytes() >= bytes) return;
+  bool EnsureRoundedScratch(size_t bytes) {
+    if (xh_.bytes() >= bytes) return true;
+    if (recording_) {
+      BreakRecording("growing the bf16 scratch");
+      return false;
+    }
     SyncStream();  // the old scratch may still be read
+    DropRecordings();  // they use the old one
     x16_ = Rounded16{};
     // Freed first: in the arena the old block merges with the free range
     // after it instead of staying behind as a hole.
@@ -831,6 +967,7 @@ class CudaBackend final : public Backend {
     StatusOr<Buffer> buf = Allocate(bytes);
     STRATA_CHECK(buf.ok()) << buf.status().message();
     xh_ = std::move(buf).value();
+    return true;
   }
 
   // Where an op writing F32 `out` also writes out rounded for the GEMM
@@ -842,7 +979,8 @@ class CudaBackend final : public Backend {
         out.dtype != DType::kF32) {
       return cuda::View{};
     }
-    EnsureRoundedScratch(static_cast<size_t>(out.rows * out.cols) * DTypeSize(gemm_dtype_));
+    if (!EnsureRoundedScratch(static_cast<size_t>(out.rows * out.cols) * DTypeSize(gemm_dtype_)))
+      return cuda::View{};  // recording, broken: what runs is never used
     return cuda::View{xh_.data(), gemm_dtype_, out.rows, out.cols, out.cols};
   }
   void MarkRounded(const Tensor& out, const cuda::View& rounded) {
@@ -869,6 +1007,18 @@ class CudaBackend final : public Backend {
   }
 
   int32_t* ErrWord() { return static_cast<int32_t*>(err_buf_.data()); }
+
+  // An op that cannot be recorded was issued while recording: the recording
+  // fails at EndRecording (with the first such op's name); the op is not run.
+  void BreakRecording(const char* what) {
+    if (recording_broken_.empty()) recording_broken_ = what;
+  }
+  // Every recording, before memory that their kernels use moves. REQUIRES:
+  // the stream idle or no replay queued since (callers sync first).
+  void DropRecordings() {
+    for (auto& [id, exec] : recordings_) cudaGraphExecDestroy(exec);
+    recordings_.clear();
+  }
 
   // Grows device buffer `buf` to `bytes`; false when the memory is not there.
   // Safe between ops: SampleRows waits for its kernel before returning.
@@ -1088,6 +1238,7 @@ class CudaBackend final : public Backend {
   std::map<uintptr_t, size_t> pinned_;
   cublasLtHandle_t lt_ = nullptr;
   Buffer err_buf_, workspace_, xh_;
+  Buffer err_host_;          // pinned: err_buf_'s copy at Synchronize
   Rounded16 x16_;            // what xh_ holds
   uint64_t op_seq_ = 0;      // ops begun (Timed)
   DType gemm_dtype_ = DType::kF32;  // the 16-bit weight type of the last GEMM, F32 before any
@@ -1098,6 +1249,11 @@ class CudaBackend final : public Backend {
   std::vector<cuda::SampleRowArgs> sample_args_;
   std::vector<float> sample_row_;
   Buffer attn_ws_;  // PagedAttention's split-K partials
+  // Recordings (CUDA graphs) by id; the capture in progress and what broke it.
+  std::map<int, cudaGraphExec_t> recordings_;
+  int next_recording_ = 0;
+  bool recording_ = false;
+  std::string recording_broken_;
   size_t max_smem_per_block_ = 48 << 10;  // opt-in limit, read in Init
   std::vector<Buffer> weights_;
   std::map<PlanKey, std::unique_ptr<MatmulPlan>> matmul_cache_;

@@ -628,6 +628,67 @@ TEST_F(CudaParityTest, Rope) {
   }
 }
 
+// RopeStoreKv: the fused decode kernel writes q, k and the cache pages with
+// the bytes of Rope then StoreKv (partial rotary at an offset included, K
+// alone for a K-only pool; the cache's other slots untouched).
+TEST_F(CudaParityTest, RopeStoreKvEqualsRopeThenStoreKv) {
+  struct Case {
+    int heads, kv_heads, hd, rotary, offset, n;
+    DType kv;
+    bool k_only;
+  };
+  for (const Case& c :
+       {Case{32, 8, 128, 128, 0, 1, DType::kBF16, false},
+        Case{4, 2, 64, 32, 16, 16, DType::kF32, false},
+        Case{6, 3, 40, 40, 0, 5, DType::kF16, false}, Case{4, 1, 64, 64, 0, 2, DType::kBF16, true},
+        // 17 rows: past the fused kernel, Rope then StoreKv.
+        Case{8, 2, 64, 64, 0, 17, DType::kBF16, false}}) {
+    const std::string what = "RopeStoreKv hd " + std::to_string(c.hd) + " rows " +
+                             std::to_string(c.n) + (c.k_only ? " k only" : "");
+    std::vector<float> inv_freq(c.rotary / 2);
+    for (int i = 0; i < c.rotary / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / c.rotary);
+    RopeParams rp{inv_freq.data(), c.hd, c.rotary, 0.9f, c.offset, false};
+    std::vector<int32_t> pos;
+    std::vector<int64_t> slots;
+    for (int i = 0; i < c.n; ++i) {
+      pos.push_back(i * 977 % 5000);
+      slots.push_back((i * 7 + 3) % 40);
+    }
+    const int64_t e = int64_t{c.kv_heads} * c.hd, page = 8, pages = 5;
+    HostTensor q(DType::kF32, c.n, c.heads * c.hd, c.heads * c.hd + 4), k(DType::kF32, c.n, e),
+        v(DType::kF32, c.n, e), cache(c.kv, 2 * page * pages, e);
+    q.Fill(rng_);
+    k.Fill(rng_);
+    v.Fill(rng_);
+    cache.Fill(rng_);
+    Tensor fq = Up(q), fk = Up(k), fcache = Up(cache), sq = Up(q), sk = Up(k), scache = Up(cache);
+    const Tensor dv = Up(v);
+    auto layer = [&](const Tensor& t) {
+      KvLayerView l;
+      l.k = t.data;
+      l.v = c.k_only ? nullptr : static_cast<char*>(t.data) + page * pages * e * DTypeSize(c.kv);
+      l.dtype = c.kv;
+      l.page_size = static_cast<int32_t>(page);
+      l.num_kv_heads = c.kv_heads;
+      l.head_dim = c.hd;
+      l.num_pages = pages;
+      return l;
+    };
+    const int32_t* dpos = UpArray(pos);
+    const int64_t* dslots = UpArray(slots);
+    cuda_->RopeStoreKv(fq, fk, dv, dpos, rp, layer(fcache), dslots);
+    cuda_->Rope(sq, sk, dpos, rp);
+    cuda_->StoreKv(sk, dv, layer(scache), dslots);
+    for (auto [f, sep, like, name] : {std::tuple{fq, sq, &q, "q"}, std::tuple{fk, sk, &k, "k"},
+                                      std::tuple{fcache, scache, &cache, "cache"}}) {
+      const HostTensor a = Down(f, *like), b = Down(sep, *like);
+      EXPECT_EQ(std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()), 0)
+          << what << " " << name;
+    }
+    keep_.clear();
+  }
+}
+
 TEST_F(CudaParityTest, ScaleAddRows) {
   HostTensor x(DType::kF32, 4, 300), out(DType::kF32, 9, 300, 301);
   x.Fill(rng_);
@@ -860,6 +921,19 @@ TEST_F(CudaParityTest, PagedAttentionOnTensorCoresUnderBf16) {
     // Rounded to bf16, so not the FMA kernel's F32 result: the call really
     // ran on the tensor cores.
     EXPECT_GT(err, 1e-4) << "heads " << k.heads << "/" << k.kv_heads << " hd " << k.hd;
+  }
+  // Deterministic: the same inputs twice (a decode batch of many split-K
+  // pieces, empty pieces beside a long context, the reduce) give the same
+  // result to the bit, as a replayed decode step must.
+  for (int rep = 0; rep < 2; ++rep) {
+    std::mt19937 same = rng_;
+    const std::vector<SeqSpec> decode = {{1, 3000}, {1, 33}, {1, 700}};
+    const double e1 = CheckAttention(tc.get(), cpu_.get(), DType::kBF16, 16, 32, 8, 128, 0, decode,
+                                     same, &keep_, false, kTol);
+    same = rng_;
+    const double e2 = CheckAttention(tc.get(), cpu_.get(), DType::kBF16, 16, 32, 8, 128, 0, decode,
+                                     same, &keep_, false, kTol);
+    EXPECT_EQ(e1, e2) << "repeat " << rep;
   }
   // V aliasing K (MLA), head dim 256: the FMA kernel, exact.
   CheckAttention(tc.get(), cpu_.get(), DType::kBF16, 16, 16, 1, 576, 0, {{1, 700}, {20, 300}}, rng_,

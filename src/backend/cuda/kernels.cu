@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "backend/cuda/kernels.h"
 
@@ -114,6 +115,48 @@ __device__ inline void Store4(const View& v, int64_t r, int64_t c, const float (
 
 __device__ inline void SetError(int32_t* err, int32_t code) { atomicCAS(err, 0, code); }
 
+// ---- Programmatic dependent launch (PDL) ----
+// Every compute kernel of this file is launched by Launch, with
+// programmatic stream serialization: it may be scheduled while the kernel
+// before it in the stream still runs, once every block of that one has
+// started (each block's first act is LaunchDependents). So every block
+// first calls GridDependency (or, the GEMV, WaitForPrior after its first
+// weight loads: weights are never written by an op), which returns when
+// the kernel before has finished and its writes are visible -- which, as
+// that kernel waited in the same way, covers all earlier work. In a decode
+// step (a CUDA graph, or eager) a kernel's launch and the GEMV's first
+// weight loads then overlap the tail of the kernel before (the norm, the
+// rope, the attention), where the stream otherwise idled between them. A
+// kernel after a copy, an event or a cuBLASLt GEMM starts as a plain launch
+// would: the attribute only relaxes kernel-after-kernel order.
+__device__ __forceinline__ void WaitForPrior() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void LaunchDependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void GridDependency() {
+  LaunchDependents();
+  WaitForPrior();
+}
+
+template <typename... Params, typename... Args>
+void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  // An error stays the thread's last error: the backend's Launched() reports it.
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
 #define GRID_STRIDE(i, n)                                                   \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
@@ -131,6 +174,7 @@ __device__ inline void SetError(int32_t* err, int32_t code) { atomicCAS(err, 0, 
 // kVec4: src F32, columns in 4s (Vec4Ok).
 template <bool kVec4>
 __global__ void ConvertKernel(View src, View dst) {
+  GridDependency();
   if (kVec4) {
     ROW_STRIDE(r, c4, src.rows, src.cols / 4) {
       float v[4];
@@ -145,6 +189,7 @@ __global__ void ConvertKernel(View src, View dst) {
 }
 
 __global__ void EmbeddingKernel(View table, const int32_t* ids, View out, int32_t* err) {
+  GridDependency();
   const int64_t n = out.rows * out.cols;
   GRID_STRIDE(i, n) {
     const int64_t r = i / out.cols, c = i % out.cols;
@@ -169,6 +214,7 @@ constexpr int kMaxNormThreads = 1024;
 template <bool kAdd, bool kVec4>
 __global__ void __launch_bounds__(kMaxNormThreads)
     RmsNormKernel(View x, View delta, View w, float eps, View out, View rounded) {
+  GridDependency();
   constexpr int V = kVec4 ? 4 : 1;
   const int64_t r = blockIdx.x;
   const int64_t d = x.cols, n = d / V;
@@ -232,11 +278,13 @@ __global__ void __launch_bounds__(kMaxNormThreads)
 }
 
 __global__ void AddBiasKernel(View out, View bias) {
+  GridDependency();
   ROW_STRIDE(r, c, out.rows, out.cols) { RowF(out, r)[c] += Load(bias.data, bias.dtype, c); }
 }
 
 template <bool kVec4>
 __global__ void SiluMulKernel(View gate, View up, View out, View rounded) {
+  GridDependency();
   if (kVec4) {
     ROW_STRIDE(r, c4, out.rows, out.cols / 4) {
       float g[4], u[4], v[4];
@@ -259,6 +307,7 @@ __global__ void SiluMulKernel(View gate, View up, View out, View rounded) {
 
 template <bool kVec4>
 __global__ void AddKernel(View a, View b, View out) {
+  GridDependency();
   if (kVec4) {
     ROW_STRIDE(r, c4, out.rows, out.cols / 4) {
       float x[4], y[4];
@@ -283,6 +332,7 @@ __global__ void AddKernel(View a, View b, View out) {
 // instead of 5.6 us a call).
 template <int kHeads>
 __global__ void RopeKernel(View q, View k, const int32_t* positions, RopeTable rope) {
+  GridDependency();
   constexpr int kRopeHeads = kHeads;
   const int half = rope.rotary_dim / 2, hd = rope.head_dim;
   const int64_t qh = q.cols / hd, kh = k.cols / hd, heads = qh + kh;
@@ -320,6 +370,7 @@ __global__ void RopeKernel(View q, View k, const int32_t* positions, RopeTable r
 // Interleaved rope: one thread per (row, head) rotates the whole head
 // through registers, since output dim i depends on input dims 2i and 2i + 1.
 __global__ void RopeInterleavedKernel(View q, View k, const int32_t* positions, RopeTable rope) {
+  GridDependency();
   const int half = rope.rotary_dim / 2, hd = rope.head_dim;
   const int64_t qh = q.cols / hd, kh = k.cols / hd;
   const int64_t n = q.rows * (qh + kh);
@@ -343,6 +394,7 @@ __global__ void RopeInterleavedKernel(View q, View k, const int32_t* positions, 
 
 __global__ void ScaleAddRowsKernel(View x, const int32_t* rows, const float* scales, View out,
                                    int32_t* err) {
+  GridDependency();
   const int64_t n = x.rows * x.cols;
   GRID_STRIDE(i, n) {
     const int64_t r = i / x.cols, c = i % x.cols;
@@ -358,6 +410,7 @@ __global__ void ScaleAddRowsKernel(View x, const int32_t* rows, const float* sca
 
 template <typename T>
 __global__ void StoreKvKernel(View k, View v, KvLayer layer, const int64_t* slots, int32_t* err) {
+  GridDependency();
   const int64_t e = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
   const int64_t num_slots = layer.num_pages * layer.page_size;
   const int64_t n = k.rows * e;
@@ -373,7 +426,67 @@ __global__ void StoreKvKernel(View k, View v, KvLayer layer, const int64_t* slot
   }
 }
 
+// Rope (rotate-half) and StoreKv of a few rows in one launch. Threads
+// [0, rows * heads * half) are RopeKernel<1>'s (row, head, pair), and a
+// thread of a k head also stores its two rotated values into the slot, as
+// StoreKvKernel would from the rotated k; threads after them take (row,
+// column) of the KV width and store v, and k where the column is outside
+// the rotary dims (rope leaves it as it is). Same float operations as the
+// two kernels, so the same bits.
+template <typename T>
+__global__ void RopeStoreKvKernel(View q, View k, View v, const int32_t* positions, RopeTable rope,
+                                  KvLayer layer, const int64_t* slots, int32_t* err) {
+  GridDependency();
+  const int half = rope.rotary_dim / 2, hd = rope.head_dim;
+  const int64_t qh = q.cols / hd, kh = k.cols / hd, heads = qh + kh;
+  const int64_t e = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+  const int64_t num_slots = layer.num_pages * layer.page_size;
+  const int64_t n_rope = q.rows * heads * half;
+  const int64_t n = n_rope + q.rows * e;
+  GRID_STRIDE(idx, n) {
+    if (idx < n_rope) {
+      const int i = static_cast<int>(idx % half);
+      const int64_t t = idx / half;
+      const int64_t h = t % heads, r = t / heads;
+      const float f = __fmul_rn(static_cast<float>(positions[r]), rope.inv_freq[i]);
+      const float cs =
+          __fmul_rn(static_cast<float>(cos(static_cast<double>(f))), rope.attention_scaling);
+      const float sn =
+          __fmul_rn(static_cast<float>(sin(static_cast<double>(f))), rope.attention_scaling);
+      float* x = (h < qh ? RowF(q, r) + h * hd : RowF(k, r) + (h - qh) * hd) + rope.rotary_offset;
+      const float x1 = x[i], x2 = x[half + i];
+      const float y1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+      const float y2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+      x[i] = y1;
+      x[half + i] = y2;
+      if (h >= qh) {
+        const int64_t s = slots[r];
+        if (s < 0 || s >= num_slots) {
+          SetError(err, kErrKvSlot);
+          continue;
+        }
+        T* dst = static_cast<T*>(layer.k) + s * e + (h - qh) * hd + rope.rotary_offset;
+        dst[i] = FromFloat<T>(y1);
+        dst[half + i] = FromFloat<T>(y2);
+      }
+      continue;
+    }
+    const int64_t j = idx - n_rope;
+    const int64_t r = j / e, c = j % e;
+    const int64_t s = slots[r];
+    if (s < 0 || s >= num_slots) {
+      SetError(err, kErrKvSlot);
+      continue;
+    }
+    const int d = static_cast<int>(c % hd);
+    if (d < rope.rotary_offset || d >= rope.rotary_offset + rope.rotary_dim)
+      static_cast<T*>(layer.k)[s * e + c] = FromFloat<T>(RowF(k, r)[c]);
+    if (layer.v != nullptr) static_cast<T*>(layer.v)[s * e + c] = FromFloat<T>(RowF(v, r)[c]);
+  }
+}
+
 __global__ void GatherRowsKernel(View x, const int32_t* rows, View out, int64_t esz, int32_t* err) {
+  GridDependency();
   const int64_t row_bytes = x.cols * esz;
   const int64_t n = out.rows * row_bytes;
   GRID_STRIDE(i, n) {
@@ -502,6 +615,7 @@ template <typename W, int R, int G>
 __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch parts) {
   // This block's part (block-uniform; unrolled so the parameters are read
   // with constant indices, not copied to local memory).
+  LaunchDependents();  // the next kernel may launch once every block has started
   const bool silu = parts.silu_mul;
   constexpr int H = G / 2;  // rows of each matrix per block under silu
   int pi = 0;
@@ -548,12 +662,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch
     // used (16-byte loads of w rows: 16-byte aligned, and k % V == 0).
     constexpr int U = 8 / G;
     int64_t c = c0;
+    bool waited = false;
     for (; c + (U - 1) * step < k; c += U * step) {
       uint4 raw[U][G];
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int g = 0; g < G; ++g) raw[u][g] = LoadStreaming(wr[g] + c + u * step);
+      // The first trip's weight loads are in flight while the kernel before
+      // finishes (PDL); x and out are touched only after it has.
+      if (!waited) {
+        WaitForPrior();
+        waited = true;
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wf[G][V];
@@ -562,6 +683,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch
         DotChunk<W, R, G, true>(x, n, c + u * step, k, wf, acc);
       }
     }
+    if (!waited) WaitForPrior();
     for (; c < k; c += step) {
       float wf[G][V];
 #pragma unroll
@@ -569,6 +691,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) GemvKernel(View x, GemvLaunch
       DotChunk<W, R, G, true>(x, n, c, k, wf, acc);
     }
   } else {
+    WaitForPrior();
     for (int64_t c = c0; c < k; c += step) {
       float wf[G][V];
 #pragma unroll
@@ -665,7 +788,8 @@ __global__ void GateKernel(const volatile int32_t* flag, volatile int32_t* timed
 #define STRATA_SHARED __shared__
 #define STRATA_DYNAMIC_SMEM(name) extern __shared__ float name[]
 #define STRATA_LAUNCH(kernel, grid, block, smem_bytes, stream, ...) \
-  kernel<<<grid, block, smem_bytes, stream>>>(__VA_ARGS__)
+  Launch(kernel, grid, block, smem_bytes, stream, __VA_ARGS__)
+#define STRATA_GRID_DEPENDENCY() GridDependency()
 #define STRATA_ATTENTION_MMA 1
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
@@ -713,15 +837,15 @@ bool Vec4Ok(const View& v) {
 void Convert(const View& src, const View& dst, cudaStream_t stream) {
   if (src.rows == 0 || src.cols == 0) return;
   if (src.dtype == DType::kF32 && Vec4Ok(src) && Vec4Ok(dst)) {
-    ConvertKernel<true><<<RowGrid(src.rows, src.cols / 4), kThreads, 0, stream>>>(src, dst);
+    Launch(ConvertKernel<true>, RowGrid(src.rows, src.cols / 4), kThreads, 0, stream, src, dst);
   } else {
-    ConvertKernel<false><<<RowGrid(src.rows, src.cols), kThreads, 0, stream>>>(src, dst);
+    Launch(ConvertKernel<false>, RowGrid(src.rows, src.cols), kThreads, 0, stream, src, dst);
   }
 }
 
 void Embedding(const View& table, const int32_t* ids, const View& out, int32_t* err,
                cudaStream_t stream) {
-  EmbeddingKernel<<<Blocks(out.rows * out.cols), kThreads, 0, stream>>>(table, ids, out, err);
+  Launch(EmbeddingKernel, Blocks(out.rows * out.cols), kThreads, 0, stream, table, ids, out, err);
 }
 
 namespace {
@@ -742,9 +866,11 @@ void LaunchNorm(const View& x, const View& delta, const View& weight, float eps,
   const bool vec4 = Vec4Ok(x) && Vec4Ok(delta) && Vec4Ok(out) && Vec4Ok(rounded);
   const unsigned blocks = static_cast<unsigned>(x.rows), threads = NormThreads(x, vec4);
   if (vec4) {
-    RmsNormKernel<kAdd, true><<<blocks, threads, 0, stream>>>(x, delta, weight, eps, out, rounded);
+    Launch(RmsNormKernel<kAdd, true>, blocks, threads, 0, stream, x, delta, weight, eps, out,
+           rounded);
   } else {
-    RmsNormKernel<kAdd, false><<<blocks, threads, 0, stream>>>(x, delta, weight, eps, out, rounded);
+    Launch(RmsNormKernel<kAdd, false>, blocks, threads, 0, stream, x, delta, weight, eps, out,
+           rounded);
   }
 }
 }  // namespace
@@ -798,8 +924,8 @@ void LaunchGemv(const View& x, const GemvPart* parts, int n, const View* silu_ou
     blocks = (parts[0].w.rows + kHalf - 1) / kHalf;
   }
   static_assert(kGemvMaxRows == 1, "one instantiation: batch-1 decode");
-  GemvKernel<W, 1, kGemvRowsPerBlock>
-      <<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(x, launch);
+  Launch(GemvKernel<W, 1, kGemvRowsPerBlock>, static_cast<unsigned>(blocks), kGemvWarps * 32, 0,
+         stream, x, launch);
 }
 }  // namespace
 
@@ -839,26 +965,27 @@ void Gemv(const View& x, const View& w, const View& bias, const View& out, cudaS
 
 void AddBias(const View& out, const View& bias, cudaStream_t stream) {
   if (out.rows == 0 || out.cols == 0) return;
-  AddBiasKernel<<<RowGrid(out.rows, out.cols), kThreads, 0, stream>>>(out, bias);
+  Launch(AddBiasKernel, RowGrid(out.rows, out.cols), kThreads, 0, stream, out, bias);
 }
 
 void SiluMul(const View& gate, const View& up, const View& out, cudaStream_t stream,
              const View& rounded) {
   if (out.rows == 0 || out.cols == 0) return;
   if (Vec4Ok(gate) && Vec4Ok(up) && Vec4Ok(out) && Vec4Ok(rounded)) {
-    SiluMulKernel<true>
-        <<<RowGrid(out.rows, out.cols / 4), kThreads, 0, stream>>>(gate, up, out, rounded);
+    Launch(SiluMulKernel<true>, RowGrid(out.rows, out.cols / 4), kThreads, 0, stream, gate, up, out,
+           rounded);
   } else {
-    SiluMulKernel<false><<<RowGrid(out.rows, out.cols), kThreads, 0, stream>>>(gate, up, out, rounded);
+    Launch(SiluMulKernel<false>, RowGrid(out.rows, out.cols), kThreads, 0, stream, gate, up, out,
+           rounded);
   }
 }
 
 void Add(const View& a, const View& b, const View& out, cudaStream_t stream) {
   if (out.rows == 0 || out.cols == 0) return;
   if (Vec4Ok(a) && Vec4Ok(b) && Vec4Ok(out)) {
-    AddKernel<true><<<RowGrid(out.rows, out.cols / 4), kThreads, 0, stream>>>(a, b, out);
+    Launch(AddKernel<true>, RowGrid(out.rows, out.cols / 4), kThreads, 0, stream, a, b, out);
   } else {
-    AddKernel<false><<<RowGrid(out.rows, out.cols), kThreads, 0, stream>>>(a, b, out);
+    Launch(AddKernel<false>, RowGrid(out.rows, out.cols), kThreads, 0, stream, a, b, out);
   }
 }
 
@@ -866,15 +993,17 @@ void Rope(const View& q, const View& k, const int32_t* positions, const RopeTabl
           cudaStream_t stream) {
   const int64_t heads = q.cols / rope.head_dim + k.cols / rope.head_dim;
   if (rope.interleaved) {
-    RopeInterleavedKernel<<<Blocks(q.rows * heads), kThreads, 0, stream>>>(q, k, positions, rope);
+    Launch(RopeInterleavedKernel, Blocks(q.rows * heads), kThreads, 0, stream, q, k, positions,
+           rope);
     return;
   }
   const int64_t pairs = rope.rotary_dim / 2;
   if (q.rows <= 16) {
-    RopeKernel<1><<<Blocks(q.rows * heads * pairs), kThreads, 0, stream>>>(q, k, positions, rope);
+    Launch(RopeKernel<1>, Blocks(q.rows * heads * pairs), kThreads, 0, stream, q, k, positions,
+           rope);
   } else {
-    RopeKernel<8><<<Blocks(q.rows * ((heads + 7) / 8) * pairs), kThreads, 0, stream>>>(
-        q, k, positions, rope);
+    Launch(RopeKernel<8>, Blocks(q.rows * ((heads + 7) / 8) * pairs), kThreads, 0, stream, q, k,
+           positions, rope);
   }
 }
 
@@ -883,27 +1012,50 @@ void StoreKv(const View& k, const View& v, const KvLayer& layer, const int64_t* 
   const int blocks = Blocks(k.rows * layer.num_kv_heads * layer.head_dim);
   switch (layer.dtype) {
     case DType::kBF16:
-      StoreKvKernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(k, v, layer, slots, err);
+      Launch(StoreKvKernel<__nv_bfloat16>, blocks, kThreads, 0, stream, k, v, layer, slots, err);
       return;
     case DType::kF16:
-      StoreKvKernel<__half><<<blocks, kThreads, 0, stream>>>(k, v, layer, slots, err);
+      Launch(StoreKvKernel<__half>, blocks, kThreads, 0, stream, k, v, layer, slots, err);
       return;
     default:
-      StoreKvKernel<float><<<blocks, kThreads, 0, stream>>>(k, v, layer, slots, err);
+      Launch(StoreKvKernel<float>, blocks, kThreads, 0, stream, k, v, layer, slots, err);
+      return;
+  }
+}
+
+void RopeStoreKv(const View& q, const View& k, const View& v, const int32_t* positions,
+                 const RopeTable& rope, const KvLayer& layer, const int64_t* slots, int32_t* err,
+                 cudaStream_t stream) {
+  const int64_t heads = q.cols / rope.head_dim + k.cols / rope.head_dim;
+  const int64_t e = static_cast<int64_t>(layer.num_kv_heads) * layer.head_dim;
+  const int blocks = Blocks(q.rows * (heads * (rope.rotary_dim / 2) + e));
+  switch (layer.dtype) {
+    case DType::kBF16:
+      Launch(RopeStoreKvKernel<__nv_bfloat16>, blocks, kThreads, 0, stream, q, k, v, positions,
+             rope, layer, slots, err);
+      return;
+    case DType::kF16:
+      Launch(RopeStoreKvKernel<__half>, blocks, kThreads, 0, stream, q, k, v, positions, rope,
+             layer, slots, err);
+      return;
+    default:
+      Launch(RopeStoreKvKernel<float>, blocks, kThreads, 0, stream, q, k, v, positions, rope, layer,
+             slots, err);
       return;
   }
 }
 
 void ScaleAddRows(const View& x, const int32_t* rows, const float* scales, const View& out,
                   int32_t* err, cudaStream_t stream) {
-  ScaleAddRowsKernel<<<Blocks(x.rows * x.cols), kThreads, 0, stream>>>(x, rows, scales, out, err);
+  Launch(ScaleAddRowsKernel, Blocks(x.rows * x.cols), kThreads, 0, stream, x, rows, scales, out,
+         err);
 }
 
 void GatherRows(const View& x, const int32_t* rows, const View& out, int32_t* err,
                 cudaStream_t stream) {
   const int64_t esz = static_cast<int64_t>(DTypeSize(x.dtype));
-  GatherRowsKernel<<<Blocks(out.rows * x.cols * esz), kThreads, 0, stream>>>(x, rows, out, esz,
-                                                                             err);
+  Launch(GatherRowsKernel, Blocks(out.rows * x.cols * esz), kThreads, 0, stream, x, rows, out, esz,
+         err);
 }
 
 }  // namespace strata::cuda

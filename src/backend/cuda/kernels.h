@@ -126,6 +126,17 @@ struct KvLayer {
 void StoreKv(const View& k, const View& v, const KvLayer& layer, const int64_t* slots, int32_t* err,
              cudaStream_t stream);
 
+// Rope (rotate-half, not interleaved) then StoreKv, one launch: the same
+// bits in q, k and the cache as the two launches. For decode steps' few
+// rows (kRopeStoreKvMaxRows): Rope's thread per (row, head, pair) is what
+// it uses, and more rows take Rope's kernel of 8 heads a thread instead.
+// REQUIRES: k.cols == layer.num_kv_heads * layer.head_dim ==
+// (k heads) * rope.head_dim; v likewise unless layer.v is null.
+inline constexpr int64_t kRopeStoreKvMaxRows = 16;
+void RopeStoreKv(const View& q, const View& k, const View& v, const int32_t* positions,
+                 const RopeTable& rope, const KvLayer& layer, const int64_t* slots, int32_t* err,
+                 cudaStream_t stream);
+
 // Mirrors strata::AttentionSeq (backend.h); static_assert'ed in cuda_backend.cc.
 struct Seq {
   int32_t q_start, q_len, kv_len;
