@@ -200,6 +200,7 @@ class UcxTransport::Impl {
     // Writes by active messages (UcxTransportOptions::writes) instead of
     // ucp_put_nbx: decided at Connect.
     bool by_messages = false;
+    bool used_puts = false;  // a put was posted: ClosePeer keeps the worker for kRetireGrace
     uint64_t sender_id = 0;  // random: names this connection's batches at the receiver
     uint64_t next_seq = 0;
     // Connect's probe (kAmProbe) until its reply.
@@ -1011,6 +1012,7 @@ class UcxTransport::Impl {
     if (CopyDirect(*b)) return FinishAndFree(b, OkStatus());
     if (b->puts.empty()) return FinishAndFree(b, OkStatus());
     if (peer.by_messages) return PostMessages(b);
+    peer.used_puts = true;
     ucp_request_param_t none{};
     for (const Put& put : b->puts) {
       ucs_status_ptr_t req = ucp_put_nbx(peer.ep, put.src, put.length, put.remote_addr,
@@ -1250,12 +1252,20 @@ class UcxTransport::Impl {
     for (ucp_rkey_h k : peer->rkeys) ucp_rkey_destroy(k);
     peer->rkeys.clear();
     peer->direct.clear();
-    // The peer's worker stays up (progressed, polled) for kRetireGrace: the
-    // other side may still hold puts of ours in flight, and UCX 1.13 aborts
-    // that process when its put handler's reply finds our worker gone
-    // (ucp_request.inl "unexpected error: Endpoint timeout"). ReapRetired
-    // destroys it after that.
-    if (peer->worker != nullptr) {
+    // A peer we wrote to with puts keeps its worker up (progressed, polled)
+    // for kRetireGrace: the other side may still hold puts of ours in
+    // flight, and UCX 1.13 aborts that process when its put handler's reply
+    // finds our worker gone (ucp_request.inl "unexpected error: Endpoint
+    // timeout"); ReapRetired destroys it after that. Any other peer's worker
+    // goes now: what the other side sends it is answered by our own
+    // handlers, whose failures are harmless, and a tcp worker kept after a
+    // forced close with eager zero-copy messages in flight to a stopped peer
+    // segfaulted inside UCX (uct_tcp_iface_progress) when that peer resumed
+    // (2 in ~40 runs of StoppedReceiverDisconnectsPromptly.../tcp; 0 in 80
+    // with zero-copy off; disagg.md).
+    if (peer->worker != nullptr && !peer->used_puts) {
+      DestroyWorker(*peer);
+    } else if (peer->worker != nullptr) {
       retired_.push_back({peer, std::chrono::steady_clock::now() + kRetireGrace});
     }
   }
@@ -1472,16 +1482,20 @@ class UcxTransport::Impl {
       std::shared_ptr<Peer> peer = std::move(retired_[i].peer);
       retired_[i] = std::move(retired_.back());
       retired_.pop_back();
-      live_.erase(std::remove(live_.begin(), live_.end(), peer.get()), live_.end());
-      // Nothing of the peer can call back once its worker is gone: the
-      // flushes UCX still owed are freed here (their callbacks, should the
-      // destroy run them, free them first).
-      ucp_worker_destroy(peer->worker);
-      peer->worker = nullptr;
-      peer->efd = -1;
-      for (Batch* b : peer->orphans) delete b;
-      peer->orphans.clear();
+      DestroyWorker(*peer);
     }
+  }
+
+  // Destroys a closed peer's worker. Nothing of the peer can call back once
+  // it is gone: the batches UCX still owed callbacks are freed here (their
+  // callbacks, should the destroy run them, free them first).
+  void DestroyWorker(Peer& peer) {
+    live_.erase(std::remove(live_.begin(), live_.end(), &peer), live_.end());
+    ucp_worker_destroy(peer.worker);
+    peer.worker = nullptr;
+    peer.efd = -1;
+    for (Batch* b : peer.orphans) delete b;
+    peer.orphans.clear();
   }
 
   std::string EpInfo(const Peer& peer) {
