@@ -6,17 +6,12 @@
 #include <vector>
 
 #include "disagg/page_ops.h"
+#include "disagg/page_ops_test_util.h"
 
 namespace strata::disagg {
 namespace {
 
-KvLayout Layout() {
-  KvLayout l;
-  l.page_size = 16;
-  l.groups.push_back({"full", 2, 2, 4, DType::kBF16, true, 0});
-  l.groups.push_back({"latent", 3, 1, 8, DType::kF32, false, 0});
-  return l;
-}
+KvLayout Layout() { return TwoGroups(16); }
 
 TEST(PageGrantsTest, AWriteIsAllowedOnlyIntoPagesGrantedToItsWriter) {
   const KvLayout l = Layout();

@@ -6,18 +6,10 @@
 #include <random>
 #include <vector>
 
+#include "disagg/page_ops_test_util.h"
+
 namespace strata::disagg {
 namespace {
-
-// Two groups: "full" K+V in bf16 and "latent" K only in f32 (an MLA-like
-// cache), so the two run sizes and the T = 2 / T = 1 strides differ.
-KvLayout TwoGroups(int page_size) {
-  KvLayout l;
-  l.page_size = page_size;
-  l.groups.push_back({"full", 2, 2, 4, DType::kBF16, true, 0});    // 16 B/token/tensor
-  l.groups.push_back({"latent", 3, 1, 8, DType::kF32, false, 0});  // 32 B/token/tensor
-  return l;
-}
 
 TEST(PageRunOffsetTest, HandComputedOffsets) {
   const KvLayout l = TwoGroups(1);
