@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace strata::disagg::ucx_messages {
@@ -35,12 +36,76 @@ TEST(UcxMessagesTest, HeadersOfTheWrongSizeOrMagicAreNotRead) {
   EXPECT_FALSE(ReadHeader(&h, sizeof(h), &out));
 }
 
-TEST(UcxMessagesTest, PiecesOfAWrite) {
-  EXPECT_EQ(PiecesOf(0), 0u);
-  EXPECT_EQ(PiecesOf(1), 1u);
-  EXPECT_EQ(PiecesOf(kPieceBytes), 1u);
-  EXPECT_EQ(PiecesOf(kPieceBytes + 1), 2u);
-  EXPECT_EQ(PiecesOf(64ull << 20), (64ull << 20) / kPieceBytes);
+// Consecutive ops share a piece up to kPieceBytes and kMaxRunsPerPiece; an
+// op longer than a piece is split into pieces of one run; every byte of
+// every op is planned once, in order.
+TEST(UcxMessagesTest, PlanPiecesPacksSmallOpsAndSplitsLargeOnes) {
+  std::vector<WireRun> ops;
+  for (uint32_t i = 0; i < 300; ++i) ops.push_back({i % 3, 0, i * 8192ull, 4096});  // 4 KiB runs
+  ops.push_back({1, 0, 1 << 30, 3 * kPieceBytes + 5});                              // a big op
+  ops.push_back({2, 0, 77, 0});                                                       // empty: left out
+  ops.push_back({0, 0, 5, 10});
+  const PiecePlan plan = PlanPieces(ops);
+  ASSERT_FALSE(plan.pieces.empty());
+  // 300 x 4 KiB: 128 runs fill 512 KiB, so pieces of 128, 128, then 44 + the big op's first part...
+  EXPECT_EQ(plan.pieces[0].count, 128u);
+  EXPECT_EQ(plan.pieces[0].bytes, kPieceBytes);
+  std::vector<uint64_t> covered(ops.size(), 0);
+  size_t next = 0;
+  for (const PlannedPiece& p : plan.pieces) {
+    EXPECT_EQ(p.first, next) << "pieces take the runs in order";
+    EXPECT_GE(p.count, 1u);
+    EXPECT_LE(p.count, kMaxRunsPerPiece);
+    EXPECT_LE(p.bytes, kPieceBytes);
+    uint64_t bytes = 0;
+    for (size_t j = p.first; j < p.first + p.count; ++j) {
+      const PlannedRun& r = plan.runs[j];
+      EXPECT_EQ(r.op_offset, covered[r.op]) << "op " << r.op << " planned out of order";
+      EXPECT_EQ(r.run.offset, ops[r.op].offset + r.op_offset);
+      EXPECT_EQ(r.run.region, ops[r.op].region);
+      covered[r.op] += r.run.length;
+      bytes += r.run.length;
+    }
+    EXPECT_EQ(bytes, p.bytes);
+    next = p.first + p.count;
+  }
+  EXPECT_EQ(next, plan.runs.size());
+  for (size_t i = 0; i < ops.size(); ++i) EXPECT_EQ(covered[i], ops[i].length) << "op " << i;
+  // Many tiny ops: pieces close at kMaxRunsPerPiece runs.
+  const PiecePlan tiny = PlanPieces(std::vector<WireRun>(600, WireRun{0, 0, 0, 16}));
+  ASSERT_EQ(tiny.pieces.size(), 3u);
+  EXPECT_EQ(tiny.pieces[0].count, kMaxRunsPerPiece);
+  EXPECT_TRUE(PlanPieces({}).pieces.empty());
+}
+
+// A piece's data must be its run table and exactly the bytes it announces.
+TEST(UcxMessagesTest, ParseRunsReadsTheTableAndRefusesWhatDoesNotAddUp) {
+  std::vector<WireRun> table = {{0, 0, 100, 3}, {1, 0, 200, 5}};
+  std::string data(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(WireRun));
+  data = std::string(1, 'x') + data + "abcdefgh";  // one byte ahead: parse unaligned
+  WireWrite h;
+  h.runs = 2;
+  h.length = 8;
+  std::vector<WireRun> runs;
+  const char* payload = nullptr;
+  ASSERT_TRUE(ParseRuns(h, data.data() + 1, data.size() - 1, &runs, &payload));
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[1].offset, 200u);
+  EXPECT_EQ(std::string(payload, 8), "abcdefgh");
+  EXPECT_FALSE(ParseRuns(h, data.data() + 1, data.size() - 2, &runs, &payload)) << "short";
+  h.length = 9;
+  EXPECT_FALSE(ParseRuns(h, data.data() + 1, data.size() - 1, &runs, &payload)) << "announced";
+  h.length = 8;
+  h.runs = 0;
+  EXPECT_FALSE(ParseRuns(h, data.data() + 1, data.size() - 1, &runs, &payload));
+  h.runs = kMaxRunsPerPiece + 1;
+  EXPECT_FALSE(ParseRuns(h, data.data() + 1, data.size() - 1, &runs, &payload));
+  // Lengths that do not add up to the payload (3 + 6 != 8 with one byte more).
+  table[1].length = 6;
+  std::string bad(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(WireRun));
+  bad += "abcdefgh";
+  h.runs = 2;
+  EXPECT_FALSE(ParseRuns(h, bad.data(), bad.size(), &runs, &payload));
 }
 
 // A batch is complete at its last piece, in whatever order batches

@@ -233,8 +233,13 @@ class UcxTransport::Impl {
     // Callbacks UCX still owes: the flush (puts), or the sends of pieces
     // that did not complete at once (messages; they read `headers`).
     int ucx_owes = 0;
-    uint64_t seq = 0;                // by messages
-    std::vector<WireWrite> headers;  // by messages: one per piece
+    // By messages: the batch number, one header per piece, the pieces' run
+    // tables one after the other, and each piece's iov (its table, then its
+    // runs' source bytes). UCX reads them until the sends complete.
+    uint64_t seq = 0;
+    std::vector<WireWrite> headers;
+    std::vector<WireRun> tables;
+    std::vector<ucp_dt_iov_t> iovs;
   };
 
   // Connect's probe (kAmProbe and its reply); shared with the UCX
@@ -1053,48 +1058,62 @@ class UcxTransport::Impl {
     const std::shared_ptr<Peer> keep = b->peer;  // b may end (and go) before this returns
     Peer& peer = *keep;
     b->seq = ++peer.next_seq;
-    size_t pieces = 0;
-    for (const Put& put : b->puts) pieces += PiecesOf(put.length);
-    b->headers.resize(pieces);
+    std::vector<WireRun> ops;
+    ops.reserve(b->puts.size());
+    for (const Put& put : b->puts) {
+      const UcxRemoteRegion& region = peer.desc.regions[static_cast<size_t>(put.dst_region)];
+      ops.push_back({static_cast<uint32_t>(put.dst_region), 0, put.remote_addr - region.base,
+                     put.length});
+    }
+    const PiecePlan plan = PlanPieces(ops);
+    b->headers.resize(plan.pieces.size());
+    b->tables.resize(plan.runs.size());
+    for (size_t i = 0; i < plan.runs.size(); ++i) b->tables[i] = plan.runs[i].run;
+    b->iovs.resize(plan.runs.size() + plan.pieces.size());
     peer.batches.insert(b);
     peer.awaiting[b->seq] = b;
     ++inflight_;
     // Held while posting: a failed send marks the peer lost, which ends
     // every batch of it, this one too, and must not free it under us.
     ++b->ucx_owes;
-    size_t i = 0;
-    for (const Put& put : b->puts) {
-      const UcxRemoteRegion& region = peer.desc.regions[static_cast<size_t>(put.dst_region)];
-      for (uint64_t off = 0; off < put.length; off += kPieceBytes, ++i) {
-        if (b->finished) {  // the peer was lost meanwhile: no more pieces
-          --b->ucx_owes;
-          return FreeIfDone(b);
-        }
-        WireWrite& h = b->headers[i];
-        h.dst_region = static_cast<uint32_t>(put.dst_region);
-        h.sender = peer.sender_id;
-        h.seq = b->seq;
-        h.dst_offset = put.remote_addr - region.base + off;
-        h.length = std::min<uint64_t>(kPieceBytes, put.length - off);
-        h.total = static_cast<uint32_t>(pieces);
-        ucp_request_param_t p{};
-        p.op_attr_mask =
-            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-        p.cb.send = &Impl::OnPieceSent;
-        p.user_data = b;
-        p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-        ucs_status_ptr_t req =
-            ucp_am_send_nbx(peer.ep, kAmWrite, &h, sizeof(h), put.src + off, h.length, &p);
-        if (UCS_PTR_IS_PTR(req)) {
-          ++b->ucx_owes;
-          continue;
-        }
-        if (UCS_PTR_IS_ERR(req)) {
-          MarkLost(peer, UCS_PTR_STATUS(req));
-          End(b, LostStatus(peer, UCS_PTR_STATUS(req)));  // if MarkLost did not
-          --b->ucx_owes;
-          return FreeIfDone(b);
-        }
+    size_t iov_at = 0;
+    for (size_t k = 0; k < plan.pieces.size(); ++k) {
+      if (b->finished) {  // the peer was lost meanwhile: no more pieces
+        --b->ucx_owes;
+        return FreeIfDone(b);
+      }
+      const PlannedPiece& piece = plan.pieces[k];
+      WireWrite& h = b->headers[k];
+      h.runs = static_cast<uint32_t>(piece.count);
+      h.sender = peer.sender_id;
+      h.seq = b->seq;
+      h.length = piece.bytes;
+      h.total = static_cast<uint32_t>(plan.pieces.size());
+      ucp_dt_iov_t* iov = &b->iovs[iov_at];
+      iov[0] = {&b->tables[piece.first], piece.count * sizeof(WireRun)};
+      for (size_t j = 0; j < piece.count; ++j) {
+        const PlannedRun& r = plan.runs[piece.first + j];
+        iov[1 + j] = {const_cast<char*>(b->puts[r.op].src + r.op_offset), r.run.length};
+      }
+      iov_at += 1 + piece.count;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
+      p.cb.send = &Impl::OnPieceSent;
+      p.user_data = b;
+      p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+      p.datatype = ucp_dt_make_iov();
+      ucs_status_ptr_t req =
+          ucp_am_send_nbx(peer.ep, kAmWrite, &h, sizeof(h), iov, 1 + piece.count, &p);
+      if (UCS_PTR_IS_PTR(req)) {
+        ++b->ucx_owes;
+        continue;
+      }
+      if (UCS_PTR_IS_ERR(req)) {
+        MarkLost(peer, UCS_PTR_STATUS(req));
+        End(b, LostStatus(peer, UCS_PTR_STATUS(req)));  // if MarkLost did not
+        --b->ucx_owes;
+        return FreeIfDone(b);
       }
     }
     --b->ucx_owes;
@@ -1393,42 +1412,46 @@ class UcxTransport::Impl {
       return;
     }
     std::string why;
-    std::shared_ptr<const WriteGuard> guard;
+    std::vector<WireRun> runs;
+    const char* payload = nullptr;
     if (rndv) {
       // Our senders send eagerly; a rendezvous would need our reply.
       ucp_am_data_release(l.worker, data);
       why = "a piece came by rendezvous";
-    } else if (length != h.length) {
-      why = "a piece of " + std::to_string(length) + " bytes announced " +
-            std::to_string(h.length);
+    } else if (!ParseRuns(h, data, length, &runs, &payload)) {
+      why = "a piece of " + std::to_string(length) + " bytes does not hold the " +
+            std::to_string(h.runs) + " runs of " + std::to_string(h.length) + " bytes it announces";
     } else {
-      char* dst = nullptr;
+      // Every run is checked before any is copied: a refused piece writes nothing.
+      std::vector<char*> dst(runs.size());
+      std::shared_ptr<const WriteGuard> guard;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (h.dst_region >= regions_.size()) {
-          why = "no region " + std::to_string(h.dst_region) + " (" +
-                std::to_string(regions_.size()) + " registered)";
-        } else if (const LocalRegion& r = regions_[h.dst_region]; r.memh == nullptr) {
-          why = "region " + std::to_string(h.dst_region) + " was freed";
-        } else if (h.dst_offset > r.length || h.length > r.length - h.dst_offset) {
-          why = "[" + std::to_string(h.dst_offset) + ", +" + std::to_string(h.length) +
-                ") is outside region " + std::to_string(h.dst_region) + " of " +
-                std::to_string(r.length) + " bytes";
-        } else {
-          dst = r.base + h.dst_offset;
-          guard = guard_;
+        guard = guard_;
+        for (size_t i = 0; i < runs.size() && why.empty(); ++i) {
+          const WireRun& run = runs[i];
+          if (run.region >= regions_.size()) {
+            why = "no region " + std::to_string(run.region) + " (" +
+                  std::to_string(regions_.size()) + " registered)";
+          } else if (const LocalRegion& r = regions_[run.region]; r.memh == nullptr) {
+            why = "region " + std::to_string(run.region) + " was freed";
+          } else if (run.offset > r.length || run.length > r.length - run.offset) {
+            why = "[" + std::to_string(run.offset) + ", +" + std::to_string(run.length) +
+                  ") is outside region " + std::to_string(run.region) + " of " +
+                  std::to_string(r.length) + " bytes";
+          } else {
+            dst[i] = r.base + run.offset;
+          }
         }
       }
-      if (guard != nullptr) {
-        const std::string no =
-            (*guard)(l.key, static_cast<RegionId>(h.dst_region), h.dst_offset, h.length);
-        if (!no.empty()) {
-          why = no;
-          dst = nullptr;
-        }
+      for (size_t i = 0; i < runs.size() && why.empty() && guard != nullptr; ++i)
+        why = (*guard)(l.key, static_cast<RegionId>(runs[i].region), runs[i].offset,
+                       runs[i].length);
+      // FreeRegion unmaps on this thread, so the regions stay while this runs.
+      for (size_t i = 0; i < runs.size() && why.empty(); ++i) {
+        std::memcpy(dst[i], payload, runs[i].length);
+        payload += runs[i].length;
       }
-      // FreeRegion unmaps on this thread, so the region stays while this runs.
-      if (dst != nullptr) std::memcpy(dst, data, length);
     }
     IncomingBatches::Outcome done = incoming_.Add(h, why, std::chrono::steady_clock::now());
     if (!done.complete) return;

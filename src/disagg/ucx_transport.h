@@ -36,9 +36,12 @@
 //                   - puts: one ucp_put_nbx per op, then ucp_ep_flush_nbx:
 //                     `done` from the flush's completion, i.e. after the
 //                     bytes are in the peer's memory (remote completion);
-//                   - messages (UcxTransportOptions::writes; tcp): each op in
-//                     pieces of at most 512 KiB as eager active messages of
-//                     this transport (UCP_FEATURE_AM); the receiver checks
+//                   - messages (UcxTransportOptions::writes; tcp): the ops
+//                     packed into pieces of at most 512 KiB and 256 runs
+//                     (a run table, then the bytes, gathered by UCX's iov
+//                     datatype; ucx_messages.h) sent as eager active
+//                     messages of this transport (UCP_FEATURE_AM); an op
+//                     longer than a piece is split; the receiver checks
 //                     each piece against its own regions and its
 //                     KvTransport::WriteGuard, copies it, and
 //                     answers the batch's last one with an ack: `done` from
