@@ -13,14 +13,7 @@
 # quoted against it (weight bytes per step / copy bandwidth).
 source "$(dirname "$0")/common.sh"  # cd, R, OUT, library paths
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-python3 -c "
-import torch, time
-x = torch.empty(2 * 1024**3, dtype=torch.uint8, device='cuda'); y = torch.empty_like(x)
-for _ in range(3): y.copy_(x)
-torch.cuda.synchronize(); t = time.time()
-for _ in range(20): y.copy_(x)
-torch.cuda.synchronize(); dt = (time.time() - t) / 20
-print(f'd2d_copy_tb_s {2 * x.numel() / dt / 1e12:.3f}')" | tee "$OUT/copy_bw.txt"
+python3 copy_bandwidth.py | tee "$OUT/copy_bw.txt"
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
 SHAPE=${SHAPE:-llama-3.1-8b}
 dir=/dev/shm/$SHAPE

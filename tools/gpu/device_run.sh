@@ -43,14 +43,7 @@ grep -h backend /tmp/gen_qwen3_cuda.err
 [ -n "${SKIP_BENCH:-}" ] && exit 0
 echo "== bench"
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
-python3 -c "
-import torch, time
-x = torch.empty(2 * 1024**3, dtype=torch.uint8, device='cuda'); y = torch.empty_like(x)
-for _ in range(3): y.copy_(x)
-torch.cuda.synchronize(); t = time.time()
-for _ in range(20): y.copy_(x)
-torch.cuda.synchronize(); dt = (time.time() - t) / 20
-print(f'd2d copy {2 * x.numel() / dt / 1e12:.2f} TB/s (read+write)')"
+python3 copy_bandwidth.py  # d2d_copy_tb_s: bytes read + written
 python3 "$R/tools/bench/make_shape_model.py" --shape llama-3.2-1b \
   --tokenizer-dir /root/.cache/strata/demo-model-v0.1.0 --out /tmp/l1b > /dev/null
 for p in fp32 bf16; do

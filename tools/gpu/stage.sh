@@ -50,7 +50,7 @@ if ninja -C "$build" -t targets all 2>/dev/null | grep '^linear_bench:' >/dev/nu
 fi
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
-cp "$here/common.sh" "$here/gemm_peak.py" "$here/profile_decode.sh" "$here/serve_bench.sh" \
+cp "$here/common.sh" "$here/gemm_peak.py" "$here/copy_bandwidth.py" "$here/profile_decode.sh" "$here/serve_bench.sh" \
   "$here/decode_table.sh" "$here/profile_attention.sh" "$here/decode_kernels.sh" "$dest/"
 chmod +x "$dest/device_run.sh" "$dest/profile_decode.sh" "$dest/serve_bench.sh" "$dest/decode_table.sh" \
   "$dest/profile_attention.sh" "$dest/decode_kernels.sh"
