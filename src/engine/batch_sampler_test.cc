@@ -362,7 +362,9 @@ TEST(BatchSamplerCudaTest, MatchesTheHostSampler) {
       std::printf("[ device rows ] %-22s vocab %6lld: %2d of %2d rows on the host\n",
                   c.name.c_str(), static_cast<long long>(vocab), m.host_rows, m.rows);
       // At 512 every candidate set fits the kernel: nothing goes back.
-      if (vocab == 512) EXPECT_EQ(m.host_rows, 0) << c.name;
+      if (vocab == 512) {
+        EXPECT_EQ(m.host_rows, 0) << c.name;
+      }
       EXPECT_EQ(m.tokens, 0) << c.name << " vocab " << vocab;
       EXPECT_EQ(m.logprobs, 0) << c.name << " vocab " << vocab << ": logprobs off by > 1e-4";
       EXPECT_EQ(m.ranks, 0) << c.name << " vocab " << vocab;
@@ -441,6 +443,114 @@ TEST(BatchSamplerCudaTest, OrdinaryRowsStayOnTheDeviceHugeTopPSetsGoToTheHost) {
   // Host tie-break: equal weights in id order, so u = 0.5 of the first
   // half's mass lands near token vocab / 4.
   for (const SampleResult& r : out) EXPECT_NEAR(r.token_id, vocab / 4, 2);
+}
+
+TEST(BatchSamplerCudaTest, GreedyTiesAcrossChunksNaNAndMaskedRowsAreTheHosts) {
+  // The device finds a greedy row's max and token from per-chunk partials
+  // (sample_kernels.h: kSampleChunk tokens each): ties in different chunks,
+  // -0 against +0, NaN and -inf rows, a max in the last, partial chunk, and
+  // masked rows must all give the host's lowest id at the max.
+  std::string why;
+  auto cuda = CudaOrSkipReason(&why);
+  if (!cuda) GTEST_SKIP() << why;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t vocab : {int64_t{3 * 2048 + 5}, int64_t{151936}}) {
+    const int64_t last = vocab - 1;
+    struct RowCase {
+      std::string name;
+      std::vector<float> logits;
+      std::vector<uint32_t> allowed;
+      std::vector<int32_t> banned;
+    };
+    std::vector<RowCase> cases;
+    auto add = [&](std::string name, auto fill) {
+      RowCase c;
+      c.name = std::move(name);
+      c.logits.assign(static_cast<size_t>(vocab), -1.f);
+      fill(c);
+      cases.push_back(std::move(c));
+    };
+    auto allow = [&](RowCase& c, int64_t id) {
+      if (c.allowed.empty()) c.allowed.assign(static_cast<size_t>((vocab + 31) / 32), 0u);
+      c.allowed[id / 32] |= 1u << (id % 32);
+    };
+    add("all equal", [&](RowCase& c) { std::fill(c.logits.begin(), c.logits.end(), 0.25f); });
+    add("ties across chunks", [&](RowCase& c) {
+      c.logits[last] = c.logits[2048] = c.logits[2047] = 3.f;
+    });
+    add("max in the last chunk", [&](RowCase& c) { c.logits[last] = 2.f; });
+    add("-0 after +0", [&](RowCase& c) {
+      std::fill(c.logits.begin(), c.logits.end(), -2.f);
+      c.logits[5000] = -0.f;
+      c.logits[3000] = 0.f;
+    });
+    add("+0 after -0", [&](RowCase& c) {
+      std::fill(c.logits.begin(), c.logits.end(), -2.f);
+      c.logits[2100] = 0.f;
+      c.logits[2099] = -0.f;
+    });
+    add("all NaN", [&](RowCase& c) { std::fill(c.logits.begin(), c.logits.end(), nan); });
+    add("NaN but one -inf", [&](RowCase& c) {
+      std::fill(c.logits.begin(), c.logits.end(), nan);
+      c.logits[4100] = -inf;
+    });
+    add("all -inf", [&](RowCase& c) { std::fill(c.logits.begin(), c.logits.end(), -inf); });
+    add("NaN before the max", [&](RowCase& c) {
+      c.logits[0] = nan;
+      c.logits[4097] = 1.f;
+      c.logits[4096] = nan;
+    });
+    add("masked tie", [&](RowCase& c) {
+      c.logits[6100] = c.logits[10] = 1.f;
+      c.logits[0] = 9.f;  // larger, but not allowed
+      allow(c, 6100);
+      allow(c, 10);
+    });
+    add("masked, the allowed max banned", [&](RowCase& c) {
+      c.logits[10] = 5.f;
+      c.logits[last] = 4.f;
+      allow(c, 10);
+      allow(c, last);
+      c.banned = {10};
+    });
+    add("masked, every allowed -inf", [&](RowCase& c) {
+      c.logits[20] = c.logits[2050] = -inf;
+      c.logits[7] = 3.f;
+      allow(c, 20);
+      allow(c, 2050);
+    });
+    const int rows = static_cast<int>(cases.size());
+    std::vector<float> host(static_cast<size_t>(rows * vocab));
+    for (int r = 0; r < rows; ++r)
+      std::copy(cases[r].logits.begin(), cases[r].logits.end(), host.begin() + r * vocab);
+    auto buf = cuda->Allocate(host.size() * sizeof(float));
+    ASSERT_TRUE(buf.ok());
+    Tensor logits = buf->AsTensor(DType::kF32, rows, vocab);
+    cuda->CopyToDevice(logits.data, host.data(), host.size() * sizeof(float));
+    SamplingParams p;
+    p.temperature = 0;
+    std::vector<std::unique_ptr<Sampler>> seam, ref;
+    std::vector<TokenHistory> h(static_cast<size_t>(rows));
+    BatchSampler bs;
+    for (int r = 0; r < rows; ++r) {
+      seam.push_back(std::make_unique<Sampler>(p, std::nullopt));
+      ref.push_back(std::make_unique<Sampler>(p, std::nullopt));
+      bs.Add(*seam[r], h[r], r, cases[r].allowed, cases[r].banned);
+    }
+    std::vector<SampleResult> got;
+    bs.Run(*cuda, logits, &got);
+    ASSERT_EQ(got.size(), cases.size());
+    for (int r = 0; r < rows; ++r) {
+      LogitMask mask;
+      mask.allowed = cases[r].allowed;
+      mask.banned = cases[r].banned;
+      const SampleResult want = ref[r]->Sample(host.data() + r * vocab, vocab, h[r], mask);
+      EXPECT_EQ(got[r].token_id, want.token_id) << cases[r].name << ", vocab " << vocab;
+    }
+    // Only the row whose every allowed logit is -inf goes back to the host.
+    EXPECT_EQ(bs.host_rows(), 1u) << "vocab " << vocab;
+  }
 }
 
 TEST(BatchSamplerCudaTest, DeviceSamplingCostPerStep) {

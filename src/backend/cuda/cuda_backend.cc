@@ -49,7 +49,8 @@
 // one gather kernel over host memory pinned (and mapped) by PinHostMemory,
 // else one cudaMemcpyAsync per block.
 //
-// Sampling (SampleRows) runs sample_kernels.cu, one block per row, on the
+// Sampling (SampleRows) runs sample_kernels.cu (a prepare launch over
+// 2,048-token chunks of every row, then one block per row) on the
 // compute stream: the rows' parameters, masks, bans, biases and penalty
 // tokens go up in one copy from pinned memory, the small per-row results
 // come back in one. A row comes back flagged when the kernel cannot finish
@@ -183,6 +184,7 @@ class CudaBackend final : public Backend {
     sample_out_.Reset();
     sample_scratch_.Reset();
     sample_mass_.Reset();
+    sample_partials_.Reset();
     xh_.Reset();
     workspace_.Reset();
     err_buf_.Reset();
@@ -1096,7 +1098,9 @@ class CudaBackend final : public Backend {
     if (!GrowPinned(sample_in_host_, total) || !GrowDevice(sample_in_, total) ||
         !GrowPinned(sample_out_host_, out_bytes) || !GrowDevice(sample_out_, out_bytes) ||
         !GrowDevice(sample_scratch_, static_cast<size_t>(scratch_rows * vocab) * sizeof(float)) ||
-        !GrowDevice(sample_mass_, rows.size() * 2 * static_cast<size_t>(nb) * sizeof(double)))
+        !GrowDevice(sample_mass_, rows.size() * 2 * static_cast<size_t>(nb) * sizeof(double)) ||
+        !GrowDevice(sample_partials_, rows.size() * static_cast<size_t>(cuda::SampleChunks(vocab)) *
+                                          sizeof(cuda::SamplePartial)))
       return false;
     char* h = static_cast<char*>(sample_in_host_.data());
     std::memcpy(h, args.data(), args.size() * sizeof(cuda::SampleRowArgs));
@@ -1129,6 +1133,7 @@ class CudaBackend final : public Backend {
     cuda::SampleRows(static_cast<const float*>(logits.data), logits.row_stride(), vocab, in,
                      static_cast<int32_t>(rows.size()), static_cast<float*>(sample_scratch_.data()),
                      static_cast<double*>(sample_mass_.data()),
+                     static_cast<cuda::SamplePartial*>(sample_partials_.data()),
                      static_cast<cuda::SampleRowOut*>(sample_out_.data()), stream_);
     Launched();
     CUDA_CHECK(cudaMemcpyAsync(sample_out_host_.data(), sample_out_.data(), out_bytes,
@@ -1243,9 +1248,10 @@ class CudaBackend final : public Backend {
   uint64_t op_seq_ = 0;      // ops begun (Timed)
   DType gemm_dtype_ = DType::kF32;  // the 16-bit weight type of the last GEMM, F32 before any
   // SampleRows: inputs (pinned staging and device), results (device and
-  // pinned), adjusted-logits scratch, per-block masses; a host row for a
-  // row handed to the host.
-  Buffer sample_in_host_, sample_in_, sample_out_, sample_out_host_, sample_scratch_, sample_mass_;
+  // pinned), adjusted-logits scratch, per-block masses, per-chunk partials;
+  // a host row for a row handed to the host.
+  Buffer sample_in_host_, sample_in_, sample_out_, sample_out_host_, sample_scratch_, sample_mass_,
+      sample_partials_;
   std::vector<cuda::SampleRowArgs> sample_args_;
   std::vector<float> sample_row_;
   Buffer attn_ws_;  // PagedAttention's split-K partials

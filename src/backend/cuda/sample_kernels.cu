@@ -135,20 +135,6 @@ __device__ float RowMax(const float* x, int64_t n, Shared& sh) {
   return BlockMax(m, sh);
 }
 
-// The host's Argmax: the lowest id whose value equals the largest non-NaN
-// value (float ==, so -0 matches +0); 0 when every entry is NaN.
-__device__ int32_t RowArgmax(const float* x, int64_t n, float max, Shared& sh) {
-  long long best = INT64_MAX;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    if (x[i] == max) {
-      best = i;
-      break;  // this thread's later indices are larger
-    }
-  }
-  best = BlockMin(best, sh);
-  return best == INT64_MAX ? 0 : static_cast<int32_t>(best);
-}
-
 // The k-th largest non-NaN value of x (k >= 1) by an exact radix select
 // over OrderedKey, 8 bits per pass. False when fewer than k are not NaN.
 __device__ bool RadixKth(const float* x, int64_t n, int64_t k, Shared& sh, float* out) {
@@ -241,9 +227,111 @@ __device__ int32_t DenseDraw(const float* x, int64_t vocab, const WeightArgs& wa
   return 0;
 }
 
+constexpr int kPrepareThreads = 256;
+constexpr int kPrepareLoads = kSampleChunk / kPrepareThreads;  // per thread, all in flight
+
+// Block (row r = blockIdx.x, chunk c = blockIdx.y): tokens [c * kSampleChunk,
+// +kSampleChunk) of row r. First the host's Sampler::Adjust for those tokens
+// into the row's scratch (when it has one): mask, then bans, then logit_bias
+// in order, then penalties; each token belongs to this block alone, so the
+// per-token order is the host's. Then the chunk's SamplePartial.
+__global__ void __launch_bounds__(kPrepareThreads)
+    PrepareRowsKernel(const float* logits, int64_t stride, int64_t vocab, SampleInputs in,
+                      float* scratch, SamplePartial* partials) {
+  const SampleRowArgs a = in.rows[blockIdx.x];
+  const int tid = threadIdx.x;
+  const int64_t c0 = int64_t{blockIdx.y} * kSampleChunk;
+  const int64_t c1 = min(vocab, c0 + kSampleChunk);
+  const float* raw = logits + a.logit_row * stride;
+  float v[kPrepareLoads];
+#pragma unroll
+  for (int k = 0; k < kPrepareLoads; ++k) {
+    const int64_t i = c0 + tid + k * kPrepareThreads;
+    v[k] = i < c1 ? raw[i] : kNegInf;
+  }
+  if (a.scratch_row >= 0) {
+    float* y = scratch + a.scratch_row * vocab;
+    const uint32_t* words = in.allowed + a.allowed_offset;
+    const int64_t covered = a.allowed_words > 0 ? min(vocab, int64_t{a.allowed_words} * 32) : vocab;
+#pragma unroll
+    for (int k = 0; k < kPrepareLoads; ++k) {
+      const int64_t i = c0 + tid + k * kPrepareThreads;
+      if (i >= c1) continue;
+      if (a.allowed_words > 0 && !(i < covered && ((words[i >> 5] >> (i & 31)) & 1u)))
+        v[k] = kNegInf;
+      y[i] = v[k];
+    }
+    const bool sparse = a.banned_count > 0 || a.bias_count > 0 || a.penalty_count > 0;
+    if (sparse) {
+      __syncthreads();
+      for (int j = tid; j < a.banned_count; j += kPrepareThreads) {
+        const int32_t id = in.banned[a.banned_offset + j];
+        if (id >= c0 && id < c1) y[id] = kNegInf;
+      }
+      __syncthreads();
+      if (tid == 0) {  // in order: a repeated id adds up as on the host
+        for (int j = 0; j < a.bias_count; ++j) {
+          const int32_t id = in.bias_ids[a.bias_offset + j];
+          if (id >= c0 && id < c1) y[id] = __fadd_rn(y[id], in.bias_values[a.bias_offset + j]);
+        }
+      }
+      __syncthreads();
+      const float rep = a.repetition_penalty;
+      for (int j = tid; j < a.penalty_count; j += kPrepareThreads) {  // distinct ids
+        const PenaltyEntry e = in.penalties[a.penalty_offset + j];
+        if (e.token_id < c0 || e.token_id >= c1) continue;
+        float l = y[e.token_id];
+        if (rep != 1.f) l = l > 0.f ? __fdiv_rn(l, rep) : __fmul_rn(l, rep);
+        if (e.output_count > 0) {
+          l = __fsub_rn(l, __fmul_rn(a.frequency_penalty, static_cast<float>(e.output_count)));
+          l = __fsub_rn(l, a.presence_penalty);
+        }
+        y[e.token_id] = l;
+      }
+      __syncthreads();  // this block's writes are visible to its reads below
+#pragma unroll
+      for (int k = 0; k < kPrepareLoads; ++k) {
+        const int64_t i = c0 + tid + k * kPrepareThreads;
+        if (i < c1) v[k] = y[i];
+      }
+    }
+  }
+  // The chunk's max and the lowest id at it; NaN never wins (both compares
+  // fail), -inf does when nothing is larger.
+  float best = kNegInf;
+  int32_t index = INT32_MAX;
+#pragma unroll
+  for (int k = 0; k < kPrepareLoads; ++k) {
+    const int64_t i = c0 + tid + k * kPrepareThreads;
+    if (i >= c1) continue;
+    if (v[k] > best || (v[k] == best && index == INT32_MAX)) {
+      best = v[k];
+      index = static_cast<int32_t>(i);
+    }
+  }
+  __shared__ float red_v[kPrepareThreads / 32];
+  __shared__ int32_t red_i[kPrepareThreads / 32];
+  auto combine = [](float& bv, int32_t& bi, float ov, int32_t oi) {
+    if (ov > bv || (ov == bv && oi < bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  };
+  for (int o = 16; o > 0; o >>= 1)
+    combine(best, index, __shfl_xor_sync(0xffffffffu, best, o),
+            __shfl_xor_sync(0xffffffffu, index, o));
+  if ((tid & 31) == 0) red_v[tid >> 5] = best, red_i[tid >> 5] = index;
+  __syncthreads();
+  if (tid == 0) {
+    for (int w = 1; w < kPrepareThreads / 32; ++w) combine(best, index, red_v[w], red_i[w]);
+    partials[int64_t{blockIdx.x} * gridDim.y + blockIdx.y] = SamplePartial{best, index};
+  }
+}
+
 __global__ void __launch_bounds__(kSampleThreads)
     SampleRowsKernel(const float* logits, int64_t stride, int64_t vocab, SampleInputs in,
-                     float* scratch, double* block_mass, SampleRowOut* outs) {
+                     float* scratch, double* block_mass, const SamplePartial* partials,
+                     int64_t chunks, SampleRowOut* outs) {
   __shared__ Shared sh;
   const SampleRowArgs a = in.rows[blockIdx.x];
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -251,51 +339,24 @@ __global__ void __launch_bounds__(kSampleThreads)
   const float* x = raw;
   if (tid == 0) sh.reason = kSampleDone;
 
-  // 1. Mask, bans, logit_bias, penalties into this row's scratch, in the
-  // host's order (Sampler::Adjust).
-  if (a.scratch_row >= 0) {
-    float* y = scratch + a.scratch_row * vocab;
-    const uint32_t* words = in.allowed + a.allowed_offset;
-    const int64_t covered = a.allowed_words > 0 ? min(vocab, int64_t{a.allowed_words} * 32) : vocab;
-    for (int64_t i = tid; i < vocab; i += nt) {
-      float v = raw[i];
-      if (a.allowed_words > 0 && !(i < covered && ((words[i >> 5] >> (i & 31)) & 1u))) v = kNegInf;
-      y[i] = v;
-    }
-    __syncthreads();
-    for (int j = tid; j < a.banned_count; j += nt) {
-      const int32_t id = in.banned[a.banned_offset + j];
-      if (id >= 0 && id < vocab) y[id] = kNegInf;
-    }
-    __syncthreads();
-    if (tid == 0) {  // in order: a repeated id adds up as on the host
-      for (int j = 0; j < a.bias_count; ++j) {
-        const int32_t id = in.bias_ids[a.bias_offset + j];
-        if (id >= 0 && id < vocab) y[id] = __fadd_rn(y[id], in.bias_values[a.bias_offset + j]);
-      }
-    }
-    __syncthreads();
-    const float rep = a.repetition_penalty;
-    for (int j = tid; j < a.penalty_count; j += nt) {  // distinct ids
-      const PenaltyEntry e = in.penalties[a.penalty_offset + j];
-      if (e.token_id < 0 || e.token_id >= vocab) continue;
-      float l = y[e.token_id];
-      if (rep != 1.f) l = l > 0.f ? __fdiv_rn(l, rep) : __fmul_rn(l, rep);
-      if (e.output_count > 0) {
-        l = __fsub_rn(l, __fmul_rn(a.frequency_penalty, static_cast<float>(e.output_count)));
-        l = __fsub_rn(l, a.presence_penalty);
-      }
-      y[e.token_id] = l;
-    }
-    __syncthreads();
-    x = y;
-  }
+  // 1. The prepare kernel adjusted the row into scratch.
+  if (a.scratch_row >= 0) x = scratch + a.scratch_row * vocab;
 
   // 2. The token.
   int32_t token = 0;
-  const float vmax = RowMax(x, vocab, sh);
+  const SamplePartial* parts = partials + int64_t{blockIdx.x} * chunks;
+  float pmax = kNegInf;
+  for (int64_t c = tid; c < chunks; c += nt) pmax = fmaxf(pmax, parts[c].max);
+  const float vmax = BlockMax(pmax, sh);
   if (a.temperature < kGreedyT || !isfinite(vmax)) {
-    token = RowArgmax(x, vocab, vmax, sh);
+    // The host's Argmax: the lowest id whose value equals the row's max.
+    // A chunk holds such an id only when its own max equals it (float ==).
+    long long best = INT64_MAX;
+    for (int64_t c = tid; c < chunks; c += nt)
+      if (parts[c].max == vmax && parts[c].index != INT32_MAX)
+        best = min(best, static_cast<long long>(parts[c].index));
+    best = BlockMin(best, sh);
+    token = best == INT64_MAX ? 0 : static_cast<int32_t>(best);
   } else {
     WeightArgs wa{vmax, __fdiv_rn(1.f, a.temperature), kNegInf, a.min_p};
     if (a.top_k > 0 && a.top_k < vocab) {
@@ -481,7 +542,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   long long rank = 0;
   int num_top = 0;
   if (sh.reason == kSampleDone && a.logprobs >= 0) {
-    const float m = RowMax(raw, vocab, sh);
+    // Unadjusted rows: the partials' max is the raw row's.
+    const float m = a.scratch_row >= 0 ? RowMax(raw, vocab, sh) : vmax;
     const float chosen = raw[token];
     double s = 0;
     long long ge = 0;
@@ -543,11 +605,14 @@ __global__ void __launch_bounds__(kSampleThreads)
 }  // namespace
 
 void SampleRows(const float* logits, int64_t stride, int64_t vocab, const SampleInputs& in,
-                int32_t num_rows, float* scratch, double* block_mass, SampleRowOut* out,
-                cudaStream_t stream) {
+                int32_t num_rows, float* scratch, double* block_mass, SamplePartial* partials,
+                SampleRowOut* out, cudaStream_t stream) {
   if (num_rows <= 0) return;
+  const int64_t chunks = SampleChunks(vocab);
+  PrepareRowsKernel<<<dim3(static_cast<unsigned>(num_rows), static_cast<unsigned>(chunks)),
+                      kPrepareThreads, 0, stream>>>(logits, stride, vocab, in, scratch, partials);
   SampleRowsKernel<<<static_cast<unsigned>(num_rows), kSampleThreads, 0, stream>>>(
-      logits, stride, vocab, in, scratch, block_mass, out);
+      logits, stride, vocab, in, scratch, block_mass, partials, chunks, out);
 }
 
 }  // namespace strata::cuda

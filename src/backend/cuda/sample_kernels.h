@@ -1,6 +1,15 @@
-// The CUDA backend's sampling kernel (sample_kernels.cu), launched by
+// The CUDA backend's sampling kernels (sample_kernels.cu), launched by
 // CudaBackend::SampleRows (backend/sampling.h is the op's contract,
-// engine/sampler.h the semantics). One thread block per row.
+// engine/sampler.h the semantics). Two launches:
+//   1. the prepare kernel, one block per kSampleChunk tokens of each row:
+//      the row's adjustments into scratch (each token is its chunk's alone,
+//      so the host's order per token holds), then the chunk's max and the
+//      lowest id at it;
+//   2. the sample kernel, one block per row: the row's max and greedy
+//      token from the chunks' partials, so a greedy row never re-reads its
+//      logits; the sampled paths read the (adjusted) row as before.
+// One block reading a 151k-token row did ~40 us a pass (a latency-bound
+// load stream on one SM); spread over the chunks it is a few us.
 //
 // What the kernel reproduces bit for bit, and how:
 //   - the adjusted logits (mask, bans, logit_bias in order, penalties) with
@@ -44,6 +53,12 @@ inline constexpr int kSampleCandidates = 4096;
 inline constexpr int kSampleMaxTop = 20;
 // Tokens per mass block: the host sampler's kWeightBlock.
 inline constexpr int kSampleWeightBlock = 256;
+// Tokens per block of the prepare kernel (and per partial). The chunks are
+// gridDim.y, so vocab must stay under 65535 * kSampleChunk (134M tokens).
+inline constexpr int kSampleChunk = 2048;
+inline constexpr int64_t SampleChunks(int64_t vocab) {
+  return (vocab + kSampleChunk - 1) / kSampleChunk;
+}
 
 // Why a row went back to the host (0: it did not).
 enum SampleHostReason : int32_t {
@@ -81,6 +96,13 @@ struct SampleInputs {
   const PenaltyEntry* penalties = nullptr;
 };
 
+// A chunk's largest non-NaN value (-inf when none) and the lowest id at it
+// (INT32_MAX when every value is NaN).
+struct SamplePartial {
+  float max;
+  int32_t index;
+};
+
 struct SampleRowOut {
   int32_t token_id;
   int32_t needs_host;  // a SampleHostReason
@@ -93,10 +115,11 @@ struct SampleRowOut {
 
 // logits: F32 rows, row stride `stride` floats, `vocab` columns.
 // scratch: (rows with scratch_row >= 0) x vocab floats. block_mass:
-// num_rows * ceil(vocab / kSampleWeightBlock) doubles.
+// num_rows * 2 * ceil(vocab / kSampleWeightBlock) doubles. partials:
+// num_rows * SampleChunks(vocab).
 // REQUIRES: vocab <= INT32_MAX.
 void SampleRows(const float* logits, int64_t stride, int64_t vocab, const SampleInputs& in,
-                int32_t num_rows, float* scratch, double* block_mass, SampleRowOut* out,
-                cudaStream_t stream);
+                int32_t num_rows, float* scratch, double* block_mass, SamplePartial* partials,
+                SampleRowOut* out, cudaStream_t stream);
 
 }  // namespace strata::cuda
