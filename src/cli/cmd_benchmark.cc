@@ -195,7 +195,8 @@ int BenchCommand(const Args& args) {
                                            "' (known: engine, bandwidth, serve)"));
   ModelFlags mf;
   int64_t prompt_len = 512, gen_len = 64, reps = 3, batch = 1;
-  bool json = false, warmup = true, json_object = false, constraint_warm = false;
+  bool json = false, warmup = true, json_object = false, constraint_warm = false,
+       constraint_fragments = false;
   std::string json_schema_path, kv_dtype = "auto";
   FlagSet f(
       "bench engine",
@@ -225,6 +226,10 @@ int BenchCommand(const Args& args) {
   f.Bool("constraint-warm", &constraint_warm,
          "compile the schema once and answer once untimed first, so every timed answer finds its "
          "masks cached (a schema seen before: the same tools or response_format again)");
+  f.Bool("constraint-fragments-warm", &constraint_fragments,
+         "compile afresh each repetition but keep the vocabulary's string fragments from earlier "
+         "repetitions (a new schema in a server that has masked strings of its shapes before); "
+         "without it a cold repetition also drops them (the first schema a process sees)");
   Args rest(args.begin() + 1, args.end());
   Status st = f.Parse(rest);
   if (!st.ok()) return UsageError(cmd, st);
@@ -349,6 +354,7 @@ int BenchCommand(const Args& args) {
       // constraint forces it within gen_len): decode tokens/s over its steps.
       if (!compiler || !constraint_warm)
         compiler = std::make_unique<constrain::ConstraintCompiler>(vocab);
+      if (!constraint_warm && !constraint_fragments) vocab->ClearFragments();
       const auto c0 = std::chrono::steady_clock::now();
       auto automaton = compiler->Compile(*spec);
       if (!automaton.ok()) return Fail(cmd, automaton.status());
@@ -412,7 +418,9 @@ int BenchCommand(const Args& args) {
     const double plain_us = best_decode > 0 ? 1e6 / best_decode : 0;
     const double cons_us = best_cdecode > 0 ? 1e6 / best_cdecode : 0;
     j["constraint"] = json_object ? "json_object" : json_schema_path;
-    j["constraint_masks"] = constraint_warm ? "warm" : "cold";
+    j["constraint_masks"] = constraint_warm        ? "warm"
+                            : constraint_fragments ? "cold, fragments warm"
+                                                   : "cold";
     j["constrained_decode_tok_s"] = best_cdecode;
     j["constrained_decode_tokens"] = ctokens;
     j["constraint_compile_us"] = best_compile_us;

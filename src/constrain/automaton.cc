@@ -113,10 +113,34 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   }
 }
 
+std::shared_ptr<const Vocabulary::Fragment> Vocabulary::FindFragment(
+    const std::string& key) const {
+  std::lock_guard<std::mutex> lock(fragments_->mu);
+  auto it = fragments_->map.find(key);
+  return it == fragments_->map.end() ? nullptr : it->second;
+}
+
+void Vocabulary::KeepFragment(const std::string& key, std::shared_ptr<const Fragment> f) const {
+  std::lock_guard<std::mutex> lock(fragments_->mu);
+  const size_t bytes = key.size() + f->bytes();
+  if (fragments_->bytes + bytes > kMaxFragmentBytes) {
+    fragments_->map.clear();
+    fragments_->bytes = 0;
+  }
+  if (fragments_->map.emplace(key, std::move(f)).second) fragments_->bytes += bytes;
+}
+
+void Vocabulary::ClearFragments() const {
+  std::lock_guard<std::mutex> lock(fragments_->mu);
+  fragments_->map.clear();
+  fragments_->bytes = 0;
+}
+
 Automaton::Automaton(std::shared_ptr<const Grammar> grammar,
                      std::shared_ptr<const Vocabulary> vocab)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
   std::lock_guard<std::mutex> lock(mu_);
+  mark_ = static_cast<int32_t>(grammar_->elements().size());
   std::vector<std::vector<int32_t>> stacks;
   for (int32_t alt : grammar_->alternatives(grammar_->root())) Expand({alt}, &stacks);
   const State s = Intern(std::move(stacks));
@@ -132,6 +156,10 @@ void Automaton::Expand(std::vector<int32_t> stack, std::vector<std::vector<int32
       return;
     }
     const int32_t pos = stack.back();
+    if (pos == mark_) {  // a local stack back at its context: the context goes on
+      out->push_back(std::move(stack));
+      return;
+    }
     const Element& e = el[pos];
     if (e.kind == Element::kBytes) {
       out->push_back(std::move(stack));
@@ -172,7 +200,10 @@ Automaton::State Automaton::InternFlat(const std::vector<int32_t>& flat) {
   bool all_empty = true;
   for (const auto& s : Unflatten(flat)) {
     int64_t d = 0;
-    for (int32_t pos : s) d += grammar_->min_suffix(pos);
+    for (int32_t pos : s)
+      if (pos != mark_) d += grammar_->min_suffix(pos);
+    if (!s.empty() && s.back() == mark_) sd.has_mark = true;
+    sd.max_stack = std::max(sd.max_stack, static_cast<int32_t>(s.size()));
     distance = static_cast<int32_t>(std::min<int64_t>(distance, d));
     if (s.empty())
       sd.accepting = true;
@@ -197,7 +228,7 @@ const Automaton::State* Automaton::Row(State s) {
   const std::vector<Element>& el = grammar_->elements();
   std::vector<int32_t> sets;
   for (const auto& stack : stacks)
-    if (!stack.empty() && el[stack.back()].kind == Element::kBytes)
+    if (!stack.empty() && stack.back() != mark_ && el[stack.back()].kind == Element::kBytes)
       sets.push_back(el[stack.back()].arg);
   std::sort(sets.begin(), sets.end());
   sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
@@ -223,7 +254,7 @@ const Automaton::State* Automaton::Row(State s) {
     if (t == kUnknown) {
       std::vector<std::vector<int32_t>> out;
       for (const auto& stack : stacks) {
-        if (stack.empty()) continue;
+        if (stack.empty() || stack.back() == mark_) continue;
         const Element& e = el[stack.back()];
         if (e.kind != Element::kBytes || !grammar_->set(e.arg).Has(static_cast<uint8_t>(b)))
           continue;
@@ -422,16 +453,18 @@ std::shared_ptr<const TokenBitmask> Automaton::Mask(Position& p, int64_t tokens_
   return limited ? limited : plain;
 }
 
-template <typename Emit>
-void Automaton::Walk(State s, int64_t limit, Emit emit) {
+template <bool kLocal, typename Emit, typename Uncertain>
+void Automaton::Walk(State s, int64_t limit, int32_t from, int32_t to, Emit emit,
+                     Uncertain uncertain, int32_t* max_stack) {
   const Vocabulary::TrieNode* trie = vocab_->trie().data();
   const int32_t* ids = vocab_->token_ids().data();
   const Vocabulary::Below* below = vocab_->below().data();
   // rows[d]: the transition row of the state reached at depth d of the
   // current path, set only where a child follows (a leaf's state never
   // computes one).
+  if (from >= to) return;
   std::vector<const State*> rows(static_cast<size_t>(vocab_->max_depth()) + 1);
-  rows[0] = Row(s);
+  rows[trie[from].depth - 1] = Row(s);
   // Live nodes in a row usually have their tokens side by side in ids and
   // reach the same distance: runs are merged and emitted whole.
   int32_t run_begin = 0, run_end = 0, run_d = -1;
@@ -443,8 +476,7 @@ void Automaton::Walk(State s, int64_t limit, Emit emit) {
     if (run_end > run_begin) emit(run_d, ids + run_begin, static_cast<size_t>(run_end - run_begin));
     run_d = d, run_begin = begin, run_end = end;
   };
-  const int32_t nodes = static_cast<int32_t>(vocab_->trie().size()) - 1;
-  for (int32_t n = 1; n < nodes;) {
+  for (int32_t n = from; n < to;) {
     const Vocabulary::TrieNode& t = trie[n];
     const State ns = rows[t.depth - 1][t.byte];
     if (ns == kDead) {
@@ -452,8 +484,22 @@ void Automaton::Walk(State s, int64_t limit, Emit emit) {
       continue;
     }
     const int32_t d = distance_[ns];
-    // A subtree inside ns's run: all its tokens end at distance d.
-    if (t.below >= 0) {
+    if constexpr (kLocal) {
+      // Past the mark the context decides: the node's own tokens end at
+      // their (exact) local distance, the ones below are the context's.
+      const StateData& sd = states_[ns];
+      *max_stack = std::max(*max_stack, sd.max_stack);
+      if (sd.has_mark) {
+        const int32_t own_end = trie[n + 1].tok;
+        if (own_end > t.tok && d <= limit) add(d, t.tok, own_end);
+        if (trie[t.end].tok > own_end) uncertain(n);
+        n = t.end;
+        continue;
+      }
+    }
+    // A subtree inside ns's run: all its tokens end at distance d. (In a
+    // local walk only at d > 0: a run at distance 0 may pass the mark.)
+    if (t.below >= 0 && (!kLocal || d > 0)) {
       if (!states_[ns].has_run) ComputeRun(ns);
       const StateData& sd = states_[ns];
       const Vocabulary::Below& b = below[t.below];
@@ -474,6 +520,161 @@ void Automaton::Walk(State s, int64_t limit, Emit emit) {
   if (run_end > run_begin) emit(run_d, ids + run_begin, static_cast<size_t>(run_end - run_begin));
 }
 
+int32_t Automaton::Split(State s, std::vector<int32_t>* local, int32_t* context_distance) {
+  const std::vector<int32_t>& flat = states_[s].stacks;
+  if (flat.empty() || flat[0] == 0) return 0;
+  // The longest bottom every stack shares.
+  const int32_t* first = flat.data() + 1;
+  int32_t common = flat[0];
+  for (size_t i = 0; i < flat.size();) {
+    const int32_t n = flat[i];
+    if (n == 0) return 0;  // an accepting stack: nothing to cut
+    int32_t k = 0;
+    while (k < std::min(n, common) && flat[i + 1 + static_cast<size_t>(k)] == first[k]) ++k;
+    common = k;
+    i += 1 + static_cast<size_t>(n);
+  }
+  // Keep one shared element above the cut, so that no local stack starts
+  // at the mark (the walk's root state then never has it).
+  const int32_t cut = common - 1;
+  if (cut < 1) return 0;
+  int64_t d = 0;
+  for (int32_t k = 0; k < cut; ++k) d += grammar_->min_suffix(first[k]);
+  *context_distance = static_cast<int32_t>(std::min<int64_t>(d, INT32_MAX / 2));
+  local->clear();
+  for (size_t i = 0; i < flat.size();) {
+    const int32_t n = flat[i];
+    local->push_back(n - cut + 1);
+    local->push_back(mark_);
+    local->insert(local->end(), flat.begin() + static_cast<std::ptrdiff_t>(i + 1 + cut),
+                  flat.begin() + static_cast<std::ptrdiff_t>(i + 1 + n));
+    i += 1 + static_cast<size_t>(n);
+  }
+  return cut;
+}
+
+std::string Automaton::Describe(const std::vector<int32_t>& local) const {
+  // Element tails (a position to its alternative's end) and rules are
+  // numbered in the order first met, and each is written out where it is
+  // first met (tails) or after the stacks (rules, breadth first): equal
+  // descriptions are the same grammar up to renaming.
+  const std::vector<Element>& el = grammar_->elements();
+  std::string out;
+  std::unordered_map<int32_t, int32_t> rule_id, tail_id;
+  std::vector<int32_t> rules;
+  size_t elements = 0;
+  auto put = [&](int32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  auto tail = [&](int32_t pos) {
+    for (int32_t p = pos;; ++p) {
+      if (++elements > kMaxFragmentElements) return false;
+      const Element& e = el[p];
+      if (e.kind == Element::kEnd) {
+        put(-1);
+        return true;
+      }
+      if (e.kind == Element::kBytes) {
+        put(-2);
+        out.append(reinterpret_cast<const char*>(grammar_->set(e.arg).bits.data()),
+                   sizeof(ByteSet::bits));
+        continue;
+      }
+      auto [it, fresh] = rule_id.emplace(e.arg, static_cast<int32_t>(rule_id.size()));
+      if (fresh) rules.push_back(e.arg);
+      put(-3);
+      put(it->second);
+    }
+  };
+  for (size_t i = 0; i < local.size();) {
+    const int32_t n = local[i++];
+    put(-4);
+    put(n);
+    for (int32_t k = 0; k < n; ++k) {
+      const int32_t pos = local[i + static_cast<size_t>(k)];
+      if (pos == mark_) {
+        put(-5);
+        continue;
+      }
+      auto [it, fresh] = tail_id.emplace(pos, static_cast<int32_t>(tail_id.size()));
+      put(-6);
+      put(it->second);
+      if (fresh && !tail(pos)) return {};
+    }
+    i += static_cast<size_t>(n);
+  }
+  for (size_t q = 0; q < rules.size(); ++q) {
+    const std::vector<int32_t>& alts = grammar_->alternatives(rules[q]);
+    put(-7);
+    put(static_cast<int32_t>(alts.size()));
+    for (int32_t alt : alts)
+      if (!tail(alt)) return {};
+  }
+  return out;
+}
+
+std::shared_ptr<const Vocabulary::Fragment> Automaton::WalkFragment(State local) {
+  auto f = std::make_shared<Vocabulary::Fragment>();
+  const int32_t* ids = vocab_->token_ids().data();
+  f->max_stack = states_[local].max_stack;
+  Walk<true>(
+      local, kNoLimit, 1, static_cast<int32_t>(vocab_->trie().size()) - 1,
+      [&](int32_t d, const int32_t* first, size_t n) {
+        const auto begin = static_cast<int32_t>(first - ids);
+        f->certain.push_back({d, begin, begin + static_cast<int32_t>(n)});
+      },
+      [&](int32_t node) { f->uncertain.push_back(node); }, &f->max_stack);
+  return f;
+}
+
+template <typename Emit>
+void Automaton::Tokens(State s, int64_t limit, Emit emit) {
+  const int32_t nodes = static_cast<int32_t>(vocab_->trie().size()) - 1;
+  auto none = [](int32_t) {};
+  // A context so deep that the whole state's stacks could hit
+  // kMaxStackDepth where the local ones did not (with room for a stack
+  // that grows and shrinks inside one expansion) walks whole.
+  constexpr int32_t kStackMargin = 32;
+  auto fits = [&](int32_t cut, int32_t local_stack) {
+    return cut - 1 + local_stack + kStackMargin < kMaxStackDepth;
+  };
+  std::vector<int32_t> local;
+  int32_t context = 0;
+  const int32_t cut = Split(s, &local, &context);
+  std::string key = cut > 0 && fits(cut, states_[s].max_stack - cut + 1) ? Describe(local) : "";
+  std::shared_ptr<const Vocabulary::Fragment> f;
+  if (!key.empty()) {
+    f = vocab_->FindFragment(key);
+    if (f) {
+      ++mask_stats_.fragment_hits;
+    } else {
+      f = WalkFragment(InternFlat(local));
+      vocab_->KeepFragment(key, f);
+      ++mask_stats_.fragment_walks;
+    }
+  }
+  if (!f || !fits(cut, f->max_stack)) {
+    ++mask_stats_.whole_walks;
+    Walk<false>(s, limit, 1, nodes, emit, none, nullptr);
+    return;
+  }
+  const int32_t* ids = vocab_->token_ids().data();
+  for (const Vocabulary::Fragment::Range& r : f->certain) {
+    const int32_t d = r.distance + context;
+    if (d <= limit) emit(d, ids + r.begin, static_cast<size_t>(r.end - r.begin));
+  }
+  // Below each uncertain node: the whole state after the node's bytes (the
+  // first token under it starts with them), then the subtree from there.
+  const std::vector<Vocabulary::TrieNode>& trie = vocab_->trie();
+  for (int32_t node : f->uncertain) {
+    const Vocabulary::TrieNode& t = trie[node];
+    const std::string& bytes = vocab_->bytes(ids[t.tok]);
+    State cur = s;
+    for (int32_t k = 0; k < t.depth && cur != kDead; ++k)
+      cur = Row(cur)[static_cast<uint8_t>(bytes[static_cast<size_t>(k)])];
+    if (cur == kDead) continue;
+    Walk<false>(cur, limit, node + 1, t.end, emit, none, nullptr);
+  }
+}
+
 // Tokens whose end state is live and (limit) no farther than limit from
 // the end are set. nullptr when a limited walk found no token.
 std::shared_ptr<const TokenBitmask> Automaton::ComputeMask(State s, int64_t limit,
@@ -481,7 +682,7 @@ std::shared_ptr<const TokenBitmask> Automaton::ComputeMask(State s, int64_t limi
   auto mask = std::make_shared<TokenBitmask>(vocab_->words(), 0u);
   bool any = false;
   *max_next = 0;
-  Walk(s, limit, [&](int32_t d, const int32_t* ids, size_t n) {
+  Tokens(s, limit, [&](int32_t d, const int32_t* ids, size_t n) {
     for (size_t k = 0; k < n; ++k) (*mask)[static_cast<size_t>(ids[k]) >> 5] |= 1u << (ids[k] & 31);
     any = true;
     *max_next = std::max(*max_next, d);
@@ -502,7 +703,7 @@ std::shared_ptr<const TokenBitmask> Automaton::ComputeLayers(
   *max_next = 0;
   int32_t last_d = -1;
   TokenBitmask* last = nullptr;  // the layer of last_d (most runs repeat it)
-  Walk(s, kNoLimit, [&](int32_t d, const int32_t* ids, size_t n) {
+  Tokens(s, kNoLimit, [&](int32_t d, const int32_t* ids, size_t n) {
     if (d != last_d) {
       *max_next = std::max(*max_next, d);
       last = nullptr;

@@ -25,6 +25,20 @@
 // (special tokens, ids past the tokenizer) are never allowed; the
 // end-of-sequence ids only in accepting states.
 //
+// Fragments: a state whose stacks all share a bottom (the context: where a
+// string, say, stands) is walked as its local part alone, the stacks above
+// that bottom with a mark in its place, and the walk's outcome is kept per
+// vocabulary under an exact description of the grammar the local part can
+// reach (Vocabulary::Fragment): the tokens it accepts whatever the context
+// is ("certain", with their distance from the mark) and the tokens that
+// reach the mark before their last byte ("uncertain": the context decides).
+// A state's mask is then the certain tokens, shifted by the context's
+// distance, plus the uncertain ones checked one by one against the whole
+// state. So a string body is walked once per shape (a JSON string of at
+// most n characters, n left) for every property and every schema of one
+// model, and a new schema's first answer costs its structural states and
+// the few tokens that close a string.
+//
 // Termination: every state knows its distance, the fewest bytes that
 // complete the grammar from it. Given the tokens left, Mask() allows only
 // tokens after which the distance plus EOS still fits, so every answer ends
@@ -99,7 +113,42 @@ class Vocabulary {
   const std::vector<Below>& below() const { return below_; }
   int32_t max_depth() const { return max_depth_; }
 
+  // A local part's walk (see "Fragments" above), shared by every automaton
+  // over this vocabulary. Token ranges index token_ids().
+  struct Fragment {
+    struct Range {
+      int32_t distance;  // from the mark: the context's is added per state
+      int32_t begin, end;
+    };
+    std::vector<Range> certain;
+    // Trie nodes whose path reaches the mark: the tokens below each (its
+    // subtree but its own tokens) are walked from the whole state.
+    std::vector<int32_t> uncertain;
+    // The longest local stack the walk met (the mark included): a context
+    // deeper than kMaxStackDepth less this could cut a stack the local walk
+    // kept, so such a state walks whole.
+    int32_t max_stack = 0;
+    size_t bytes() const {
+      return sizeof(Fragment) + certain.size() * sizeof(Range) +
+             uncertain.size() * sizeof(uncertain[0]);
+    }
+  };
+  // The fragment described by key, or null. Thread-safe.
+  std::shared_ptr<const Fragment> FindFragment(const std::string& key) const;
+  // Keeps f under key (the first one kept wins; past kMaxFragmentBytes the
+  // cache starts over). Thread-safe.
+  void KeepFragment(const std::string& key, std::shared_ptr<const Fragment> f) const;
+  static constexpr size_t kMaxFragmentBytes = size_t{256} << 20;
+  // Drops every fragment (benchmarks: a process that has masked nothing).
+  void ClearFragments() const;
+
  private:
+  struct FragmentCache {
+    std::mutex mu;
+    std::unordered_map<std::string, std::shared_ptr<const Fragment>> map;
+    size_t bytes = 0;
+  };
+  std::shared_ptr<FragmentCache> fragments_ = std::make_shared<FragmentCache>();
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
   std::vector<TrieNode> trie_;
@@ -157,6 +206,9 @@ class Automaton {
     // layered: limited masks served from the state's distance layers
     // (no walk); limited: walked because the state has none.
     int64_t cached = 0, computed = 0, layered = 0, limited = 0;
+    // Of the walks (computed + limited): fragments found in the
+    // vocabulary's cache, walked now, and states walked whole.
+    int64_t fragment_hits = 0, fragment_walks = 0, whole_walks = 0;
     double computed_seconds = 0, limited_seconds = 0;
   };
   MaskStats mask_stats() const;
@@ -166,6 +218,8 @@ class Automaton {
     std::vector<int32_t> stacks;  // flattened
     bool accepting = false;
     bool complete = false;
+    bool has_mark = false;  // a local state with a stack popped to the mark
+    int32_t max_stack = 0;  // its longest stack
     std::shared_ptr<const TokenBitmask> mask;  // plain (cached)
     // The state's run, once computed (see ComputeRun()).
     bool has_run = false;
@@ -206,10 +260,30 @@ class Automaton {
   std::shared_ptr<const TokenBitmask> ComputeLayers(
       State s, std::vector<int32_t>* distances,
       std::vector<std::shared_ptr<const TokenBitmask>>* masks, int32_t* max_next);
-  // The trie walk from s: emit(distance, ids, n) for each run of tokens
-  // whose end state is live and at most limit from the end.
+  // The tokens from s whose end state is live and at most limit from the
+  // end: emit(distance, ids, n) for each run of them. Through s's fragment
+  // when s splits (Split) and its fragment applies, else by a whole walk.
   template <typename Emit>
-  void Walk(State s, int64_t limit, Emit emit);
+  void Tokens(State s, int64_t limit, Emit emit);
+  // The trie walk from s over nodes [from, to), a subtree's (from: its
+  // first child; s: the state its root's bytes lead to) or the whole trie
+  // (1, trie().size() - 1): emit as above. kLocal: s is a local state; at
+  // a node whose state has the mark, the node's own tokens are emitted and
+  // uncertain(node) is called instead of walking below it; *max_stack
+  // gets the longest stack met.
+  template <bool kLocal, typename Emit, typename Uncertain>
+  void Walk(State s, int64_t limit, int32_t from, int32_t to, Emit emit, Uncertain uncertain,
+            int32_t* max_stack);
+  // s's local part (flattened, the mark at each stack's bottom) and the
+  // context's distance; false when its stacks share no bottom to cut.
+  // Returns the stacks' elements cut (0: no split).
+  int32_t Split(State s, std::vector<int32_t>* local, int32_t* context_distance);
+  // An exact description of what the local stacks can reach (elements,
+  // byte sets, rules), independent of the grammar's numbering; empty when
+  // it would describe more than kMaxFragmentElements elements.
+  static constexpr size_t kMaxFragmentElements = 1024;
+  std::string Describe(const std::vector<int32_t>& local) const;
+  std::shared_ptr<const Vocabulary::Fragment> WalkFragment(State local);
   void Reset();
 
   std::shared_ptr<const Grammar> grammar_;
@@ -226,6 +300,9 @@ class Automaton {
   size_t cached_masks_ = 0;
   MaskStats mask_stats_;
   std::vector<int32_t> start_;  // the start state's flattened stacks
+  // The mark standing for a local state's context: an element index past
+  // the grammar's (Expand keeps it, no byte matches it, its distance is 0).
+  int32_t mark_ = 0;
 };
 
 }  // namespace strata::constrain

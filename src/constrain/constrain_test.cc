@@ -518,6 +518,77 @@ TEST(Automaton, RunsTakeSubtreesWholeOnlyInsideTheirBound) {
   }
 }
 
+// A state whose stacks share a bottom is masked through its local part's
+// fragment, kept per vocabulary: the masks must stay the definition's (the
+// certain tokens shifted by the context's distance, the uncertain ones
+// walked from the whole state), and a string of one shape must be walked
+// once for every place and schema it appears in. The vocabulary: every
+// string of up to 3 bytes over JSON's punctuation, backslash, space, 'a',
+// 'x', 'y' and the two bytes of U+00E9 (tokens that close a string and go
+// on, end inside a character, or escape).
+TEST(Automaton, FragmentsAreSharedAcrossPlacesAndSchemasAndMatchTheDefinition) {
+  std::vector<std::string> bytes;
+  std::vector<std::string> level = {""};
+  for (int len = 1; len <= 3; ++len) {
+    std::vector<std::string> longer;
+    for (const std::string& p : level)
+      for (char c : {'a', 'x', 'y', '"', ',', ':', '{', '}', '[', ']', '\\', ' ', '\xC3', '\xA9'})
+        longer.push_back(p + c);
+    bytes.insert(bytes.end(), longer.begin(), longer.end());
+    level = std::move(longer);
+  }
+  const int32_t eos = static_cast<int32_t>(bytes.size());
+  bytes.push_back("<eos>");
+  auto v = std::make_shared<Vocabulary>(bytes, std::vector<int32_t>{eos});
+  const std::string deep = "root ::= \"[\" root \"]\" | \"\\\"\" [a]* \"\\\"\"\n";
+  struct Case {
+    Kind kind;
+    std::string text;
+    int64_t hits, walks;  // mask_stats after the case
+  };
+  std::vector<Case> cases = {
+      {Kind::kJsonSchema,
+       R"({"type":"object","properties":{"x":{"type":"string","maxLength":3},"y":{"type":"string"}},
+           "required":["x","y"],"additionalProperties":false})"},
+      {Kind::kJsonSchema, R"({"type":"array","items":{"type":"string","maxLength":3},"maxItems":2})"},
+      {Kind::kJsonObject, ""},
+      {Kind::kGrammar, deep}};
+  for (Case& c : cases) {
+    auto g = CompileSpec({c.kind, c.text});
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    auto a = std::make_shared<Automaton>(g.value(), v);
+    std::mt19937 rng(5);
+    for (int walk = 0; walk < 16; ++walk) {
+      Automaton::Position p = a->Start();
+      // The deep grammar: a context of 240 open brackets first (past
+      // kMaxStackDepth less the margin, such states walk whole).
+      if (c.kind == Kind::kGrammar) ASSERT_TRUE(a->Advance(p, std::string(240, '[')));
+      for (int step = 0; step < 16; ++step) {
+        const std::vector<int32_t> distances = TokenDistances(*a, p);
+        Automaton::Position here = p;
+        const bool accepting = a->Accepting(here);
+        for (int64_t left : {int64_t{2}, int64_t{3}, int64_t{6}, Automaton::kUnlimited})
+          ASSERT_EQ(*a->Mask(p, left), MaskByDefinition(*v, distances, accepting, left))
+              << c.text << " walk " << walk << " step " << step << " left " << left;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < eos; ++id)
+          if (distances[id] >= 0) allowed.push_back(id);
+        if (allowed.empty()) break;
+        ASSERT_TRUE(a->Advance(p, bytes[allowed[rng() % allowed.size()]]));
+      }
+    }
+    const Automaton::MaskStats m = a->mask_stats();
+    c.hits = m.fragment_hits, c.walks = m.fragment_walks;
+    if (c.kind == Kind::kGrammar)
+      EXPECT_GT(m.whole_walks, 0) << "deep contexts walk whole";
+    else
+      EXPECT_GT(m.fragment_hits + m.fragment_walks, 0) << c.text;
+  }
+  // The array's strings are the object's x: found, not walked again.
+  EXPECT_GT(cases[1].hits, 0);
+  EXPECT_GT(cases[0].walks, cases[1].walks);
+}
+
 // Qwen3's real vocabulary (tests/js's tokenizer files; skipped without
 // them): the trie-walk mask of states met on random answers equals the
 // definition (one Advance per token), plain and budget-limited, for a

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "constrain/regex.h"
 
@@ -141,8 +142,18 @@ class SchemaCompiler {
     }
     return b_.Ref(char_);
   }
+  // A string of min..max characters, as a rule of its own per bounds: with
+  // both quotes inside one rule, a string body's masks do not depend on
+  // where the string stands, so the automaton shares them across places
+  // and schemas (automaton.h, "Fragments").
   Node String(int min, int max) {
-    return b_.Seq({b_.Byte('"'), b_.Repeat(Char(), min, max), b_.Byte('"')});
+    auto [it, fresh] = strings_.emplace(std::pair{min, max}, -1);
+    if (fresh) {
+      it->second = b_.NewRule("json_string_" + std::to_string(min) + "_" +
+                              (max == GrammarBuilder::kUnbounded ? "inf" : std::to_string(max)));
+      b_.Define(it->second, b_.Seq({b_.Byte('"'), b_.Repeat(Char(), min, max), b_.Byte('"')}));
+    }
+    return b_.Ref(it->second);
   }
   Node Digits(int min, int max) {
     ByteSet d;
@@ -548,6 +559,7 @@ class SchemaCompiler {
   const Json& root_;
   std::map<std::string, GrammarBuilder::Rule> refs_;
   GrammarBuilder::Rule any_ = -1, any_object_ = -1, char_ = -1;
+  std::map<std::pair<int, int>, GrammarBuilder::Rule> strings_;  // (min, max) -> String rule
   int depth_ = 0;
 };
 
