@@ -59,6 +59,13 @@ void RegisterServeFlags(FlagSet& f, ServeConfig* c) {
         4096);
   f.Int("max-total-tokens", &c->max_total_tokens, "KV cache size in tokens (0: automatic)", 0,
         int64_t{1} << 40);
+  f.Double("schedule-conservativeness", &c->schedule_conservativeness,
+           "how much KV to keep for the answers of running requests when admitting more "
+           "(SGLang's flag): admission leaves room for 0.7 x this of every running request's "
+           "tokens left to generate (at most 1x), falling to 0.1 x this while nothing is "
+           "preempted; larger: fewer preemptions, smaller batches (10: none); 0: admit on the "
+           "prompt alone",
+           0, 100);
   f.Double("mem-fraction-static", &c->mem_fraction_static,
            "--device cuda: the fraction of the GPU's total memory taken at startup, in one "
            "allocation, for the weights, the activations and the KV pool (the KV pool is what "
@@ -337,6 +344,7 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
   eo.page_size = static_cast<int32_t>(c.page_size);
   eo.max_total_tokens = c.max_total_tokens;
   eo.max_running_requests = static_cast<int32_t>(c.max_running_requests);
+  eo.schedule_conservativeness = c.schedule_conservativeness;
   eo.chunked_prefill_size = static_cast<int32_t>(mf.max_batch_tokens);
   eo.step_recording.enabled = mf.decode_graphs;
   eo.context_length = c.context_length;

@@ -40,6 +40,7 @@ struct ServeConfig {
   std::string served_model_name;  // empty: the model directory's name
   std::string api_key;
   int64_t max_running_requests = 64;
+  double schedule_conservativeness = 1.0;  // engine.h EngineOptions
   int64_t max_total_tokens = 0;  // 0: automatic (engine/engine.h PlanKvPoolPages)
   // --device cuda: the fraction of the GPU's total memory the one arena of
   // weights, activations and KV pool takes (engine/device_memory_plan.h).

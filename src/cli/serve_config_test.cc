@@ -62,6 +62,24 @@ TEST(ServeConfigValidationTest, TheDefaultsAreValid) {
   EXPECT_EQ(p.engine.page_size, 16);
   EXPECT_EQ(p.engine.chunked_prefill_size, 512);
   EXPECT_FALSE(p.engine.hicache.enabled);
+  EXPECT_EQ(p.engine.schedule_conservativeness, 1.0);
+}
+
+TEST(ServeConfigValidationTest, ScheduleConservativenessReachesTheEngineAndIsBounded) {
+  auto model = ReadModelConfig(FixtureDir("llama_default"));
+  ASSERT_TRUE(model.ok());
+  const ServePlan p = ValidateServeConfig(Parse({"--schedule-conservativeness", "0.3"}), &*model,
+                                          Machine(64 * kGB, 32 * kGB));
+  EXPECT_TRUE(p.ok()) << All(p);
+  EXPECT_DOUBLE_EQ(p.engine.schedule_conservativeness, 0.3);
+  for (const char* bad : {"-1", "101", "lots"}) {
+    ServeConfig c;
+    FlagSet f("serve", "test");
+    RegisterServeFlags(f, &c);
+    const Status st = f.Parse({"--schedule-conservativeness", bad});
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("schedule-conservativeness"), std::string::npos) << st.message();
+  }
 }
 
 TEST(ServeConfigValidationTest, EveryProblemIsReportedAtOnce) {

@@ -111,6 +111,10 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
                                "Prompt tokens served from the prefix cache.");
   preemptions_ = counter("strata_preemptions_total",
                          "Requests preempted (KV pages ran out) and recomputed later.");
+  headroom_waits_ =
+      counter("strata_admission_headroom_waits_total",
+              "Scheduling steps whose admission waited: the KV pool could not also hold the "
+              "expected rest of the running requests' answers (--schedule-conservativeness).");
   if (engine_->hicache()) RegisterHiCacheMetrics(r);
 }
 
@@ -416,6 +420,8 @@ void AsyncEngine::Publish() {
   }
   if (preemptions_ && st.preemptions > last_stats_.preemptions)
     preemptions_->Inc(static_cast<double>(st.preemptions - last_stats_.preemptions));
+  if (headroom_waits_ && st.headroom_waits > last_stats_.headroom_waits)
+    headroom_waits_->Inc(static_cast<double>(st.headroom_waits - last_stats_.headroom_waits));
   if (engine_->prefix_cache()) {
     // Every tier counts: a host or storage hit is copied back, not recomputed.
     int64_t hits = engine_->prefix_cache()->stats().hit_tokens;

@@ -161,6 +161,7 @@ class AsyncEngine {
   metrics::Counter* generation_tokens_ = nullptr;
   metrics::Counter* prefix_hit_tokens_ = nullptr;
   metrics::Counter* preemptions_ = nullptr;
+  metrics::Counter* headroom_waits_ = nullptr;
   metrics::Family<metrics::Gauge>* kv_used_ = nullptr;
   // HiCache (registered only when it is on): strata_hicache_* families, and
   // the stats they were last brought up to.

@@ -89,6 +89,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   so.max_running_requests = options.max_running_requests;
   so.chunked_prefill_size = options.chunked_prefill_size;
   so.max_batch_tokens = e->runner_->max_batch_tokens();
+  so.init_new_token_ratio = std::min(1.0, 0.7 * std::max(0.0, options.schedule_conservativeness));
+  so.min_new_token_ratio = std::min(1.0, 0.1 * std::max(0.0, options.schedule_conservativeness));
   // Prompt logprobs: the rows of logits per step (EngineOptions::prompt_logit_floats).
   so.max_prompt_logit_rows = PromptLogitRows(options, model.config.vocab_size);
   e->scheduler_ = std::make_unique<Scheduler>(so, *e->pool_, e->radix_.get(), e->hicache_.get());
@@ -414,6 +416,7 @@ Status Engine::Step() {
   stats_.steps++;
   const SchedulerStats& ss = scheduler_->stats();
   stats_.preemptions = ss.preemptions;
+  stats_.headroom_waits = ss.headroom_waits;
   stats_.finished_requests = ss.finished_requests;
   stats_.aborted_requests = ss.aborted_requests;
   stats_.deferred_admissions = ss.deferred_admissions;

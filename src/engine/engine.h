@@ -55,6 +55,12 @@ struct EngineOptions {
   // Prompt tokens one step may carry (chunked prefill); decode tokens come
   // on top, one per running request.
   int32_t chunked_prefill_size = 512;
+  // --schedule-conservativeness (SGLang's): scales the decode headroom kept
+  // at admission (SchedulerOptions::init_new_token_ratio 0.7 x this, its
+  // floor 0.1 x this, both at most 1: from 10 on, every answer's whole
+  // budget is kept and nothing is preempted). 0: admit on the prompt's
+  // pages alone and preempt when decode runs out.
+  double schedule_conservativeness = 1.0;
   DType kv_dtype = DType::kF32;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
   bool disable_radix_cache = false;
@@ -151,6 +157,7 @@ struct EngineStats {
   int64_t finished_requests = 0;
   int64_t aborted_requests = 0;
   int64_t deferred_admissions = 0;  // admissions that waited for a shared prefix in computation
+  int64_t headroom_waits = 0;  // steps whose admission waited for decode headroom
 };
 
 // Instantaneous state, for admission control and gauges.

@@ -93,12 +93,44 @@ TEST(EngineTest, PreemptsWhenPagesRunOutAndStillMatches) {
   EngineOptions tight = roomy;
   tight.max_total_tokens = 200;  // far less than 8 x ~90 tokens
   tight.chunked_prefill_size = 64;
+  tight.schedule_conservativeness = 0;  // admit on prompts alone: decode runs out
   Stack s = Make(tight);
   auto got = Outputs(*s.engine, reqs);
   EXPECT_EQ(got, want);
   EXPECT_GT(s.engine->stats().preemptions, 0);
   EXPECT_EQ(s.engine->load().pages_active, 0);
   EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
+}
+
+// Admission keeps room for the answers of running requests: with every
+// answer's whole budget kept (conservativeness 10: ratio 1 throughout) the
+// same load is never preempted and gives the same outputs; the default
+// keeps part of it (fewer preemptions than none kept).
+TEST(EngineTest, AdmissionKeepsPagesForAnswersSoRunningRequestsAreNotPreempted) {
+  std::mt19937 rng(2);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(Greedy(RandomPrompt(rng, 30 + 5 * i), 40));
+  EngineOptions roomy;
+  roomy.page_size = 4;
+  roomy.max_total_tokens = 8192;
+  Stack ref = Make(roomy);
+  auto want = Outputs(*ref.engine, reqs);
+  int64_t preemptions[3] = {0, 0, 0};
+  const double conservativeness[3] = {0, 1, 10};
+  for (int k = 0; k < 3; ++k) {
+    EngineOptions tight = roomy;
+    tight.max_total_tokens = 200;
+    tight.chunked_prefill_size = 64;
+    tight.schedule_conservativeness = conservativeness[k];
+    Stack s = Make(tight);
+    EXPECT_EQ(Outputs(*s.engine, reqs), want) << "conservativeness " << conservativeness[k];
+    preemptions[k] = s.engine->stats().preemptions;
+    EXPECT_EQ(s.engine->load().pages_active, 0);
+    EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
+  }
+  EXPECT_GT(preemptions[0], 0);
+  EXPECT_LT(preemptions[1], preemptions[0]);
+  EXPECT_EQ(preemptions[2], 0);
 }
 
 TEST(EngineTest, CancelFreesPagesAtTheNextStep) {
@@ -280,7 +312,9 @@ TEST(EngineTest, PromptPagesAreCachedChunkByChunk) {
     cached.push_back(tree.PeekPrefixLength(prompt));
     ASSERT_TRUE(s.engine->CheckIntegrity().ok());
     // Pages the request holds through its locked node are active, not cached.
-    if (!handle->finished()) EXPECT_EQ(s.engine->load().pages_cached, 0);
+    if (!handle->finished()) {
+      EXPECT_EQ(s.engine->load().pages_cached, 0);
+    }
   }
   ASSERT_GE(cached.size(), 4u);
   EXPECT_EQ(cached[0], 32);
@@ -404,6 +438,7 @@ TEST(PromptLogprobsTest, PreemptionSendsEachPromptTokenOnce) {
   EngineOptions tight = roomy;
   tight.max_total_tokens = 160;
   tight.chunked_prefill_size = 32;
+  tight.schedule_conservativeness = 0;  // admit on prompts alone: decode runs out
   Stack s = Make(tight);
   auto got = s.engine->Generate(reqs);
   ASSERT_TRUE(got.ok()) << got.status().ToString();

@@ -43,8 +43,30 @@ Sequence::Sequence(EngineRequest r, std::shared_ptr<RequestHandle> h, int page_s
 
 Scheduler::Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* radix,
                      HiCache* hicache)
-    : options_(options), pool_(pool), radix_(radix), hicache_(hicache) {
+    : options_(options),
+      pool_(pool),
+      radix_(radix),
+      hicache_(hicache),
+      new_token_ratio_(options.init_new_token_ratio) {
   STRATA_CHECK(!hicache_ || radix_) << "HiCache needs the radix prefix cache";
+}
+
+int64_t Scheduler::FutureTokens(const Sequence& s) const {
+  const int64_t have = static_cast<int64_t>(s.tokens.size());
+  // A PD prefill generates one token; the decode side generates the rest.
+  const int64_t left = std::min({std::max<int64_t>(s.limit - have, 0),
+                                 options_.clip_new_tokens_estimate,
+                                 s.req.kv_export ? int64_t{1} : INT64_MAX});
+  const int64_t want = have + static_cast<int64_t>(new_token_ratio_ * static_cast<double>(left));
+  return std::max<int64_t>(want - s.table.capacity(), 0);
+}
+
+int64_t Scheduler::DecodeHeadroom() const {
+  int64_t pages = pool_.allocator().num_free();
+  if (radix_) pages += radix_->stats().evictable_pages;
+  int64_t headroom = pages * options_.page_size;
+  for (const auto& s : running_) headroom -= FutureTokens(*s);
+  return headroom;
 }
 
 Scheduler::~Scheduler() {
@@ -181,6 +203,7 @@ bool Scheduler::ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt
 void Scheduler::Preempt(Sequence& s) {
   ReleaseKv(s, /*cache_prefix=*/true);
   stats_.preemptions++;
+  new_token_ratio_ = options_.init_new_token_ratio;  // the estimate was short
   auto it = std::find_if(running_.begin(), running_.end(),
                          [&](const std::unique_ptr<Sequence>& p) { return p.get() == &s; });
   std::unique_ptr<Sequence> owned = std::move(*it);
@@ -313,6 +336,11 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
   batch->items.clear();
   batch->seqs.clear();
   const auto now = std::chrono::steady_clock::now();
+  if (options_.new_token_ratio_decay_steps > 0)
+    new_token_ratio_ = std::max(
+        options_.min_new_token_ratio,
+        new_token_ratio_ - (options_.init_new_token_ratio - options_.min_new_token_ratio) /
+                               options_.new_token_ratio_decay_steps);
   for (auto& s : running_) {
     if (!s->handle->cancelled() && now <= s->req.deadline) continue;
     if (s->state == RequestState::kAwaitingKv) {
@@ -435,6 +463,13 @@ void Scheduler::Schedule(ScheduledBatch* batch) {
       }
     }
     Admit(s);
+    // Decode headroom (SchedulerOptions::init_new_token_ratio): with others
+    // running, wait until the pool covers this one's answer too.
+    if (new_token_ratio_ > 0 && !running_.empty() && FutureTokens(s) > DecodeHeadroom()) {
+      stats_.headroom_waits++;
+      ReleaseKv(s, false);
+      break;
+    }
     if (s.load_end > s.computed) {
       // HiCache: the prefix's host part is copied back first; the request
       // takes a running slot but no prefill budget until it is there.

@@ -134,6 +134,21 @@ struct SchedulerOptions {
   // vocab_size floats on the host): bounds that buffer; such prompts are
   // chunked to fit.
   int32_t max_prompt_logit_rows = 256;
+  // Decode headroom at admission (SGLang's new_token_ratio): with others
+  // running, a waiting request is admitted only while the free and
+  // evictable pages cover, for it and for every running sequence, the
+  // prompt tokens not yet reserved plus ratio x the tokens left to
+  // generate (each clipped at clip_new_tokens_estimate). The ratio starts at
+  // init_new_token_ratio, falls linearly to min_new_token_ratio over
+  // new_token_ratio_decay_steps steps, and is set back to init at each
+  // preemption: a burst of long answers fills the pool with prompts it
+  // cannot decode (each preemption throws away a prompt's KV to recompute
+  // it) only as far as the ratio allows. 0 and 0: admission on the prompt's
+  // pages alone, as before.
+  double init_new_token_ratio = 0.7;
+  double min_new_token_ratio = 0.1;
+  int32_t new_token_ratio_decay_steps = 600;
+  int64_t clip_new_tokens_estimate = 4096;
 };
 
 // One step's work: items[i] is seqs[i]'s part of the batch.
@@ -149,6 +164,7 @@ struct SchedulerStats {
   int64_t finished_requests = 0;
   int64_t aborted_requests = 0;
   int64_t deferred_admissions = 0;  // waits for a shared prefix in computation
+  int64_t headroom_waits = 0;       // steps whose admission waited for decode headroom
 };
 
 class Scheduler {
@@ -199,6 +215,7 @@ class Scheduler {
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t waiting_tokens() const { return waiting_tokens_; }
+  double new_token_ratio() const { return new_token_ratio_; }
   const SchedulerStats& stats() const { return stats_; }
   // Every running and waiting sequence holds what its state says: pages
   // in use covering its computed tokens; waiting ones none but a locked
@@ -207,6 +224,11 @@ class Scheduler {
 
  private:
   bool ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt);
+  // Tokens s may still add beyond the pages its table holds, at the
+  // current new_token_ratio (SchedulerOptions::init_new_token_ratio).
+  int64_t FutureTokens(const Sequence& s) const;
+  // Free and evictable tokens less every running sequence's FutureTokens.
+  int64_t DecodeHeadroom() const;
   void Admit(Sequence& s);
   void Preempt(Sequence& s);
   void ReleaseKv(Sequence& s, bool cache_prefix);
@@ -239,6 +261,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   int64_t waiting_tokens_ = 0;
+  double new_token_ratio_ = 0;
   SchedulerStats stats_;
 };
 

@@ -12,8 +12,11 @@
 # Knobs (environment): N, C, RUNNING (--max-running-requests, default 512),
 # KV (--kv-cache-dtype, default bf16: the model's dtype, as SGLang's auto picks),
 # CHUNK (--chunked-prefill-size, default 8192), DURATION (bench serve
-# --duration-s: start no request after it, default 240), SKIP_PREFILL, SKIP_SERVE. Results to $OUT.
+# --duration-s: start no request after it, default 240), SERVE_ARGS (more `strata serve` flags,
+# e.g. "--schedule-conservativeness 0"), TAG (suffix of the result files), SKIP_PREFILL,
+# SKIP_SERVE. Results to $OUT.
 source "$(dirname "$0")/common.sh"  # cd, R, OUT, library paths
+TAG=${TAG:-}
 N=${N:-1000} C=${C:-1000} RUNNING=${RUNNING:-512} CHUNK=${CHUNK:-8192} DURATION=${DURATION:-240}
 KV=${KV:-bf16}
 ./strata generate --prompt hi --max-tokens 1 > /dev/null 2>&1  # writes the demo model (tokenizer source)
@@ -37,17 +40,19 @@ fi
 echo "== serve: $N requests, 1000 in / 1000 out, $C in flight"
 port=30123
 ./strata serve --device cuda --model-path $M --port $port --max-running-requests "$RUNNING" \
-  --max-queued-requests 0 --chunked-prefill-size "$CHUNK" --kv-cache-dtype "$KV" > "$OUT/serve.log" 2>&1 &
+  --max-queued-requests 0 --chunked-prefill-size "$CHUNK" --kv-cache-dtype "$KV" ${SERVE_ARGS:-} \
+  > "$OUT/serve$TAG.log" 2>&1 &
 spid=$!
 for _ in $(seq 240); do
   curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
   kill -0 $spid 2>/dev/null || break
   sleep 0.5
 done
-grep -E "KV|pool|GPU memory|listening|matmul" "$OUT/serve.log" | head -8
+grep -E "KV|pool|GPU memory|listening|matmul" "$OUT/serve$TAG.log" | head -8
 ./strata bench serve --url "http://127.0.0.1:$port" --num-requests "$N" --concurrency "$C" \
   --input-len 1000 --output-len 1000 --duration-s "$DURATION" --timeout-s 560 \
-  --json "$OUT/serve_bench.json" 2>&1 | tee "$OUT/serve_bench.txt" | tail -30
-curl -s "http://127.0.0.1:$port/metrics" > "$OUT/serve_metrics.txt"
+  --json "$OUT/serve_bench$TAG.json" 2>&1 | tee "$OUT/serve_bench$TAG.txt" | tail -30
+curl -s "http://127.0.0.1:$port/metrics" > "$OUT/serve_metrics$TAG.txt"
+grep -E "^strata_(preemptions_total|admission_headroom_waits_total)" "$OUT/serve_metrics$TAG.txt"
 kill -TERM $spid; wait $spid
 echo "serve exit $?"
