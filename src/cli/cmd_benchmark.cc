@@ -196,7 +196,7 @@ int BenchCommand(const Args& args) {
   ModelFlags mf;
   int64_t prompt_len = 512, gen_len = 64, reps = 3, batch = 1;
   bool json = false, warmup = true, json_object = false, constraint_warm = false,
-       constraint_fragments = false;
+       constraint_fragments = false, constraint_prewarmed = false;
   std::string json_schema_path, kv_dtype = "auto";
   FlagSet f(
       "bench engine",
@@ -230,6 +230,9 @@ int BenchCommand(const Args& args) {
          "compile afresh each repetition but keep the vocabulary's string fragments from earlier "
          "repetitions (a new schema in a server that has masked strings of its shapes before); "
          "without it a cold repetition also drops them (the first schema a process sees)");
+  f.Bool("constraint-prewarmed", &constraint_prewarmed,
+         "a cold repetition keeps only the fragments constrain::PrewarmFragments masks (what "
+         "strata serve does at startup): the first schema a server sees");
   Args rest(args.begin() + 1, args.end());
   Status st = f.Parse(rest);
   if (!st.ok()) return UsageError(cmd, st);
@@ -354,7 +357,10 @@ int BenchCommand(const Args& args) {
       // constraint forces it within gen_len): decode tokens/s over its steps.
       if (!compiler || !constraint_warm)
         compiler = std::make_unique<constrain::ConstraintCompiler>(vocab);
-      if (!constraint_warm && !constraint_fragments) vocab->ClearFragments();
+      if (!constraint_warm && !constraint_fragments) {
+        vocab->ClearFragments();
+        if (constraint_prewarmed) constrain::PrewarmFragments(vocab);  // untimed
+      }
       const auto c0 = std::chrono::steady_clock::now();
       auto automaton = compiler->Compile(*spec);
       if (!automaton.ok()) return Fail(cmd, automaton.status());
@@ -420,6 +426,7 @@ int BenchCommand(const Args& args) {
     j["constraint"] = json_object ? "json_object" : json_schema_path;
     j["constraint_masks"] = constraint_warm        ? "warm"
                             : constraint_fragments ? "cold, fragments warm"
+                            : constraint_prewarmed ? "cold, prewarmed (a server's first schema)"
                                                    : "cold";
     j["constrained_decode_tok_s"] = best_cdecode;
     j["constrained_decode_tokens"] = ctokens;

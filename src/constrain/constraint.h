@@ -27,6 +27,7 @@
 // concurrently); a TokenConstraint belongs to one request.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -89,5 +90,16 @@ class ConstraintCompiler {
 
 // A request's constraint over `automaton`, from its start.
 std::shared_ptr<TokenConstraint> NewTokenConstraint(std::shared_ptr<Automaton> automaton);
+
+// Masks the shapes most answers share (strings, numbers, literals, objects
+// and arrays of them) once, so that the first schemas a server sees find
+// their string fragments in `vocab` (Vocabulary::FindFragment) instead of
+// walking the vocabulary at every place: a few canned specs are compiled
+// (outside any ConstraintCompiler's cache) and a canned valid answer of each
+// is followed byte by byte, computing the mask of every state it passes.
+// Stops early once *stop is true. Returns the masks computed. Thread-safe
+// (the vocabulary's fragment cache is).
+int64_t PrewarmFragments(std::shared_ptr<const Vocabulary> vocab,
+                         const std::atomic<bool>* stop = nullptr);
 
 }  // namespace strata::constrain

@@ -188,10 +188,15 @@ struct OpenAiServer::Impl {
   std::string instance_id;
 
   // Structured outputs: compiled grammars over this model's vocabulary,
-  // cached by their text. Built on the first constrained request (the
-  // vocabulary trie costs a moment for a large vocabulary).
+  // cached by their text. Built by the prewarm thread at startup
+  // (ServerOptions::prewarm_constraints), else on the first constrained
+  // request (the vocabulary trie costs a moment for a large vocabulary).
   std::once_flag constraints_once;
+  std::shared_ptr<const constrain::Vocabulary> vocabulary;
   std::unique_ptr<constrain::ConstraintCompiler> constraints;
+  void MakeConstraintCompiler();
+  std::thread prewarm_thread;
+  std::atomic<bool> prewarm_stop{false};
   // The automaton for a request's structured output, or its 400.
   ApiOr<std::shared_ptr<constrain::Automaton>> CompileConstraint(const StructuredOutput& so);
   std::atomic<int64_t> in_flight{0};
@@ -426,6 +431,18 @@ Status OpenAiServer::Impl::Init() {
     out_threads.emplace_back([this] { OutputLoop(); });
   for (int i = 0; i < std::max(1, options.request_threads); ++i)
     req_threads.emplace_back([this] { RequestLoop(); });
+  if (options.prewarm_constraints && model.tokenizer) {
+    prewarm_thread = std::thread([this] {
+      const auto t0 = std::chrono::steady_clock::now();
+      MakeConstraintCompiler();
+      const int64_t masks = constrain::PrewarmFragments(vocabulary, &prewarm_stop);
+      STRATA_LOG(INFO) << "structured outputs: vocabulary built and " << masks
+                       << " masks prewarmed in "
+                       << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                              .count()
+                       << " s";
+    });
+  }
   return OkStatus();
 }
 
@@ -1077,13 +1094,17 @@ void OpenAiServer::Impl::HandleCompletions(HttpRequest& req,
   Enqueue(ex);  // output may already be there
 }
 
+void OpenAiServer::Impl::MakeConstraintCompiler() {
+  std::call_once(constraints_once, [&] {
+    vocabulary = constrain::VocabularyFromTokenizer(*model.tokenizer, model.config.vocab_size,
+                                                    model.eos_token_ids);
+    constraints = std::make_unique<constrain::ConstraintCompiler>(vocabulary);
+  });
+}
+
 ApiOr<std::shared_ptr<constrain::Automaton>> OpenAiServer::Impl::CompileConstraint(
     const StructuredOutput& so) {
-  std::call_once(constraints_once, [&] {
-    constraints =
-        std::make_unique<constrain::ConstraintCompiler>(constrain::VocabularyFromTokenizer(
-            *model.tokenizer, model.config.vocab_size, model.eos_token_ids));
-  });
+  MakeConstraintCompiler();
   auto a = constraints->Compile(so.spec);
   if (!a.ok()) return InvalidRequestError(so.param, a.status().message());
   return a.value();
@@ -1346,6 +1367,8 @@ void OpenAiServer::Stop() {
   for (auto& t : impl_->out_threads)
     if (t.joinable()) t.join();
   impl_->out_threads.clear();
+  impl_->prewarm_stop.store(true);
+  if (impl_->prewarm_thread.joinable()) impl_->prewarm_thread.join();
   // Whatever is still in flight will never be read: free its engine work.
   std::lock_guard<std::mutex> lock(impl_->active_mu);
   for (auto& ex : impl_->active)

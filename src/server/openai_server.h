@@ -59,6 +59,11 @@ struct ServerOptions {
   HttpServerOptions http;  // used when Create() is given no HttpServer
   int output_threads = 1;  // detokenize + encode engine output
   int request_threads = 2;  // parse, render, tokenize, submit (off the I/O threads)
+  // Build the structured-output vocabulary at startup, on a thread of its
+  // own, and mask the shapes most answers share (constrain::PrewarmFragments),
+  // so the first constrained requests do not pay for either. false: both wait
+  // for the first constrained request.
+  bool prewarm_constraints = true;
   // --tool-call-parser: "" (none: tool calls stay in the content), "auto"
   // (by the chat template, DetectToolCallFormat), or a name of
   // ToolCallFormatFromName. Chat requests with tools and tool_choice "auto"
