@@ -284,11 +284,17 @@ TEST(ResponseMeta, FreshIdsAndTime) {
 TEST(ChatStream, GoldenEventSequence) {
   StreamSettings s;
   StreamEncoder enc(StreamEncoder::Kind::kChat, kChatMeta, s);
+  auto delta = [](std::string text, int32_t id, FinishReason f) {
+    StreamDelta d;
+    d.text = std::move(text);
+    d.tokens = {Token(id, 0)};
+    d.finish_reason = f;
+    return d;
+  };
   std::string sse = enc.Start();
-  sse += enc.Delta({0, "Hel", std::nullopt, {Token(1, 0)}, FinishReason::kNone, {}});
-  sse += enc.Delta(
-      {0, "", std::nullopt, {Token(2, 0)}, FinishReason::kNone, {}});  // held back: no event
-  sse += enc.Delta({0, "lo", std::nullopt, {Token(3, 0)}, FinishReason::kStop, {}});
+  sse += enc.Delta(delta("Hel", 1, FinishReason::kNone));
+  sse += enc.Delta(delta("", 2, FinishReason::kNone));  // held back: no event
+  sse += enc.Delta(delta("lo", 3, FinishReason::kStop));
   sse += enc.Finish(Usage{4, 3, std::nullopt});
   std::vector<std::string> ev = Events(sse);
   const std::string head =

@@ -112,9 +112,14 @@ void CheckStream(StreamEncoder::Kind kind, const GenerationFields& r, const std:
   StreamEncoder enc(kind, ResponseMeta{"id", 1, r.model}, s);
   std::string sse = enc.Start();
   GeneratedToken t{7, -1.5f, {{7, -1.5f}, {8, -2.f}}};
-  sse += enc.Delta({0, text, std::nullopt, {t}, FinishReason::kNone, {}});
-  sse += enc.Delta(
-      {0, "", std::nullopt, {t}, FinishReason::kStop, r.stop.empty() ? StopReason{} : r.stop[0]});
+  StreamDelta d;
+  d.text = text;
+  d.tokens = {t};
+  sse += enc.Delta(d);
+  d.text.clear();
+  d.finish_reason = FinishReason::kStop;
+  d.stop_reason = r.stop.empty() ? StopReason{} : r.stop[0];
+  sse += enc.Delta(d);
   sse += enc.Finish(Usage{3, 2, std::nullopt});
   // Every event is "data: <json>\n\n" and the last is [DONE].
   size_t pos = 0;
