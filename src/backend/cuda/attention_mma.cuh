@@ -26,9 +26,12 @@
 //   4. O += P V with P's accumulator fragment reused as the A operand
 //      (rounded to bf16) and V fragments by ldmatrix.trans.
 // A warp skips tiles none of its rows can see (causal: the first warps of a
-// prefill tile stop early; in a decode batch, whose tiles hold one token's
-// group, only warp 0 computes, and the block is a 128-thread loader of
-// 16-byte K/V reads, which is what a decode step's attention needs). One piece: O / l is written;
+// prefill tile stop early). A block of at most 16 rows (a decode token's
+// GQA group) has one m16 tile: there every warp computes it over its own
+// quarter of each KV tile's positions (its own m, l, O), and the four are
+// merged through shared memory at the end, so a decode block's compute is
+// spread over the SM's four schedulers instead of waiting on warp 0's
+// (measured: docs/perf.md). One piece: O / l is written;
 // more: (max in the natural-log domain, sum, unnormalised O) go to the workspace exactly as
 // FlashAttentionKernel writes them, and AttentionReduceKernel merges them.
 
@@ -148,11 +151,103 @@ __device__ void MmaLoadKvAsync(const __nv_bfloat16* kbase, const __nv_bfloat16* 
   }
 }
 
+// One warp's part of a KV tile: S = Q K^T over kNTw * 8 positions from
+// position c0 (shared-memory row c_row of ks / vs), the online softmax of
+// the lane's rows g and g + 8 (pos, first: what each sees; all masks
+// skipped when `full`), O += P V. m is in the exp2 domain; l is this lane's
+// share of its rows' sums (the quad's is summed at the end).
+template <int kHd, int kNTw>
+__device__ __forceinline__ void MmaTileStep(const __nv_bfloat16* ks, const __nv_bfloat16* vs,
+                                            int c_row, int c0, int z_hi, bool full,
+                                            const int (&pos)[2], const int (&first)[2],
+                                            const uint32_t (&qa)[kHd / 16][4], float scale2,
+                                            float (&o)[kHd / 8][4], float (&m)[2], float (&l)[2]) {
+  constexpr int kS = kHd + 8;
+  constexpr int kOT = kHd / 8;
+  const int lane = threadIdx.x & 31, t = lane & 3;
+  float s[kNTw][4];
+#pragma unroll
+  for (int n = 0; n < kNTw; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  // K's B fragments of n-tiles n and n + 1 by one ldmatrix.x4: lanes
+  // 8i .. 8i + 7 address rows of matrix i = (n-tile n + i / 2, dims
+  // 16kk + 8 (i % 2) ..).
+  const __nv_bfloat16* krow =
+      ks + (c_row + (lane >> 4) * 8 + (lane & 7)) * kS + ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int kk = 0; kk < kHd / 16; ++kk) {
+#pragma unroll
+    for (int n = 0; n < kNTw; n += 2) {
+      uint32_t b0, b1, b2, b3;
+      LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kS + kk * 16);
+      MmaBf16(s[n], qa[kk], b0, b1);
+      MmaBf16(s[n + 1], qa[kk], b2, b3);
+    }
+  }
+  // Online softmax; lane holds row g (s[.][0..1]) and row g + 8 (s[.][2..3]).
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kNTw; ++n) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int p = c0 + n * 8 + 2 * t + c;
+        float v = s[n][2 * i + c] * scale2;
+        if (!full && !(p <= z_hi && p >= first[i] && p <= pos[i])) v = -INFINITY;
+        s[n][2 * i + c] = v;
+        mx = fmaxf(mx, v);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+    const float mn = fmaxf(m[i], mx);
+    // mn == -inf: nothing visible to this row yet (o and l are 0).
+    const float corr = mn == -INFINITY ? 1.f : exp2f(m[i] - mn);
+    m[i] = mn;
+    float rs = 0.f;
+#pragma unroll
+    for (int n = 0; n < kNTw; ++n) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float e = mn == -INFINITY ? 0.f : exp2f(s[n][2 * i + c] - mn);
+        s[n][2 * i + c] = e;
+        rs += e;
+      }
+    }
+    l[i] = l[i] * corr + rs;
+#pragma unroll
+    for (int n = 0; n < kOT; ++n) {
+      o[n][2 * i] *= corr;
+      o[n][2 * i + 1] *= corr;
+    }
+  }
+  // O += P V: P's fragments of positions 16kk .. 16kk + 15 as the A operand.
+#pragma unroll
+  for (int kk = 0; kk < kNTw / 2; ++kk) {
+    const uint32_t pa[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
+                            PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                            PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const __nv_bfloat16* vrow = vs + (c_row + kk * 16 + (lane & 15)) * kS + (lane >> 4) * 8;
+#pragma unroll
+    for (int n = 0; n < kOT; n += 2) {
+      uint32_t b0, b1, b2, b3;
+      LdMatrixX4Trans(b0, b1, b2, b3, vrow + n * 8);
+      MmaBf16(o[n], pa, b0, b1);
+      MmaBf16(o[n + 1], pa, b2, b3);
+    }
+  }
+}
+
 // Dynamic shared memory of MmaAttentionKernel: two K/V tile pairs (the
 // tile computed and the one loading).
 constexpr size_t MmaSmemBytes(int hd) {
   return size_t{2} * 2 * kMmaCols * (hd + 8) * sizeof(__nv_bfloat16);
 }
+// The kv_split merge (MmaAttentionKernel) reuses them for 4 warps' F32 O and (m, l).
+static_assert(size_t{kMmaWarps} * 16 * (64 + 2) * sizeof(float) <= MmaSmemBytes(64) &&
+                  size_t{kMmaWarps} * 16 * (128 + 2) * sizeof(float) <= MmaSmemBytes(128),
+              "the warps' merge fits in the tile buffers");
 
 template <int kHd>
 __global__ void __launch_bounds__(kMmaThreads, 3)
@@ -194,6 +289,11 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   auto pos_of = [&](int r) { return ctx0 + static_cast<int>((r0 + r) / group); };
   auto first_of = [&](int pos) { return window > 0 ? max(0, pos - window + 1) : 0; };
 
+  // A block of at most 16 rows (a decode token's GQA group, a prefill's
+  // last few): one m16 tile, every warp on it, each over a quarter of every
+  // KV tile's positions, merged at the end. Else warp w owns rows 16w ..
+  const bool kv_split = rows <= 16;
+  const int wq = kv_split ? 0 : warp;  // the warp's m16 tile of rows
   // This lane's rows g and g + 8 of the warp's tile.
   int pos[2], first[2];
   bool live[2];
@@ -201,7 +301,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   int ohead[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + g + 8 * i;
+    const int r = wq * 16 + g + 8 * i;
     const int64_t qr = r0 + r;
     orow[i] = sq.q_start + qr / group;
     ohead[i] = kh * group + static_cast<int>(qr % group);
@@ -211,7 +311,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   }
   // The warp's reach (warp-uniform): its last live row's position, its first
   // row's first visible one; "all16": every row live, for the mask-free test.
-  const int wr0 = warp * 16, wlast = min(wr0 + 15, rows - 1);
+  const int wr0 = wq * 16, wlast = min(wr0 + 15, rows - 1);
   const bool wlive = wr0 < rows;
   const int w_hi = wlive ? pos_of(wlast) : -1;
   const int w_lo = wlive ? first_of(pos_of(wr0)) : 0;
@@ -306,81 +406,18 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     __syncthreads();  // and everyone's
     const __nv_bfloat16* ks = tiles + 2 * cur * kMmaCols * kS;
     const __nv_bfloat16* vs = ks + kMmaCols * kS;
-    const int p_last = p0 + kMmaCols - 1;
-    if (p0 > w_hi || p_last < w_lo) continue;  // no row of this warp sees the tile
-
-    // S = Q K^T.
-    float s[kNT][4];
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    // K's B fragments of n-tiles n and n + 1 by one ldmatrix.x4: lanes
-    // 8i .. 8i + 7 address rows of matrix i = (n-tile n + i / 2, dims
-    // 16kk + 8 (i % 2) ..).
-    const __nv_bfloat16* krow = ks + ((lane >> 4) * 8 + (lane & 7)) * kS + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int kk = 0; kk < kHd / 16; ++kk) {
-#pragma unroll
-      for (int n = 0; n < kNT; n += 2) {
-        uint32_t b0, b1, b2, b3;
-        LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kS + kk * 16);
-        MmaBf16(s[n], qa[kk], b0, b1);
-        MmaBf16(s[n + 1], qa[kk], b2, b3);
-      }
-    }
-    // Online softmax; lane holds row g (s[.][0..1]) and row g + 8 (s[.][2..3]).
-    const bool full = all16 && p_last <= z_hi && p_last <= w_min_pos && p0 >= w_max_first;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int p = p0 + n * 8 + 2 * t + c;
-          float v = s[n][2 * i + c] * scale2;
-          if (!full && !(p <= z_hi && p >= first[i] && p <= pos[i])) v = -INFINITY;
-          s[n][2 * i + c] = v;
-          mx = fmaxf(mx, v);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-      const float mn = fmaxf(m[i], mx);
-      // mn == -inf: nothing visible to this row yet (o and l are 0).
-      const float corr = mn == -INFINITY ? 1.f : exp2f(m[i] - mn);
-      m[i] = mn;
-      float rs = 0.f;
-#pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float e = mn == -INFINITY ? 0.f : exp2f(s[n][2 * i + c] - mn);
-          s[n][2 * i + c] = e;
-          rs += e;
-        }
-      }
-      l[i] = l[i] * corr + rs;  // this lane's share; the quad's is summed at the end
-#pragma unroll
-      for (int n = 0; n < kOT; ++n) {
-        o[n][2 * i] *= corr;
-        o[n][2 * i + 1] *= corr;
-      }
-    }
-    // O += P V: P's fragments of positions 16kk .. 16kk + 15 as the A operand.
-#pragma unroll
-    for (int kk = 0; kk < kMmaCols / 16; ++kk) {
-      const uint32_t pa[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
-                              PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                              PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const __nv_bfloat16* vrow = vs + (kk * 16 + (lane & 15)) * kS + (lane >> 4) * 8;
-#pragma unroll
-      for (int n = 0; n < kOT; n += 2) {
-        uint32_t b0, b1, b2, b3;
-        LdMatrixX4Trans(b0, b1, b2, b3, vrow + n * 8);
-        MmaBf16(o[n], pa, b0, b1);
-        MmaBf16(o[n + 1], pa, b2, b3);
-      }
+    if (kv_split) {
+      // Warp w takes the tile's positions 16w .. 16w + 15 for the block's
+      // one m16 tile of rows.
+      const int c0 = p0 + 16 * warp, c_last = c0 + 15;
+      if (c0 > z_hi || c0 > w_hi || c_last < w_lo) continue;
+      const bool full = all16 && c_last <= z_hi && c_last <= w_min_pos && c0 >= w_max_first;
+      MmaTileStep<kHd, 2>(ks, vs, 16 * warp, c0, z_hi, full, pos, first, qa, scale2, o, m, l);
+    } else {
+      const int p_last = p0 + kMmaCols - 1;
+      if (p0 > w_hi || p_last < w_lo) continue;  // no row of this warp sees the tile
+      const bool full = all16 && p_last <= z_hi && p_last <= w_min_pos && p0 >= w_max_first;
+      MmaTileStep<kHd, kNT>(ks, vs, 0, p0, z_hi, full, pos, first, qa, scale2, o, m, l);
     }
   }
 
@@ -388,6 +425,61 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(kFull, l[i], 1);
     l[i] += __shfl_xor_sync(kFull, l[i], 2);
+  }
+  if (kv_split) {
+    // Merge the warps' (m, l, O) of the same rows, in the tile buffers
+    // (every warp is past its last tile): warps 1.. write theirs, warp 0
+    // folds them into its registers and writes the result.
+    __syncthreads();
+    float* const red_o = reinterpret_cast<float*>(mma_smem);  // [warp][16][kHd]
+    float* const red_ml = red_o + kMmaWarps * 16 * kHd;       // [warp][16][2]
+    if (warp > 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = g + 8 * i;
+        float* op = red_o + (warp * 16 + r) * kHd + 2 * t;
+#pragma unroll
+        for (int n = 0; n < kOT; ++n) {
+          op[n * 8] = o[n][2 * i];
+          op[n * 8 + 1] = o[n][2 * i + 1];
+        }
+        if (t == 0) {
+          red_ml[(warp * 16 + r) * 2] = m[i];
+          red_ml[(warp * 16 + r) * 2 + 1] = l[i];
+        }
+      }
+    }
+    __syncthreads();
+    if (warp > 0) return;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = g + 8 * i;
+      float mn = m[i];
+#pragma unroll
+      for (int w = 1; w < kMmaWarps; ++w) mn = fmaxf(mn, red_ml[(w * 16 + r) * 2]);
+      if (mn == -INFINITY) continue;  // no warp saw anything: o and l are 0
+      const float c_own = exp2f(m[i] - mn);
+      l[i] *= c_own;
+#pragma unroll
+      for (int n = 0; n < kOT; ++n) {
+        o[n][2 * i] *= c_own;
+        o[n][2 * i + 1] *= c_own;
+      }
+#pragma unroll
+      for (int w = 1; w < kMmaWarps; ++w) {
+        const float mw = red_ml[(w * 16 + r) * 2];
+        if (mw == -INFINITY) continue;
+        const float c = exp2f(mw - mn);
+        l[i] += c * red_ml[(w * 16 + r) * 2 + 1];
+        const float* op = red_o + (w * 16 + r) * kHd + 2 * t;
+#pragma unroll
+        for (int n = 0; n < kOT; ++n) {
+          o[n][2 * i] += c * op[n * 8];
+          o[n][2 * i + 1] += c * op[n * 8 + 1];
+        }
+      }
+      m[i] = mn;
+    }
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
