@@ -9,3 +9,5 @@ OUT=${OUT:-/tmp/strata-gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64
 export UCX_MODULE_DIR=$PWD/lib/ucx
+# The Qwen3 tokenizer travels xz-packed (stage.sh); unpack it once.
+if [ -f qwen3-tokenizer.tar.xz ] && [ ! -d qwen3-tokenizer ]; then tar -xJf qwen3-tokenizer.tar.xz; fi

@@ -41,7 +41,12 @@ if ninja -C "$build" -t targets all 2>/dev/null | grep '^constrain_bench:' >/dev
   nice ninja -C "$build" -j2 constrain_bench
   cp "$build/src/constrain_bench" "$dest/" && strip "$dest/constrain_bench"
   cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$dest/lib/"
-  mkdir -p "$dest/qwen3-tokenizer" && cp -L "$qwen3"/tokenizer*.json "$dest/qwen3-tokenizer/"
+fi
+# The Qwen3 tokenizer (constrain_bench, constraint_cost.sh), xz-packed: 1.4 MB
+# of the device tool's 64 MiB carry instead of 11; common.sh unpacks it.
+if [ -d "$qwen3" ]; then
+  tar -C "$qwen3" -cJf "$dest/qwen3-tokenizer.tar.xz" --transform 's#^#qwen3-tokenizer/#' \
+    tokenizer.json tokenizer_config.json
 fi
 # The GEMV / LinearGroup bench (a bench build with CUDA).
 if ninja -C "$build" -t targets all 2>/dev/null | grep '^linear_bench:' >/dev/null; then
@@ -51,7 +56,9 @@ fi
 src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 sed "s#@STRATA_SOURCE_DIR@#$src_dir#g" "$here/device_run.sh" > "$dest/device_run.sh"
 cp "$here/common.sh" "$here/gemm_peak.py" "$here/copy_bandwidth.py" "$here/profile_decode.sh" "$here/serve_bench.sh" \
-  "$here/decode_table.sh" "$here/profile_attention.sh" "$here/decode_kernels.sh" "$dest/"
+  "$here/decode_table.sh" "$here/profile_attention.sh" "$here/decode_kernels.sh" \
+  "$here/attention_ab.sh" "$here/constraint_cost.sh" "$dest/"
 chmod +x "$dest/device_run.sh" "$dest/profile_decode.sh" "$dest/serve_bench.sh" "$dest/decode_table.sh" \
-  "$dest/profile_attention.sh" "$dest/decode_kernels.sh"
+  "$dest/profile_attention.sh" "$dest/decode_kernels.sh" "$dest/attention_ab.sh" \
+  "$dest/constraint_cost.sh"
 du -sh "$dest"
