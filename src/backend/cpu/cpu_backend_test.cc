@@ -623,6 +623,10 @@ TEST_P(CpuBackendTest, PagedAttentionSlidingWindowAndShapes) {
   // Qwen2.5-0.5B, with a partial last block.
   CheckAttention(backend_.get(), DType::kF32, 4, 14, 2, 64, 5, {{40, 40}, {21, 60}, {1, 9}}, rng_);
   CheckAttention(backend_.get(), DType::kF32, 16, 14, 2, 64, 0, {{50, 50}, {17, 70}}, rng_);
+  // Decode tokens of groups of >= 4 heads also take attention_block: long
+  // contexts, contexts of exactly one KV block, a window ending mid-block.
+  CheckAttention(backend_.get(), DType::kF16, 16, 8, 2, 64, 0, {{1, 300}, {1, 16}, {1, 17}}, rng_);
+  CheckAttention(backend_.get(), DType::kBF16, 4, 16, 4, 128, 21, {{1, 90}, {1, 3}}, rng_);
 }
 
 // ---- SIMD levels against the scalar reference path ----

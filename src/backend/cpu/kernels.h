@@ -106,9 +106,10 @@ struct CpuKernels {
   // Column alignment that keeps gemm's panels whole when splitting [0, m).
   int64_t gemm_cols_align;
   void (*attention_row)(const AttentionRowArgs& a);
-  // A block of a prefill's query tokens in one pass over their KV (each K
-  // block transposed once for all the block's rows and heads); null where
-  // the level lacks it (then attention_row per token).
+  // A block of a prefill's query tokens (or one decode token of a GQA group
+  // of >= 4 heads) in one pass over their KV (each K block transposed once
+  // for all the block's rows and heads); null where the level lacks it
+  // (then attention_row per token).
   void (*attention_block)(const AttentionBlockArgs& a);
   // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate or up.
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);

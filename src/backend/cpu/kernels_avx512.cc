@@ -189,7 +189,7 @@ void Gemm512(const LinearArgs& a, int64_t m0, int64_t m1, void* scratch) {
   }
 }
 
-// ---- Prefill attention: a block of query tokens per pass over the KV ----
+// ---- Attention of a block of query tokens per pass over the KV (prefill; decode of >= 4 heads) ----
 //
 // AttendRow walks the KV once per token and takes one horizontal sum per
 // (position, head): 14% of an fp32 Qwen2.5-0.5B prefill on the Zen 5 EPYC.
