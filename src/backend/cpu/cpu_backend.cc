@@ -274,6 +274,7 @@ class CpuBackend final : public Backend {
     a.out = static_cast<float*>(out.data);
     a.out_stride = out.row_stride();
     a.prefetch_bytes = gemv_prefetch_;
+    a.gemv_streams = gemv_streams_;
     const int64_t threads = pool_.num_threads();
     if (n <= cpu::kMaxGemvRows) {
       // Memory bound: a few chunks per thread so a slow thread is covered.
@@ -561,6 +562,8 @@ class CpuBackend final : public Backend {
   const CpuKernels* kernels_;
   // GEMV software-prefetch distance for this CPU (kernels.h GemvPrefetchBytes).
   const int64_t gemv_prefetch_ = cpu::GemvPrefetchBytes(cpu::DetectCpuFeatures().intel);
+  // GEMV weight streams per step for this CPU (kernels.h GemvStreams).
+  const int gemv_streams_ = cpu::GemvStreams(cpu::DetectCpuFeatures().intel);
   bool bf16_matmul_;
   bool amx_;
   std::vector<std::unique_ptr<char, decltype(&std::free)>> scratch_;  // per thread, gemm

@@ -239,6 +239,60 @@ TEST(CpuBackendBf16Matmul, VnniAndAmxKernelsMatchReference) {
   }
 }
 
+// The GEMV kernel of every ISA level here directly, with both stream counts
+// (the backend picks one per CPU: kernels.h GemvStreams): 1-5 x rows (the
+// 4-row blocks and a tail), k with no tail, a tail past the 2-chain unroll
+// and a tail past the lanes, and column ranges whose length is not a
+// multiple of the streams, starting past 0.
+TEST(CpuKernels, GemvMatchesReferenceWithTwoAndFourStreams) {
+  const auto& f = cpu::DetectCpuFeatures();
+  std::vector<std::pair<const char*, const cpu::CpuKernels*>> sets = {
+      {"scalar", cpu::ScalarKernels()}};
+  if (f.avx2) sets.push_back({"avx2", cpu::Avx2Kernels()});
+  if (f.avx512) sets.push_back({"avx512", cpu::Avx512Kernels()});
+  std::mt19937 rng(23);
+  for (DType wt : {DType::kBF16, DType::kF16, DType::kF32})
+    for (int64_t k : {896, 80, 37})
+      for (int64_t n : {1, 2, 5}) {
+        const int64_t m = 23;
+        HostTensor x(DType::kF32, n, k), w(wt, m, k + 3), bias(DType::kF32, 1, m);
+        x.Fill(rng);
+        w.Fill(rng, 0.5f);
+        bias.Fill(rng);
+        for (auto [name, kernels] : sets)
+          for (int streams : {2, 4}) {
+            HostTensor out(DType::kF32, n, m);
+            cpu::LinearArgs a;
+            a.x = reinterpret_cast<const float*>(x.bytes.data());
+            a.x_stride = k;
+            a.n = n;
+            a.k = k;
+            a.w = w.bytes.data();
+            a.w_dtype = wt;
+            a.w_stride = k + 3;
+            a.bias = reinterpret_cast<const float*>(bias.bytes.data());
+            a.out = reinterpret_cast<float*>(out.bytes.data());
+            a.out_stride = m;
+            a.gemv_streams = streams;
+            kernels->gemv(a, 0, 2);
+            kernels->gemv(a, 2, 13);
+            kernels->gemv(a, 13, m);
+            for (int64_t r = 0; r < n; ++r)
+              for (int64_t j = 0; j < m; ++j) {
+                double ref = bias.get(0, j), mag = std::abs(ref);
+                for (int64_t i = 0; i < k; ++i) {
+                  const double p = double(x.get(r, i)) * w.get(j, i);
+                  ref += p;
+                  mag += std::abs(p);
+                }
+                ASSERT_NEAR(out.get(r, j), ref, 1e-6 * mag + 1e-6)
+                    << name << " streams " << streams << " " << DTypeName(wt) << " k " << k
+                    << " n " << n << " at " << r << "," << j;
+              }
+          }
+      }
+}
+
 // ---- elementwise ----
 
 TEST_P(CpuBackendTest, EmbeddingConvertsRows) {

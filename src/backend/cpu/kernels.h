@@ -33,6 +33,10 @@ struct LinearArgs {
   // For gemv only: software prefetch this many bytes ahead in every weight
   // stream (0: none). The backend picks it per CPU (GemvPrefetchBytes).
   int64_t prefetch_bytes = 256;
+  // For gemv only: weight rows read side by side per step, each a long
+  // sequential stream (1, 2 or 4). The backend picks it per CPU
+  // (GemvStreams).
+  int gemv_streams = 4;
 };
 
 // The GEMV prefetch distance for a CPU. Measured (docs/perf.md, "GEMV
@@ -41,6 +45,15 @@ struct LinearArgs {
 // a 2-vCPU AMX Xeon 0/256/512/1024/2048 gave 13.0-13.6/13.6-14.1/14.2-15.1/
 // 14.6-15.3/14.5-15.3. So 1024 on Intel, 256 elsewhere.
 inline int64_t GemvPrefetchBytes(bool intel) { return intel ? 1024 : 256; }
+
+// The GEMV's weight streams per step for a CPU. One long stream per core
+// is capped by the prefetcher's depth on an Intel Xeon (~9 GB/s for 1
+// stream vs ~19 for 8: docs/perf.md), so 4 there. On AMD EPYC 2 streams
+// read best (the read probe's 2-stream pattern, 2026-12-02 and 2026-12-07),
+// and on a Zen 5 guest, one thread, the GEMV with 2 streams (2 chains each)
+// read qkv/gate_up/lm_head 3-8% faster than with 4, decode 0.80-0.82 of the
+// probe against 0.77-0.78 (docs/perf.md, 2026-12-07).
+inline int GemvStreams(bool intel) { return intel ? 4 : 2; }
 
 // One query token of one sequence attending to KV positions
 // [first_pos, last_pos] (inclusive) through its page table, for query heads

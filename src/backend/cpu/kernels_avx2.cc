@@ -113,6 +113,7 @@ const CpuKernels kAvx2Kernels = {
     .gemm_bf16_amx = nullptr,
     .gemm_cols_align = kNr,
     .attention_row = AttendRow,
+    .attention_block = nullptr,
     .silu_mul = SiluMul,
 };
 

@@ -3,8 +3,10 @@
 // DetectCpuFeatures().avx512 (gemm_bf16 only with avx512_bf16).
 #include <immintrin.h>
 
-// GCC 12's _mm512_reduce_add_ps and friends trip a false -Wmaybe-uninitialized.
+// GCC 12's _mm512_reduce_add_ps and friends trip a false -Wmaybe-uninitialized,
+// its permute intrinsics (Transpose16x16) a false -Wuninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <array>
 #include <cstdint>

@@ -97,6 +97,7 @@ const CpuKernels kScalarKernels = {
     .gemm_bf16_amx = nullptr,
     .gemm_cols_align = 16,
     .attention_row = AttendRow,
+    .attention_block = nullptr,
     .silu_mul = SiluMul,
 };
 
