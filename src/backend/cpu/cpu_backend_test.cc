@@ -187,6 +187,23 @@ TEST(CpuBackendBf16Matmul, MatchesBf16RoundedReference) {
   }
 }
 
+// LinearArgs over HostTensors (kernel tests call the kernels directly).
+cpu::LinearArgs KernelArgs(const HostTensor& x, const HostTensor& w, const HostTensor& bias,
+                           HostTensor& out) {
+  cpu::LinearArgs a;
+  a.x = reinterpret_cast<const float*>(x.bytes.data());
+  a.x_stride = x.stride;
+  a.n = x.rows;
+  a.k = x.cols;
+  a.w = w.bytes.data();
+  a.w_dtype = w.dtype;
+  a.w_stride = w.stride;
+  a.bias = reinterpret_cast<const float*>(bias.bytes.data());
+  a.out = reinterpret_cast<float*>(out.bytes.data());
+  a.out_stride = out.stride;
+  return a;
+}
+
 // Both bf16 kernels directly (the backend picks only one of them): blocks of
 // 32 rows plus a row tail, a k tail that is not a multiple of 32, a partial
 // column panel, bias, and accumulation over several k blocks.
@@ -211,17 +228,7 @@ TEST(CpuBackendBf16Matmul, VnniAndAmxKernelsMatchReference) {
   void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
   for (auto [name, gemm] : kernels) {
     HostTensor out(DType::kF32, n, m);
-    cpu::LinearArgs a;
-    a.x = reinterpret_cast<const float*>(x.bytes.data());
-    a.x_stride = k;
-    a.n = n;
-    a.k = k;
-    a.w = w.bytes.data();
-    a.w_dtype = DType::kBF16;
-    a.w_stride = k;
-    a.bias = reinterpret_cast<const float*>(bias.bytes.data());
-    a.out = reinterpret_cast<float*>(out.bytes.data());
-    a.out_stride = m;
+    cpu::LinearArgs a = KernelArgs(x, w, bias, out);
     a.xb = xb.data();
     a.xb_stride = xbs;
     gemm(a, 0, 32, aligned);  // one full panel
@@ -255,24 +262,14 @@ TEST(CpuKernels, GemvMatchesReferenceWithTwoAndFourStreams) {
     for (int64_t k : {896, 80, 37})
       for (int64_t n : {1, 2, 5}) {
         const int64_t m = 23;
-        HostTensor x(DType::kF32, n, k), w(wt, m, k + 3), bias(DType::kF32, 1, m);
+        HostTensor x(DType::kF32, n, k), w(wt, m, k, k + 3), bias(DType::kF32, 1, m);
         x.Fill(rng);
         w.Fill(rng, 0.5f);
         bias.Fill(rng);
         for (auto [name, kernels] : sets)
           for (int streams : {2, 4}) {
             HostTensor out(DType::kF32, n, m);
-            cpu::LinearArgs a;
-            a.x = reinterpret_cast<const float*>(x.bytes.data());
-            a.x_stride = k;
-            a.n = n;
-            a.k = k;
-            a.w = w.bytes.data();
-            a.w_dtype = wt;
-            a.w_stride = k + 3;
-            a.bias = reinterpret_cast<const float*>(bias.bytes.data());
-            a.out = reinterpret_cast<float*>(out.bytes.data());
-            a.out_stride = m;
+            cpu::LinearArgs a = KernelArgs(x, w, bias, out);
             a.gemv_streams = streams;
             kernels->gemv(a, 0, 2);
             kernels->gemv(a, 2, 13);
