@@ -8,7 +8,8 @@
 // (tools/bench/kv_transfer.sh runs both and prints the ratio).
 //
 // Layout: Qwen2.5-0.5B's KV (24 layers, 2 kv heads, head_dim 64, BF16,
-// page 16): one (layer, tensor, page) run is 4 KiB, a page 192 KiB.
+// page 16): one (layer, tensor, page) run is 4 KiB, a page 192 KiB
+// (--layers and --k-only take layers and V away, for smaller working sets).
 //   --case=4k    random, non-adjacent pages: every op is one 4 KiB run.
 //   --case=256k  runs of 64 consecutive pages on both sides: every op is
 //                64 x 4 KiB = 256 KiB (a prefix of fresh pages).
@@ -20,7 +21,7 @@
 //
 // Usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5]
 //          [--receiver-memory=ucx|heap] [--sender-memory=heap|ucx] [--direct-copy=1|0]
-//          [--writes=auto|puts|messages] [--repeat=1]
+//          [--writes=auto|puts|messages] [--repeat=1] [--layers=24] [--k-only]
 // Memory: "ucx" pools come from KvTransport::AllocateRegion (what `strata
 // serve` gives PD roles), "heap" ones are std::vectors given to
 // RegisterRegion. --direct-copy=0 turns UcxTransportOptions::direct_copy
@@ -67,12 +68,17 @@ struct Options {
   // `repeat` times over, all in flight): with few --pages the pages stay in
   // the caches, as ucx_perftest's one buffer does.
   int repeat = 1;
+  // The layout's layers and tensors (Qwen2.5-0.5B: 24, K and V). Fewer
+  // shrink the working set: --layers=1 --k-only --case=256k --pages=64 is
+  // one 256 KiB run per transfer, ucx_perftest's one buffer of that size.
+  int layers = 24;
+  bool k_only = false;
 };
 
-KvLayout Qwen25_05B() {
+KvLayout Qwen25_05B(int layers, bool k_only) {
   KvLayout l;
   l.page_size = 16;
-  l.groups.push_back({"full_attention", 24, 2, 64, DType::kBF16, true, 0});
+  l.groups.push_back({"full_attention", layers, 2, 64, DType::kBF16, !k_only, 0});
   return l;
 }
 
@@ -145,7 +151,7 @@ double Median(std::vector<double> v) {
 }
 
 int Run(const Options& o) {
-  const KvLayout layout = Qwen25_05B();
+  const KvLayout layout = Qwen25_05B(o.layers, o.k_only);
   const int64_t pool_pages = 2 * o.pages;  // room for the non-adjacent picks
   const size_t pool_bytes = layout.BytesPerPage() * static_cast<size_t>(pool_pages);
 
@@ -328,9 +334,13 @@ int main(int argc, char** argv) {
       o.chunk_pages = std::atoll(v);
     } else if (const char* v = value("--reps=")) {
       o.reps = std::atoi(v);
+    } else if (const char* v = value("--layers=")) {
+      o.layers = std::atoi(v);
+    } else if (a == "--k-only") {
+      o.k_only = true;
     } else {
       std::fprintf(stderr, "usage: kv_transfer_bench [--case=4k|256k] [--pages=1024] [--chunk-pages=64] [--reps=5] "
-                   "[--receiver-memory=ucx|heap] [--sender-memory=ucx|heap] [--direct-copy=1|0] [--writes=auto|puts|messages] [--repeat=1]\n");
+                   "[--receiver-memory=ucx|heap] [--sender-memory=ucx|heap] [--direct-copy=1|0] [--writes=auto|puts|messages] [--repeat=1] [--layers=24] [--k-only]\n");
       return 1;
     }
   }
@@ -341,8 +351,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (o.pages < 1 || o.chunk_pages < 1 || o.reps < 1 || o.repeat < 1) {
-    std::fprintf(stderr, "kv_transfer_bench: --pages, --chunk-pages, --reps and --repeat must be >= 1\n");
+  if (o.pages < 1 || o.chunk_pages < 1 || o.reps < 1 || o.repeat < 1 || o.layers < 1) {
+    std::fprintf(stderr, "kv_transfer_bench: --pages, --chunk-pages, --reps, --repeat and --layers must be >= 1\n");
     return 1;
   }
   return strata::disagg::Run(o);
