@@ -11,11 +11,10 @@
 // page-index space. Page id p names tokens [p * page_size, (p + 1) *
 // page_size) of a sequence in every group at once, so a request has one page
 // table, the radix tree stores one list of page ids per node, and PD transfer
-// and offload address every group from the same ids. The cost: a
-// sliding-window group cannot return its out-of-window pages early, and every
-// group holds the same page count. When the first model needs that memory
-// back, a group gets its own allocator and page table; the descriptors below
-// already carry everything per group to do so.
+// and offload address every group from the same ids. A windowed group
+// (sliding_window > 0) may be backed by fewer physical pages than there are
+// ids, so its out-of-window pages are reused (cache/window_backing.h,
+// KvPool; docs/architecture/cache.md "Pool groups for DeepSeek V4").
 //
 // Plain values; thread-compatible.
 #pragma once
@@ -40,7 +39,7 @@ struct PoolGroupSpec {
   // null). true: K and V per layer.
   bool has_v = true;
   // > 0: the group's layers attend to at most the last sliding_window tokens
-  // (their older pages are dead weight; see the page-index note above).
+  // (their older pages can be reused: see the page-index note above).
   int sliding_window = 0;
   // Tokens one entry of the group stands for (>= 1). 1: one entry per token
   // (every group of a plain model). r > 1: one entry per window of r tokens
@@ -87,6 +86,13 @@ struct KvLayout {
   // page_size, rounded down: groups of tokens_per_entry > 1 cost a page's
   // entries spread over its tokens).
   size_t BytesPerToken() const;
+  // The largest sliding_window of any group, 0 when no group is windowed:
+  // the tokens back from the next one that any windowed group may read.
+  int MaxSlidingWindow() const {
+    int w = 0;
+    for (const PoolGroupSpec& g : groups) w = g.sliding_window > w ? g.sliding_window : w;
+    return w;
+  }
   // "full_attention: 28 layers x 2 x 4 kv heads x 128 x BF16; ..." for logs
   // and error messages.
   std::string Describe() const;

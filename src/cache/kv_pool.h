@@ -9,8 +9,14 @@
 // transfer copy. Layer(g, l) is the view the backend's StoreKv and
 // PagedAttention take. All groups share one page-index space (kv_layout.h).
 //
-// Ownership: KvPool owns the buffers and the PageAllocator; views and page
-// ids stay valid for the pool's lifetime. The memory is not zeroed: a slot
+// Windowed groups (PoolGroupSpec::sliding_window > 0) may be backed by
+// fewer pages than there are page ids (cache/window_backing.h): then their
+// buffers hold num_window_slots pages, addressed by slot instead of page id,
+// and window_backing() maps one to the other; every other group (and every
+// group without a backing) is addressed by page id.
+//
+// Ownership: KvPool owns the buffers, the PageAllocator and the window
+// backing; views and page ids stay valid for the pool's lifetime. The memory is not zeroed: a slot
 // is read only after StoreKv wrote it.
 //
 // Where the bytes come from: the backend's Allocate, or a KvPoolAllocator
@@ -29,6 +35,7 @@
 #include "backend/backend.h"
 #include "cache/kv_layout.h"
 #include "cache/page_allocator.h"
+#include "cache/window_backing.h"
 #include "util/status.h"
 
 namespace strata {
@@ -59,13 +66,17 @@ class KvPoolAllocator {
 class KvPool {
  public:
   // Validates the layout and allocates num_pages pages of every group via
-  // `allocator` when given, else backend.Allocate. Fails with
-  // InvalidArgument for a bad layout or page count, or with the allocator's
-  // or backend's error (annotated with the group and size) when memory runs
-  // out; nothing stays allocated on failure.
+  // `allocator` when given, else backend.Allocate. With num_window_slots >=
+  // 0 and a layout that has windowed groups, those groups get
+  // num_window_slots pages and a WindowBacking (in [1, num_pages]: at least
+  // one window must fit); -1: no backing, every group num_pages. Fails with
+  // InvalidArgument for a bad layout, page or slot count, or with the
+  // allocator's or backend's error (annotated with the group and size) when
+  // memory runs out; nothing stays allocated on failure.
   // REQUIRES: backend outlives the pool (its buffers are freed by it).
   static StatusOr<std::unique_ptr<KvPool>> Create(const KvLayout& layout, int64_t num_pages, Backend& backend,
-                                                  KvPoolAllocator* allocator = nullptr);
+                                                  KvPoolAllocator* allocator = nullptr,
+                                                  int64_t num_window_slots = -1);
 
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -77,12 +88,23 @@ class KvPool {
 
   PageAllocator& allocator() { return allocator_; }
   const PageAllocator& allocator() const { return allocator_; }
+  // The windowed groups' backing, or null (none: they are addressed by
+  // page id like every group).
+  WindowBacking* window_backing() { return backing_.get(); }
+  const WindowBacking* window_backing() const { return backing_.get(); }
+  // Pages group g's buffer holds: num_window_slots for a backed windowed
+  // group, else num_pages().
+  int64_t GroupPages(int group) const;
+  // True when group g is addressed through window_backing().
+  bool Windowed(int group) const;
 
   // The K/V pages of one layer of one group (v is null when the group has no
   // V). REQUIRES: 0 <= group < num_groups(), 0 <= layer < its num_layers.
   KvLayerView Layer(int group, int layer) const;
 
-  // Base pointers of every group, for batched page copies (KvPoolMemory).
+  // Base pointers of every group, for batched page copies (KvPoolMemory,
+  // which addresses every group by page id). REQUIRES: no window backing
+  // (the host tier and PD transfer run with every group per page id).
   KvPoolMemory memory() const;
 
   // Bytes of device memory the pool holds, all groups.
@@ -97,7 +119,8 @@ class KvPool {
 
   KvLayout layout_;
   PageAllocator allocator_;
-  std::vector<KvPoolBlock> blocks_;  // one per group
+  std::unique_ptr<WindowBacking> backing_;  // null: none
+  std::vector<KvPoolBlock> blocks_;         // one per group
   std::string memory_source_;
 };
 

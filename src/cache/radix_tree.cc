@@ -427,6 +427,50 @@ RadixTree::InsertResult RadixTree::Insert(std::span<const int32_t> tokens,
   return result;
 }
 
+int64_t RadixTree::ReplaceDevicePages(
+    std::span<const int32_t> tokens, std::span<const int32_t> pages,
+    const std::function<bool(int32_t tree_page, int32_t page)>& replace) {
+  const size_t ps = static_cast<size_t>(page_size_);
+  const size_t num_pages = tokens.size() / ps;
+  STRATA_CHECK(pages.size() >= num_pages)
+      << "radix ReplaceDevicePages of " << tokens.size() << " tokens with only " << pages.size()
+      << " page ids";
+  const size_t limit = num_pages * ps;
+  int64_t swapped = 0;
+  int32_t cur = kRoot;
+  size_t pos = 0;
+  while (pos < limit) {
+    const auto& children = node(cur).children;
+    auto it = children.find(tokens.subspan(pos, ps));
+    if (it == children.end()) break;
+    const int32_t child = it->second;
+    const int64_t m = MatchPages(child, tokens.subspan(pos, limit - pos));
+    if (!node(child).on_device()) break;  // the device path ends here
+    if (node(child).backup_job == 0) {
+      bool changed = false;
+      for (int64_t i = 0; i < m; ++i) {
+        const int32_t old = node(child).device_pages[static_cast<size_t>(i)];
+        const int32_t fresh = pages[pos / ps + static_cast<size_t>(i)];
+        if (old == fresh || in_tree_[static_cast<size_t>(fresh)] || !replace(old, fresh)) continue;
+        if (!changed) Unaccount(child);
+        changed = true;
+        STRATA_CHECK(allocator_->refcount(fresh) > 0) << "radix ReplaceDevicePages of free page " << fresh;
+        allocator_->Ref(fresh);
+        in_tree_[static_cast<size_t>(fresh)] = 1;
+        in_tree_[static_cast<size_t>(old)] = 0;
+        allocator_->Unref(old);
+        node(child).device_pages[static_cast<size_t>(i)] = fresh;
+        ++swapped;
+      }
+      if (changed) Account(child);
+    }
+    if (m < node(child).num_pages()) break;
+    pos += static_cast<size_t>(m) * ps;
+    cur = child;
+  }
+  return swapped;
+}
+
 StatusOr<RadixTree::InsertHostResult> RadixTree::InsertHost(std::span<const int32_t> tokens,
                                                             int64_t start_tokens,
                                                             std::span<const int32_t> host_pages) {

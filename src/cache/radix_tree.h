@@ -58,6 +58,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <span>
@@ -204,6 +205,20 @@ class RadixTree {
   // REQUIRES: pages.size() >= tokens.size() / page_size; every page that gets
   // stored is in use in the device allocator and not already stored in the tree.
   InsertResult Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages);
+
+  // Along the device-cached path of tokens (whole pages, as Insert walks
+  // it), swaps each stored page p for the caller's page q at the same index
+  // when replace(p, q) says so: the tree takes a reference on q and drops
+  // its one on p (freed if nobody else holds it). For page contents the
+  // caller knows to be better than the tree's (a window backing's
+  // tombstone, cache/window_backing.h, replaced by a recomputed page).
+  // Skips nodes with a backup in flight; q must not be stored in the tree
+  // already (those are skipped too). Changes no structure, lock, tier or
+  // LRU order. Returns the pages swapped.
+  // REQUIRES: pages.size() >= tokens.size() / page_size; every q swapped in
+  // is in use in the device allocator.
+  int64_t ReplaceDevicePages(std::span<const int32_t> tokens, std::span<const int32_t> pages,
+                             const std::function<bool(int32_t tree_page, int32_t page)>& replace);
 
   struct InsertHostResult {
     int64_t num_taken_pages = 0;  // host pages the tree took a reference on

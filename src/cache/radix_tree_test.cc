@@ -213,6 +213,45 @@ TEST_P(RadixTreePageSizeTest, DuplicatePagesOfAnAlreadyCachedPartAreNotTaken) {
   ExpectIntact(tree, alloc);
 }
 
+// ReplaceDevicePages: the tree swaps the stored pages the predicate names
+// for the caller's copies (a window backing's tombstones for recomputed
+// pages), across a split node, keeping every count and reference right.
+TEST_P(RadixTreePageSizeTest, ReplaceDevicePagesSwapsTheChosenPagesForTheCallers) {
+  PageAllocator alloc(32);
+  RadixTree tree({ps()}, &alloc);
+  const Tokens prompt = Seq(5, 4 * ps());
+  auto r1 = Admit(tree, alloc, prompt);
+  const std::vector<int32_t> p1 = r1->table.pages();
+  Finish(tree, alloc, *r1);
+  // A branch after page 2, so the path crosses two nodes.
+  auto branch = Admit(tree, alloc, Concat(Seq(5, 2 * ps()), Seq(90, ps())));
+  Finish(tree, alloc, *branch);
+  // A second request recomputes the prompt without matching (say its
+  // window was gone) and holds its own copies.
+  PageTable t2(ps());
+  ASSERT_TRUE(t2.Reserve(static_cast<int64_t>(prompt.size()), alloc).ok());
+  const std::vector<int32_t> p2 = t2.pages();
+  // Replace the tree's pages 1 and 3 (say, tombstones) with p2's.
+  const int64_t swapped = tree.ReplaceDevicePages(prompt, p2, [&](int32_t tree_page, int32_t page) {
+    return (tree_page == p1[1] || tree_page == p1[3]) && page != -1;
+  });
+  EXPECT_EQ(swapped, 2);
+  EXPECT_EQ(tree.MatchPrefix(prompt).pages, (std::vector<int32_t>{p1[0], p2[1], p1[2], p2[3]}));
+  EXPECT_EQ(alloc.refcount(p1[1]), 0);  // the tree held the old copies alone
+  EXPECT_EQ(alloc.refcount(p1[3]), 0);
+  EXPECT_EQ(alloc.refcount(p2[1]), 2);  // t2 and the tree
+  EXPECT_EQ(alloc.refcount(p2[0]), 1);  // not swapped: t2's alone
+  // Nothing left to swap: the tree's pages are the caller's where chosen.
+  EXPECT_EQ(tree.ReplaceDevicePages(prompt, p2, [](int32_t, int32_t) { return true; }), 2);
+  EXPECT_EQ(tree.MatchPrefix(prompt).pages, p2);
+  EXPECT_EQ(tree.ReplaceDevicePages(prompt, p2, [](int32_t, int32_t) { return true; }), 0);
+  t2.Release(alloc);
+  ExpectIntact(tree, alloc);
+  EXPECT_EQ(tree.Evict(100), 5);  // the four prompt pages and the branch's one
+  EXPECT_EQ(alloc.num_free(), 32);
+  ExpectIntact(tree, alloc);
+}
+
 TEST_P(RadixTreePageSizeTest, ManyRequestsShareOneSystemPrompt) {
   PageAllocator alloc(512);
   RadixTree tree({ps()}, &alloc);

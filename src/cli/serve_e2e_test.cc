@@ -82,6 +82,15 @@ TEST(ServeTest, GoldensThroughCompletionsAndTokenize) {
     EXPECT_EQ(tj["max_model_len"], 2048);
     Response d = s.PostJson("/detokenize", json{{"tokens", tc["prompt_ids"]}}.dump());
     EXPECT_THAT(d.body, HasSubstr("The quick brown fox"));
+    // V4's windowed groups sit behind a window backing (its pages on
+    // /metrics, the backed ones holding the windows just computed); a model
+    // without a sliding window has none.
+    const std::string metrics = s.Request(Get("/metrics")).body;
+    EXPECT_EQ(metrics.find("strata_kv_window_pages{") != std::string::npos, v4) << metrics;
+    if (v4) {
+      EXPECT_THAT(metrics, HasSubstr("strata_kv_window_pages{model=\"m\",role=\"colocated\",state=\"free\"}"));
+      EXPECT_THAT(metrics, HasSubstr("group=\"sliding_kv\",tier=\"device\"}"));
+    }
     // The chat template's golden, streamed.
     const json& cc = g["chat_cases"][0];
     if (v4) {

@@ -77,6 +77,19 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
     (*used)->Get({"cached"});
     kv_used_ = *used;
   }
+  // Windowed pool groups behind a window backing (cache/window_backing.h):
+  // their physical pages, backing a page id or free.
+  if (engine_->pool().window_backing()) {
+    auto w = r.AddGauge("strata_kv_window_pages",
+                        "Physical pages of the windowed KV pool groups (sliding windows): backed "
+                        "= holding a page's window entries, free = reusable.",
+                        {"state"});
+    if (w.ok()) {
+      (*w)->Get({"backed"});
+      (*w)->Get({"free"});
+      kv_window_ = *w;
+    }
+  }
   // Bytes of each pool group on each tier, fixed at startup: a model with
   // several pools (DeepSeek's) shows where its KV memory went.
   if (auto f = r.AddGauge(
@@ -88,7 +101,7 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
     const KvLayout& layout = engine_->pool().layout();
     for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
       const double page = static_cast<double>(layout.BytesPerPage(g));
-      (*f)->Get({layout.groups[g].name, "device"}).Set(page * engine_->pool().num_pages());
+      (*f)->Get({layout.groups[g].name, "device"}).Set(page * engine_->pool().GroupPages(g));
       if (engine_->hicache())
         (*f)->Get({layout.groups[g].name, "host"})
             .Set(page * engine_->hicache()->host_pool().num_pages());
@@ -438,6 +451,11 @@ void AsyncEngine::Publish() {
   if (kv_used_) {
     kv_used_->Get({"active"}).Set(static_cast<double>(l.pages_active));
     kv_used_->Get({"cached"}).Set(static_cast<double>(l.pages_cached));
+  }
+  if (kv_window_) {
+    const WindowBacking& w = *engine_->pool().window_backing();
+    kv_window_->Get({"backed"}).Set(static_cast<double>(w.num_slots() - w.num_free_slots()));
+    kv_window_->Get({"free"}).Set(static_cast<double>(w.num_free_slots()));
   }
   std::lock_guard<std::mutex> lock(mu_);
   published_.running = l.running;

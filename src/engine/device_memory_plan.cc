@@ -136,7 +136,9 @@ StatusOr<DeviceMemoryPlan> PlanDeviceMemory(const DeviceMemoryPlanInput& in) {
   p.arena_bytes = ArenaBytes(d, in.mem_fraction_static);
   p.weight_bytes = in.model.weight_bytes;
   p.model_buffer_bytes = in.model.buffer_bytes;
-  p.runner_bytes = ModelRunner::DeviceBytes(in.runner, in.vocab_size);
+  // Windowed groups may get a window backing (its arrays counted either way).
+  p.runner_bytes =
+      ModelRunner::DeviceBytes(in.runner, in.vocab_size, in.layout.MaxSlidingWindow() > 0);
   int max_head_dim = 0;
   for (const PoolGroupSpec& g : in.layout.groups) max_head_dim = std::max(max_head_dim, g.head_dim);
   p.backend_bytes =

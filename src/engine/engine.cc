@@ -27,6 +27,17 @@ StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& o
   return std::min(by_tokens, by_bytes);
 }
 
+int64_t MinWindowPages(const EngineOptions& options, int64_t window) {
+  const int64_t ps = std::max<int32_t>(1, options.page_size);
+  return (window + options.chunked_prefill_size + ps - 1) / ps + 1;
+}
+
+int64_t WindowPagesFor(const EngineOptions& options, int64_t window, int64_t pool_pages) {
+  const int64_t want =
+      2 * int64_t{std::max(1, options.max_running_requests)} * MinWindowPages(options, window);
+  return std::min(want, pool_pages);
+}
+
 int32_t PromptLogitRows(const EngineOptions& options, int64_t vocab_size) {
   return static_cast<int32_t>(
       std::clamp<int64_t>(options.prompt_logit_floats / std::max<int64_t>(1, vocab_size), 16,
@@ -68,7 +79,23 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
   if (pages <= 0) {
     ASSIGN_OR_RETURN(pages, PlanKvPoolPages(layout, options, e->context_length_));
   }
-  ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend, options.kv_pool_allocator.get()));
+  int64_t window_pages = -1;  // no backing
+  if (const int window = layout.MaxSlidingWindow(); window > 0 && options.window_backing &&
+                                                    !options.hicache.enabled &&
+                                                    !options.kv_pool_allocator) {
+    window_pages =
+        options.window_pages > 0 ? options.window_pages : WindowPagesFor(options, window, pages);
+    const int64_t least = std::min(pages, MinWindowPages(options, window));
+    if (window_pages < least || window_pages > pages)
+      return InvalidArgument("window pages " + std::to_string(window_pages) + " must be in [" +
+                             std::to_string(least) + ", " + std::to_string(pages) +
+                             "]: one request's step reads a window of " + std::to_string(window) +
+                             " tokens before its chunk of " +
+                             std::to_string(options.chunked_prefill_size) +
+                             ", and no more than the pool's pages");
+  }
+  ASSIGN_OR_RETURN(e->pool_, KvPool::Create(layout, pages, backend, options.kv_pool_allocator.get(),
+                                            window_pages));
   if (options.hicache.enabled) {
     if (options.disable_radix_cache)
       return InvalidArgument(

@@ -80,6 +80,14 @@ struct EngineOptions {
   // allocator so peers write the pool directly. Host memory, so only with a
   // backend that computes on host memory (cache/kv_pool.h).
   std::shared_ptr<KvPoolAllocator> kv_pool_allocator;
+  // Windowed pool groups (a sliding window; DeepSeek V4's compressor
+  // inputs) behind a window backing of fewer pages than the pool's page ids
+  // (cache/window_backing.h): pages that left every window are reused. Off
+  // with the host tier and with a kv_pool_allocator (HiCache and PD copy
+  // every group by page id), and off when false (`strata serve` in a PD
+  // role). window_pages: the backing's pages, 0: WindowPagesFor.
+  bool window_backing = true;
+  int64_t window_pages = 0;
   // Constraint masks of a step computed on a thread of their own while the
   // step's forward is launched and runs (Engine::StartMasks): kAuto when
   // the backend computes asynchronously (CUDA), where the host's launches
@@ -99,6 +107,16 @@ int64_t EffectiveContextLength(const EngineOptions& options, int64_t max_positio
 // `context_length` (plus one page), capped at 1 GiB of KV. Engine::Create
 // sizes its pool with this, and startup validation calls it before the
 // weights load, so both agree. Fails as NumKvPagesForTokens/ForBytes do.
+// The window backing's default page count for a layout whose largest
+// sliding window is `window` tokens (> 0): two of the largest step's
+// windows per running request (the step's chunk and the window before it,
+// in pages, plus one for a page boundary inside each), at most the pool's
+// pages. The second half keeps cached prefixes' windows until it is needed.
+int64_t WindowPagesFor(const EngineOptions& options, int64_t window, int64_t pool_pages);
+// The fewest window pages that let one request run: its largest step's
+// window (what `window_pages` may not go under).
+int64_t MinWindowPages(const EngineOptions& options, int64_t window);
+
 StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& options,
                                   int64_t context_length);
 

@@ -15,11 +15,14 @@ namespace {
 // Where a step's arrays lie in the metadata buffer: packed in this order,
 // each at a 16-byte boundary, for the step's counts. They go up in ONE copy
 // of `end` bytes, and a decode step's addresses depend only on its counts
-// (a recording needs the same addresses every step of its key).
+// (a recording needs the same addresses every step of its key). With a
+// window backing (KvPool::window_backing) the windowed groups' slots,
+// sequences and page tables follow, the same sizes again.
 struct MetaLayout {
-  uint64_t tokens, positions, slots, logit_rows, seqs, pages, end;
+  uint64_t tokens, positions, slots, logit_rows, seqs, pages, wslots, wseqs, wpages, end;
 };
-MetaLayout LayoutFor(uint64_t tokens, uint64_t logit_rows, uint64_t seqs, uint64_t pages) {
+MetaLayout LayoutFor(uint64_t tokens, uint64_t logit_rows, uint64_t seqs, uint64_t pages,
+                     bool windowed) {
   auto al = [](uint64_t b) { return (b + 15) / 16 * 16; };
   MetaLayout m{};
   uint64_t o = 0;
@@ -34,17 +37,24 @@ MetaLayout LayoutFor(uint64_t tokens, uint64_t logit_rows, uint64_t seqs, uint64
   m.seqs = o;
   o += al(seqs * sizeof(AttentionSeq));
   m.pages = o;
-  m.end = o + pages * sizeof(int32_t);
+  o += al(pages * sizeof(int32_t));
+  const uint64_t w = windowed ? 1 : 0;
+  m.wslots = o;
+  o += al(w * tokens * sizeof(int64_t));
+  m.wseqs = o;
+  o += al(w * seqs * sizeof(AttentionSeq));
+  m.wpages = o;
+  m.end = o + w * pages * sizeof(int32_t);
   return m;
 }
 
 // Bytes of the per-step buffers: the metadata (at the limits) and the logits.
-std::vector<uint64_t> BufferBytes(const RunnerLimits& l, int64_t vocab) {
+std::vector<uint64_t> BufferBytes(const RunnerLimits& l, int64_t vocab, bool windowed) {
   const uint64_t t = static_cast<uint64_t>(std::max(1, l.max_batch_tokens));
   const uint64_t s = static_cast<uint64_t>(std::max(1, l.max_seqs));
   const uint64_t r = static_cast<uint64_t>(std::max(1, l.max_logit_rows));
   const uint64_t pages = s * static_cast<uint64_t>(std::max<int64_t>(1, l.max_pages_per_seq));
-  return {LayoutFor(t, r, s, pages).end, r * static_cast<uint64_t>(vocab) * sizeof(float)};
+  return {LayoutFor(t, r, s, pages, windowed).end, r * static_cast<uint64_t>(vocab) * sizeof(float)};
 }
 
 }  // namespace
@@ -55,9 +65,9 @@ int32_t DecodeKvLenHint(int32_t kv_len) {
   return static_cast<int32_t>(std::min<int64_t>(h, INT32_MAX));
 }
 
-uint64_t ModelRunner::DeviceBytes(const RunnerLimits& limits, int64_t vocab) {
+uint64_t ModelRunner::DeviceBytes(const RunnerLimits& limits, int64_t vocab, bool windowed) {
   uint64_t total = 0;
-  for (uint64_t b : BufferBytes(limits, vocab)) total += ArenaBlockBytes(b);
+  for (uint64_t b : BufferBytes(limits, vocab, windowed)) total += ArenaBlockBytes(b);
   return total;
 }
 
@@ -83,7 +93,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(Model& model, Backend
       limits.max_pages_per_seq < 1)
     return InvalidArgument("ModelRunner: every limit must be >= 1");
   std::unique_ptr<ModelRunner> r(new ModelRunner(model, backend, pool, limits, recording));
-  const std::vector<uint64_t> bytes = BufferBytes(limits, model.config().vocab_size);
+  const std::vector<uint64_t> bytes =
+      BufferBytes(limits, model.config().vocab_size, pool.window_backing() != nullptr);
   Buffer* bufs[] = {&r->meta_, &r->logits_};
   for (size_t i = 0; i < bytes.size(); ++i) {
     auto b = backend.Allocate(bytes[i]);
@@ -109,6 +120,9 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
   h_pages_.clear();
   h_logit_rows_.clear();
   h_seqs_.clear();
+  h_wslots_.clear();
+  h_wpages_.clear();
+  const WindowBacking* backing = pool_.window_backing();
   std::vector<size_t> page_offsets;
   for (const StepItem& it : items) {
     if (it.num_tokens <= 0) return Internal("ModelRunner: empty step item");
@@ -120,11 +134,26 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
       h_positions_.push_back(it.start_pos + i);
       h_slots_.push_back(it.table->Slot(it.start_pos + i));
     }
+    if (backing) {
+      const int64_t ps = it.table->page_size();
+      for (int32_t i = 0; i < it.num_tokens; ++i) {
+        const int64_t pos = int64_t{it.start_pos} + i;
+        const int32_t slot = backing->slot(it.table->pages()[static_cast<size_t>(pos / ps)]);
+        if (slot < 0)
+          return Internal("ModelRunner: position " + std::to_string(pos) +
+                          " is written into a page without window backing (a scheduler bug)");
+        h_wslots_.push_back(int64_t{slot} * ps + pos % ps);
+      }
+    }
     for (int32_t r = it.num_logit_rows(); r > 0; --r)
       h_logit_rows_.push_back(static_cast<int32_t>(h_tokens_.size()) - r);
     const int64_t pages_used = (end + it.table->page_size() - 1) / it.table->page_size();
     page_offsets.push_back(h_pages_.size());
     h_pages_.insert(h_pages_.end(), it.table->pages().begin(), it.table->pages().begin() + pages_used);
+    if (backing) {  // tombstones map to -1: outside every window, never read
+      for (int64_t i = 0; i < pages_used; ++i)
+        h_wpages_.push_back(backing->slot_of_page()[static_cast<size_t>(it.table->pages()[i])]);
+    }
     AttentionSeq s;
     s.q_start = q_start;
     s.q_len = it.num_tokens;
@@ -135,7 +164,7 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
   const int64_t vocab = vocab_size();
   const size_t nl = h_logit_rows_.size();
   const RunnerLimits& lim = limits_;
-  const MetaLayout m = LayoutFor(n, nl, h_seqs_.size(), h_pages_.size());
+  const MetaLayout m = LayoutFor(n, nl, h_seqs_.size(), h_pages_.size(), backing != nullptr);
   const uint64_t max_pages =
       uint64_t(std::max(1, lim.max_seqs)) * uint64_t(std::max<int64_t>(1, lim.max_pages_per_seq));
   if (n > lim.max_batch_tokens || h_seqs_.size() > static_cast<size_t>(lim.max_seqs) ||
@@ -149,7 +178,12 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
   // Page-table pointers must point into backend memory.
   char* dev = static_cast<char*>(meta_.data());
   auto* dev_pages = reinterpret_cast<int32_t*>(dev + m.pages);
-  for (size_t i = 0; i < h_seqs_.size(); ++i) h_seqs_[i].page_table = dev_pages + page_offsets[i];
+  auto* dev_wpages = reinterpret_cast<int32_t*>(dev + m.wpages);
+  h_wseqs_ = h_seqs_;
+  for (size_t i = 0; i < h_seqs_.size(); ++i) {
+    h_seqs_[i].page_table = dev_pages + page_offsets[i];
+    h_wseqs_[i].page_table = dev_wpages + page_offsets[i];
+  }
   uint8_t* h = stage_.get();
   auto put = [&](uint64_t at, const void* src, size_t bytes) {
     if (bytes) std::memcpy(h + at, src, bytes);
@@ -160,6 +194,11 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
   put(m.logit_rows, h_logit_rows_.data(), nl * sizeof(int32_t));
   put(m.seqs, h_seqs_.data(), h_seqs_.size() * sizeof(AttentionSeq));
   put(m.pages, h_pages_.data(), h_pages_.size() * sizeof(int32_t));
+  if (backing) {
+    put(m.wslots, h_wslots_.data(), n * sizeof(int64_t));
+    put(m.wseqs, h_wseqs_.data(), h_wseqs_.size() * sizeof(AttentionSeq));
+    put(m.wpages, h_wpages_.data(), h_wpages_.size() * sizeof(int32_t));
+  }
   backend_.CopyToDevice(dev, h, m.end);
 
   ForwardBatch b;
@@ -168,6 +207,8 @@ Status ModelRunner::Run(std::span<const StepItem> items, Tensor* logits) {
   b.positions = reinterpret_cast<const int32_t*>(dev + m.positions);
   b.kv_slots = reinterpret_cast<const int64_t*>(dev + m.slots);
   b.seqs = reinterpret_cast<const AttentionSeq*>(dev + m.seqs);
+  b.window_kv_slots = backing ? reinterpret_cast<const int64_t*>(dev + m.wslots) : b.kv_slots;
+  b.window_seqs = backing ? reinterpret_cast<const AttentionSeq*>(dev + m.wseqs) : b.seqs;
   b.num_seqs = static_cast<int32_t>(h_seqs_.size());
   b.logit_rows = reinterpret_cast<const int32_t*>(dev + m.logit_rows);
   b.num_logit_rows = static_cast<int32_t>(nl);

@@ -97,8 +97,9 @@ class ModelRunner {
 
   // Backend bytes Create allocates for `limits` at vocabulary `vocab`, each
   // buffer rounded as the arena rounds it (ArenaBlockBytes): what startup's
-  // device memory plan counts for the runner.
-  static uint64_t DeviceBytes(const RunnerLimits& limits, int64_t vocab);
+  // device memory plan counts for the runner. `windowed`: the pool has a
+  // window backing (its groups' own slots and page tables go up too).
+  static uint64_t DeviceBytes(const RunnerLimits& limits, int64_t vocab, bool windowed = false);
 
   // Enqueues one forward step. On success *logits views, in backend
   // memory, for each item num_logit_rows() rows of vocab_size F32 (its
@@ -140,8 +141,9 @@ class ModelRunner {
   bool stage_pinned_ = false;
   // Host staging, reused every step.
   std::vector<int32_t> h_tokens_, h_positions_, h_pages_, h_logit_rows_;
-  std::vector<int64_t> h_slots_;
-  std::vector<AttentionSeq> h_seqs_;
+  std::vector<int64_t> h_slots_, h_wslots_;
+  std::vector<int32_t> h_wpages_;
+  std::vector<AttentionSeq> h_seqs_, h_wseqs_;
   // Recorded decode steps. A key is (sequences, max_kv_len hint): every
   // other host-side input of Forward (num_tokens, num_logit_rows, the
   // buffers' addresses, kv_) is then the same.

@@ -77,8 +77,9 @@ struct Stack {
 constexpr char kCudaPrefix[] = "cuda:";
 
 // `param` is a fixture name, or "cuda:" + a fixture name for the CUDA backend.
+// window_pages: EngineOptions::window_pages (0: the default).
 Stack Load(const std::string& param, const std::string& isa = "auto", int32_t page_size = 16,
-           int32_t chunk = 256) {
+           int32_t chunk = 256, int64_t window_pages = 0) {
   Stack s;
   const bool cuda = param.rfind(kCudaPrefix, 0) == 0;
   const std::string name = cuda ? param.substr(sizeof kCudaPrefix - 1) : param;
@@ -109,6 +110,7 @@ Stack Load(const std::string& param, const std::string& isa = "auto", int32_t pa
   eo.chunked_prefill_size = chunk;
   eo.max_running_requests = 16;
   eo.max_total_tokens = 16 * 2048;
+  eo.window_pages = window_pages;
   auto e = Engine::Create(*s.model, *s.backend, eo);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (e.ok()) s.engine = std::move(*e);
@@ -373,6 +375,53 @@ TEST(DeepseekV4ParityTest, CachedRunsMatchTransformersCachedRun) {
   }
   EXPECT_GT(total, 150) << "too few steps compared";
   EXPECT_EQ(s.engine->load().pages_active, 0);
+}
+
+// DeepSeek V4's windowed groups (the sliding window, the compressor
+// inputs) behind a window backing of a few windows' pages
+// (cache/window_backing.h). First every case at once: pages leaving the
+// windows are reused, slots are reclaimed from the cache and requests
+// preempted for them. Then each case alone, twice: the second run starts
+// from the cached prefix (whose last window is still backed). The same
+// answers as the references throughout, and nothing leaked.
+TEST(DeepseekV4ParityTest, SmallWindowBackingMatchesTransformers) {
+  const json golden = LoadGolden("deepseek_v4");
+  EngineOptions eo;
+  eo.page_size = 4;
+  eo.chunked_prefill_size = 64;
+  const int64_t least = MinWindowPages(eo, 128);  // the fixture's largest window: HCA inputs
+  Stack s = Load("deepseek_v4", "auto", 4, 64, least + 40);
+  ASSERT_TRUE(s.engine);
+  const WindowBacking* backing = s.engine->pool().window_backing();
+  ASSERT_NE(backing, nullptr);
+  EXPECT_EQ(backing->num_slots(), least + 40);
+  EXPECT_LT(backing->num_slots(), s.engine->pool().num_pages() / 10);
+  std::vector<GenerationRequest> reqs;
+  for (const json& c : golden["cases"]) reqs.push_back(GreedyRequest(c));
+  auto res = s.engine->Generate(std::move(reqs));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  for (size_t i = 0; i < golden["cases"].size(); ++i)
+    CompareSteps("deepseek_v4 small window backing, batched case " + std::to_string(i),
+                 Steps("deepseek_v4", golden["cases"][i], false), (*res)[i], golden["near_tie"]);
+  EXPECT_GT(s.engine->stats().preemptions, 0) << "the backing should have been short";
+  EXPECT_EQ(s.engine->load().pages_active, 0);
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
+  int64_t cached = 0;
+  for (const json& c : golden["cases"]) {
+    for (int run = 0; run < 2; ++run) {
+      std::vector<GenerationRequest> one;
+      one.push_back(GreedyRequest(c));
+      auto r = s.engine->Generate(std::move(one));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      CompareSteps("deepseek_v4 small window backing, alone, run " + std::to_string(run) +
+                       ", prompt_len " + std::to_string(c["prompt_ids"].size()),
+                   Steps("deepseek_v4", c, false), (*r)[0], golden["near_tie"]);
+      if (run == 1) cached += (*r)[0].cached_tokens;
+    }
+  }
+  EXPECT_GT(cached, 500) << "second runs should start from their cached prefixes";
+  EXPECT_EQ(s.engine->load().pages_active, 0);
+  EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
 }
 
 TEST(DeepseekV4ParityTest, CudaRefusesTheModelByName) {

@@ -47,8 +47,97 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvPool& pool, RadixTree* r
       pool_(pool),
       radix_(radix),
       hicache_(hicache),
+      backing_(pool.window_backing()),
+      window_(backing_ ? pool.layout().MaxSlidingWindow() : 0),
       new_token_ratio_(options.init_new_token_ratio) {
   STRATA_CHECK(!hicache_ || radix_) << "HiCache needs the radix prefix cache";
+  STRATA_CHECK(!hicache_ || !backing_) << "HiCache addresses every pool group by page id";
+}
+
+int64_t Scheduler::UnbackedWindowPages(const Sequence& s, int64_t from_pos) const {
+  if (!backing_) return 0;
+  const std::vector<int32_t>& pages = s.table.pages();
+  int64_t n = 0;
+  for (size_t i = static_cast<size_t>(FirstPageInWindow(from_pos, window_, options_.page_size));
+       i < pages.size(); ++i)
+    n += !backing_->backed(pages[i]);
+  return n;
+}
+
+bool Scheduler::ReclaimWindowSlots(int64_t n, const Sequence& for_seq) {
+  if (backing_->num_free_slots() >= n) return true;
+  const PageAllocator& alloc = pool_.allocator();
+  const std::vector<int32_t>& page_of = backing_->page_of_slot();
+  // First the garbage: slots still mapped to page ids that are free.
+  for (size_t sl = 0; sl < page_of.size() && backing_->num_free_slots() < n; ++sl)
+    if (page_of[sl] >= 0 && alloc.refcount(page_of[sl]) == 0) backing_->Release(page_of[sl]);
+  if (backing_->num_free_slots() >= n) return true;
+  // Then pages no running sequence's window needs (the tree's, or pages
+  // another sequence shared and left behind).
+  std::vector<uint8_t> needed(static_cast<size_t>(backing_->num_page_ids()), 0);
+  auto mark = [&](const Sequence& r) {
+    const std::vector<int32_t>& pages = r.table.pages();
+    for (size_t i = static_cast<size_t>(FirstPageInWindow(r.computed, window_, options_.page_size));
+         i < pages.size(); ++i)
+      needed[static_cast<size_t>(pages[i])] = 1;
+  };
+  for (const auto& r : running_) mark(*r);
+  mark(for_seq);
+  for (size_t sl = 0; sl < page_of.size() && backing_->num_free_slots() < n; ++sl)
+    if (page_of[sl] >= 0 && !needed[static_cast<size_t>(page_of[sl])])
+      backing_->Release(page_of[sl]);
+  return backing_->num_free_slots() >= n;
+}
+
+void Scheduler::BackWindow(Sequence& s, int64_t from_pos) {
+  if (!backing_) return;
+  std::vector<int32_t> fresh;
+  const std::vector<int32_t>& pages = s.table.pages();
+  for (size_t i = static_cast<size_t>(FirstPageInWindow(from_pos, window_, options_.page_size));
+       i < pages.size(); ++i)
+    if (!backing_->backed(pages[i])) fresh.push_back(pages[i]);
+  const Status st = backing_->Back(fresh);
+  STRATA_CHECK(st.ok()) << st.message();
+}
+
+void Scheduler::DropOutOfWindow(Sequence& s) {
+  if (!backing_) return;
+  const std::vector<int32_t>& pages = s.table.pages();
+  const int64_t first = std::min<int64_t>(
+      FirstPageInWindow(s.computed, window_, options_.page_size), static_cast<int64_t>(pages.size()));
+  for (int64_t i = s.window_dropped; i < first; ++i) {
+    const int32_t p = pages[static_cast<size_t>(i)];
+    if (backing_->backed(p) && pool_.allocator().refcount(p) == 1) backing_->Release(p);
+  }
+  s.window_dropped = std::max(s.window_dropped, first);
+}
+
+void Scheduler::ReplaceTombstones(Sequence& s, int64_t upto) {
+  if (!backing_ || upto <= 0) return;
+  // The tree keeps its own pages where it already had the tokens; where
+  // those lost their window and s's are backed, s's are the better copy.
+  radix_->ReplaceDevicePages(std::span<const int32_t>(s.tokens.data(), static_cast<size_t>(upto)),
+                             s.table.pages(), [&](int32_t tree_page, int32_t page) {
+                               return !backing_->backed(tree_page) && backing_->backed(page);
+                             });
+}
+
+size_t Scheduler::UsableMatch(std::span<const int32_t> pages) const {
+  size_t k = pages.size();
+  if (!backing_) return k;
+  for (;;) {
+    // The last tombstone in the window before page k; none: k pages will do.
+    const size_t first = static_cast<size_t>(
+        FirstPageInWindow(static_cast<int64_t>(k) * options_.page_size, window_, options_.page_size));
+    size_t j = k;
+    for (size_t i = k; i > first; --i)
+      if (!backing_->backed(pages[i - 1])) {
+        j = i - 1;
+        break;
+      }
+    if (j == k) return k;
+    k = j;  // end the prefix before the tombstone
+  }
 }
 
 int64_t Scheduler::FutureTokens(const Sequence& s) const {
@@ -96,6 +185,7 @@ void Scheduler::CachePrefix(Sequence& s, int64_t upto) {
   if (!radix_ || full <= s.cached_len) return;
   RadixTree::InsertResult r =
       radix_->Insert(std::span<const int32_t>(s.tokens.data(), full), s.table.pages());
+  ReplaceTombstones(s, full);
   // Lock the longer prefix before dropping the shorter one, so no page of it
   // is ever evictable while this sequence runs on it.
   radix_->Lock(r.handle);
@@ -114,6 +204,7 @@ void Scheduler::ReleaseKv(Sequence& s, bool cache_prefix) {
           radix_->Insert(std::span<const int32_t>(s.tokens.data(), full), s.table.pages());
       if (hicache_) hicache_->OnInserted(r.handle);
     }
+    ReplaceTombstones(s, full);
   }
   if (s.prefix_locked) {
     radix_->Unlock(s.prefix);
@@ -122,6 +213,7 @@ void Scheduler::ReleaseKv(Sequence& s, bool cache_prefix) {
   s.table.Release(pool_.allocator());
   s.computed = 0;
   s.cached_len = 0;
+  s.window_dropped = 0;
   s.load_end = 0;
   s.load_host_pages.clear();
   s.load_ticket = 0;
@@ -181,8 +273,18 @@ bool Scheduler::ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt
   PageAllocator& alloc = pool_.allocator();
   for (;;) {
     const int64_t need = s.table.PagesNeeded(total_tokens);
-    if (alloc.CanAllocate(need)) return s.table.Reserve(total_tokens, alloc).ok();
-    const int64_t short_by = need - alloc.num_free();
+    // Window slots: the step's tokens from s.computed read back one window.
+    const int64_t slots = backing_ ? UnbackedWindowPages(s, s.computed) + need : 0;
+    const bool pages_ok = alloc.CanAllocate(need);
+    if (pages_ok && (!backing_ || ReclaimWindowSlots(slots, s))) {
+      if (!s.table.Reserve(total_tokens, alloc).ok()) return false;
+      BackWindow(s, s.computed);
+      return true;
+    }
+    // Short of pages, or of slots (then evicting cached prefixes frees page
+    // ids whose slots the next reclaim takes).
+    const int64_t short_by =
+        pages_ok ? std::max<int64_t>(1, slots - backing_->num_free_slots()) : need - alloc.num_free();
     if (hicache_) hicache_->PrepareEvict(short_by);  // write_back: host copies first
     if (radix_ && radix_->Evict(short_by) > 0) continue;
     if (!may_preempt) return false;
@@ -220,6 +322,10 @@ void Scheduler::Preempt(Sequence& s) {
 void Scheduler::Admit(Sequence& s) {
   if (!radix_ || s.prefix_locked || s.NeedsPromptLogits()) return;
   auto m = radix_->MatchPrefix(std::span<const int32_t>(s.tokens.data(), s.tokens.size() - 1));
+  if (backing_) {  // never adopt a prefix whose last window is gone
+    m.pages.resize(UsableMatch(m.pages));
+    m.num_tokens = static_cast<int64_t>(m.pages.size()) * options_.page_size;
+  }
   if (m.num_tokens + m.host_tokens == 0) return;
   radix_->Lock(m.host_handle);  // the host match ends below (or at) the device match
   s.prefix = m.host_handle;
@@ -227,6 +333,7 @@ void Scheduler::Admit(Sequence& s) {
   s.table.AdoptSharedPrefix(m.pages, pool_.allocator());
   s.computed = m.num_tokens;
   s.cached_len = m.num_tokens;
+  if (backing_) s.window_dropped = FirstPageInWindow(s.computed, window_, options_.page_size);
   if (hicache_ && m.num_tokens > 0) hicache_->OnMatched(m.handle);
   if (m.host_tokens == 0) s.storage_tokens = 0;
   if (m.host_tokens > 0) {
@@ -506,6 +613,7 @@ void Scheduler::Computed(const ScheduledBatch& batch) {
     Sequence& s = *batch.seqs[i];
     s.computed += batch.items[i].num_tokens;
     s.table.SetNumTokens(s.computed);
+    DropOutOfWindow(s);
     if (s.state != RequestState::kPrefilling) continue;
     CachePrefix(s, s.computed);
     if (s.req.kv_export) ExportPages(s);
@@ -691,6 +799,15 @@ Status Scheduler::CheckIntegrity() const {
     for (int32_t p : s->table.pages())
       if (pool_.allocator().refcount(p) < 1)
         return Internal("request " + s->req.id + " holds free page " + std::to_string(p));
+    if (backing_ && (s->state == RequestState::kPrefilling || s->state == RequestState::kDecoding)) {
+      const std::vector<int32_t>& pages = s->table.pages();
+      const int64_t end = (s->computed + options_.page_size - 1) / options_.page_size;
+      for (int64_t i = FirstPageInWindow(s->computed, window_, options_.page_size); i < end; ++i)
+        if (!backing_->backed(pages[static_cast<size_t>(i)]))
+          return Internal("request " + s->req.id + ": page " + std::to_string(pages[i]) +
+                          " (index " + std::to_string(i) +
+                          ") is inside its window but has no window backing");
+    }
     if (s->cached_len > s->computed || s->cached_len % options_.page_size != 0)
       return Internal("request " + s->req.id + ": cached prefix of " +
                       std::to_string(s->cached_len) + " tokens does not fit its " +
@@ -709,6 +826,7 @@ Status Scheduler::CheckIntegrity() const {
   if (tokens != waiting_tokens_)
     return Internal("waiting token count " + std::to_string(waiting_tokens_) + " != the queue's " +
                     std::to_string(tokens));
+  if (backing_) return backing_->CheckIntegrity();
   return OkStatus();
 }
 

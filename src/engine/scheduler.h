@@ -28,6 +28,17 @@
 //   Neither kAwaitingKv nor kTransferring is ever preempted: a remote
 //   process writes into (or reads from) their pages.
 //
+// Window backing (KvPool::window_backing, cache/window_backing.h): the
+// windowed groups' pages of a running sequence are backed from the first
+// page its next token may attend to (FirstPageInWindow of `computed`, the
+// layout's largest window) to the end of its table; pages it alone holds
+// become tombstones as they leave that window (Computed). Pages shared with
+// the tree or another sequence stay backed until slots run out; then
+// ReservePages reclaims the slots of free page ids, then of pages no running
+// sequence's window needs, then evicts and preempts as for pages. A prefix
+// match is cut back to the longest page boundary whose window before it is
+// backed (Admit), so a sequence never reads a tombstone.
+//
 // Prefix sharing: a prefilling sequence inserts its prompt's whole pages
 // into the radix tree as each chunk completes (and locks them), not only
 // when it finishes, so a request that arrives while a shared prefix is
@@ -113,6 +124,10 @@ struct Sequence {
   // been sent (from 1; position 0 has none). Kept across preemption, so a
   // recomputed prompt sends nothing twice.
   int64_t prompt_logprobs_next = 1;
+  // Window backing (KvPool::window_backing): pages of `table` before this
+  // index have been looked at for tombstoning (the ones only this sequence
+  // held were released as they left its window).
+  int64_t window_dropped = 0;
 
   // Tokens still to compute before the next sample.
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - computed; }
@@ -253,11 +268,32 @@ class Scheduler {
   void AdmitImports();
   // PD prefill: hands newly whole prompt pages to the export.
   void ExportPages(Sequence& s);
+  // Window backing (null backing_: all no-ops / 0). Pages of s's table
+  // from the window of position from_pos on that lack a slot.
+  int64_t UnbackedWindowPages(const Sequence& s, int64_t from_pos) const;
+  // Frees slots until n are free (see the class comment), never of a page
+  // in the window of `for_seq` (which may not be running yet: its adopted
+  // prefix) or of a running sequence; true if they are.
+  bool ReclaimWindowSlots(int64_t n, const Sequence& for_seq);
+  // Backs s's pages from the window of from_pos on. REQUIRES: enough free
+  // slots (UnbackedWindowPages).
+  void BackWindow(Sequence& s, int64_t from_pos);
+  // Tombstones the pages s alone holds that left its window.
+  void DropOutOfWindow(Sequence& s);
+  // Swaps the tree's tombstoned pages of s.tokens[0, upto) for s's backed
+  // ones (RadixTree::ReplaceDevicePages), so a prefix recomputed after its
+  // window was reclaimed is matchable again.
+  void ReplaceTombstones(Sequence& s, int64_t upto);
+  // The longest prefix of `pages` (a match) whose window before its end is
+  // backed: the pages a sequence may adopt.
+  size_t UsableMatch(std::span<const int32_t> pages) const;
 
   SchedulerOptions options_;
   KvPool& pool_;
   RadixTree* radix_;
   HiCache* hicache_;
+  WindowBacking* backing_;  // pool_.window_backing(), null: none
+  int64_t window_ = 0;      // the layout's largest sliding window, with a backing
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   int64_t waiting_tokens_ = 0;

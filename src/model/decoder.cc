@@ -157,6 +157,11 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.sliding_window = d_.sliding_window;
   ap.max_kv_len = batch.max_kv_len;
+  // A sliding-window model's one group is windowed: its pages are addressed
+  // through the window backing (ForwardBatch::window_seqs).
+  const bool windowed = d_.sliding_window > 0;
+  const int64_t* kv_slots = windowed ? batch.WindowKvSlots() : batch.kv_slots;
+  const AttentionSeq* seqs = windowed ? batch.WindowSeqs() : batch.seqs;
 
   auto bias = [](const Tensor& t) { return t.data ? &t : nullptr; };
   backend_.Embedding(embed_, batch.token_ids, x);
@@ -173,8 +178,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, std::span<const KvLayerV
       backend_.RmsNorm(qh, L.q_norm, eps, qh);
       backend_.RmsNorm(kh, L.k_norm, eps, kh);
     }
-    backend_.RopeStoreKv(q, k, v, batch.positions, rope_, kv[l], batch.kv_slots);
-    backend_.PagedAttention(q, kv[l], batch.seqs, batch.num_seqs, ap, attn);
+    backend_.RopeStoreKv(q, k, v, batch.positions, rope_, kv[l], kv_slots);
+    backend_.PagedAttention(q, kv[l], seqs, batch.num_seqs, ap, attn);
     backend_.Linear(attn, L.o, bias(L.o_bias), out);
     backend_.AddRmsNorm(x, out, L.post_norm, eps, h);
     backend_.LinearSiluMul(h, {L.gate, bias(L.gate_bias), gate}, {L.up, bias(L.up_bias), up}, gate);

@@ -633,8 +633,9 @@ void DeepseekV4Model::Compress(const Compressor& c, const ForwardBatch& batch,
   backend_.Linear(View(h, n, H), c.kv, nullptr, View(kv, n, width));
   backend_.Linear(View(h, n, H), c.gate, nullptr, View(gate, n, width));
   for (int64_t i = 0; i < n; ++i) {
-    StoreRow(inputs, inputs.k, batch.kv_slots[i], width, &kv[i * width]);
-    StoreRow(inputs, inputs.v, batch.kv_slots[i], width, &gate[i * width]);
+    // The compressor inputs are a windowed group (their own page tables).
+    StoreRow(inputs, inputs.k, batch.WindowKvSlots()[i], width, &kv[i * width]);
+    StoreRow(inputs, inputs.v, batch.WindowKvSlots()[i], width, &gate[i * width]);
   }
   const float eps = static_cast<float>(config_.rms_norm_eps);
   // Slots of a window: CSA reads the first series (Ca, [:D]) of the window
@@ -644,7 +645,8 @@ void DeepseekV4Model::Compress(const Compressor& c, const ForwardBatch& batch,
       entry(D);
   RopeAngles angles;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
-    const AttentionSeq& q = batch.seqs[s];
+    const AttentionSeq& q = batch.seqs[s];          // the entries' pages
+    const AttentionSeq& wq = batch.WindowSeqs()[s];  // the inputs' pages
     const int64_t first = (q.kv_len - q.q_len) / r, end = q.kv_len / r;
     for (int64_t e = first; e < end; ++e) {
       for (int64_t j = 0; j < slots; ++j) {
@@ -656,7 +658,7 @@ void DeepseekV4Model::Compress(const Compressor& c, const ForwardBatch& batch,
           std::fill(&sg[j * D], &sg[j * D] + D, kNegInf);
           continue;
         }
-        const int64_t slot = TokenSlot(q, inputs.page_size, pos);
+        const int64_t slot = TokenSlot(wq, inputs.page_size, pos);
         LoadRow(inputs, inputs.k, slot, width, row.data());
         LoadRow(inputs, inputs.v, slot, width, grow.data());
         for (int64_t d = 0; d < D; ++d) {
@@ -755,7 +757,7 @@ void DeepseekV4Model::Attention(const Layer& L, const ForwardBatch& batch, const
       RopeRow(&q[(i * nh + a) * hd], hd, angles, 1.f);
     }
     RopeRow(&kvr[i * hd], hd, angles, 1.f);
-    StoreRow(*kv.sliding, kv.sliding->k, batch.kv_slots[i], hd, &kvr[i * hd]);
+    StoreRow(*kv.sliding, kv.sliding->k, batch.WindowKvSlots()[i], hd, &kvr[i * hd]);
   }
 
   std::vector<std::vector<int64_t>> chosen;
@@ -770,7 +772,8 @@ void DeepseekV4Model::Attention(const Layer& L, const ForwardBatch& batch, const
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attn(static_cast<size_t>(n * nh * hd), 0.f), keys, logits;
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
-    const AttentionSeq& sq = batch.seqs[s];
+    const AttentionSeq& sq = batch.seqs[s];           // the entries' pages
+    const AttentionSeq& wsq = batch.WindowSeqs()[s];  // the sliding window's
     for (int64_t i = sq.q_start; i < sq.q_start + sq.q_len; ++i) {
       const int64_t t = batch.positions[i];
       // Keys: the window's tokens, then the compressed entries it may read.
@@ -784,7 +787,7 @@ void DeepseekV4Model::Attention(const Layer& L, const ForwardBatch& batch, const
       const int64_t nk = nwin + static_cast<int64_t>(entries.size());
       keys.resize(static_cast<size_t>(nk * hd));
       for (int64_t p = lo; p <= t; ++p)
-        LoadRow(*kv.sliding, kv.sliding->k, TokenSlot(sq, kv.sliding->page_size, p), hd,
+        LoadRow(*kv.sliding, kv.sliding->k, TokenSlot(wsq, kv.sliding->page_size, p), hd,
                 &keys[(p - lo) * hd]);
       for (size_t x = 0; x < entries.size(); ++x)
         LoadRow(*kv.entries, kv.entries->k, EntrySlot(sq, *kv.entries, entries[x]), hd,

@@ -40,6 +40,17 @@ struct ForwardBatch {
   // Host-side: max over seqs of kv_len (0: unknown), for
   // AttentionParams::max_kv_len.
   int32_t max_kv_len = 0;
+  // The windowed pool groups' addresses (PoolGroupSpec::sliding_window > 0;
+  // cache/window_backing.h): each token's slot and each sequence's page
+  // table in those groups, whose pages may be backed by fewer physical
+  // pages than there are page ids. seqs[i] and window_seqs[i] differ only in
+  // page_table. A model stores and reads its windowed groups through these,
+  // every other group through kv_slots and seqs. Equal to kv_slots and seqs
+  // when the pool has no window backing (or a caller leaves them null).
+  const int64_t* window_kv_slots = nullptr;
+  const AttentionSeq* window_seqs = nullptr;
+  const int64_t* WindowKvSlots() const { return window_kv_slots ? window_kv_slots : kv_slots; }
+  const AttentionSeq* WindowSeqs() const { return window_seqs ? window_seqs : seqs; }
 };
 
 struct ModelOptions {
