@@ -185,8 +185,6 @@ int ServeCommand(const Args& args) {
   // lives while the role or the pool's memory holds it.
   std::shared_ptr<disagg::KvTransport> transport;
   if (pd_mode) {
-    // PD moves every pool group by page id (no window backing).
-    eo.window_backing = false;
     po.mode = c.disaggregation_mode;
     po.bootstrap_host =
         c.disaggregation_bootstrap_host.empty() ? c.host : c.disaggregation_bootstrap_host;

@@ -349,6 +349,9 @@ ServePlan ValidateServeConfig(const ServeConfig& c, const ModelConfig* model,
   eo.step_recording.enabled = mf.decode_graphs;
   eo.context_length = c.context_length;
   eo.disable_radix_cache = c.disable_radix_cache;
+  // PD moves every pool group by page id: no window backing (engine.h),
+  // so the plan sizes the pool as the engine will.
+  eo.window_backing = c.disaggregation_mode == "null";
 
   // HiCache flags.
   HiCacheOptions& h = eo.hicache;

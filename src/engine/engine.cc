@@ -23,8 +23,28 @@ StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& o
   if (options.max_total_tokens > 0) return NumKvPagesForTokens(layout, options.max_total_tokens);
   const int64_t want = context_length * options.max_running_requests;
   ASSIGN_OR_RETURN(int64_t by_tokens, NumKvPagesForTokens(layout, want + options.page_size));
-  ASSIGN_OR_RETURN(int64_t by_bytes, NumKvPagesForBytes(layout, uint64_t{1} << 30));
+  constexpr uint64_t kCap = uint64_t{1} << 30;
+  ASSIGN_OR_RETURN(int64_t by_bytes, NumKvPagesForBytes(layout, kCap));
+  if (UsesWindowBacking(layout, options)) {
+    // The windowed groups cost the backing's pages; the rest one per id.
+    uint64_t windowed = 0, other = 0;
+    for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g)
+      (layout.groups[g].sliding_window > 0 ? windowed : other) += layout.BytesPerPage(g);
+    const int64_t slots = options.window_pages > 0
+                              ? options.window_pages
+                              : WindowPagesFor(options, layout.MaxSlidingWindow(), by_tokens);
+    const uint64_t slot_bytes = static_cast<uint64_t>(slots) * windowed;
+    if (slot_bytes < kCap) {
+      const uint64_t ids = other > 0 ? (kCap - slot_bytes) / other : uint64_t(kMaxKvPages);
+      by_bytes = std::max<int64_t>(by_bytes, static_cast<int64_t>(std::min<uint64_t>(ids, kMaxKvPages)));
+    }
+  }
   return std::min(by_tokens, by_bytes);
+}
+
+bool UsesWindowBacking(const KvLayout& layout, const EngineOptions& options) {
+  return layout.MaxSlidingWindow() > 0 && options.window_backing && !options.hicache.enabled &&
+         !options.kv_pool_allocator;
 }
 
 int64_t MinWindowPages(const EngineOptions& options, int64_t window) {
@@ -80,9 +100,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadedModel& model, Backend& ba
     ASSIGN_OR_RETURN(pages, PlanKvPoolPages(layout, options, e->context_length_));
   }
   int64_t window_pages = -1;  // no backing
-  if (const int window = layout.MaxSlidingWindow(); window > 0 && options.window_backing &&
-                                                    !options.hicache.enabled &&
-                                                    !options.kv_pool_allocator) {
+  if (UsesWindowBacking(layout, options)) {
+    const int window = layout.MaxSlidingWindow();
     window_pages =
         options.window_pages > 0 ? options.window_pages : WindowPagesFor(options, window, pages);
     const int64_t least = std::min(pages, MinWindowPages(options, window));

@@ -102,11 +102,9 @@ struct EngineOptions {
 // the model's max_position_embeddings, else 4096.
 int64_t EffectiveContextLength(const EngineOptions& options, int64_t max_position_embeddings);
 
-// Pages of the device KV pool for `layout`: --max-total-tokens rounded down
-// to whole pages when set, else enough for max_running_requests contexts of
-// `context_length` (plus one page), capped at 1 GiB of KV. Engine::Create
-// sizes its pool with this, and startup validation calls it before the
-// weights load, so both agree. Fails as NumKvPagesForTokens/ForBytes do.
+// True when an engine with these options puts `layout`'s windowed groups
+// behind a window backing (EngineOptions::window_backing).
+bool UsesWindowBacking(const KvLayout& layout, const EngineOptions& options);
 // The window backing's default page count for a layout whose largest
 // sliding window is `window` tokens (> 0): two of the largest step's
 // windows per running request (the step's chunk and the window before it,
@@ -117,6 +115,14 @@ int64_t WindowPagesFor(const EngineOptions& options, int64_t window, int64_t poo
 // window (what `window_pages` may not go under).
 int64_t MinWindowPages(const EngineOptions& options, int64_t window);
 
+// Pages of the device KV pool for `layout`: --max-total-tokens rounded down
+// to whole pages when set, else enough for max_running_requests contexts of
+// `context_length` (plus one page), capped at 1 GiB of KV. Under a window
+// backing (UsesWindowBacking) the cap counts the windowed groups by the
+// backing's pages (window_pages, or WindowPagesFor's want) and the rest by
+// page id, so the bytes the backing saves become page ids. Engine::Create
+// sizes its pool with this, and startup validation calls it before the
+// weights load, so both agree. Fails as NumKvPagesForTokens/ForBytes do.
 StatusOr<int64_t> PlanKvPoolPages(const KvLayout& layout, const EngineOptions& options,
                                   int64_t context_length);
 

@@ -13,7 +13,9 @@ TEST(KvPoolPlanTest, ThePlanFromTheConfigIsThePoolTheEngineAllocates) {
   bo.num_threads = 1;
   auto backend = CreateCpuBackend(bo);
   ASSERT_TRUE(backend.ok());
-  for (const char* fixture : {"llama_default", "qwen3"}) {
+  // deepseek_v4: windowed groups behind a window backing, the byte cap
+  // counting them by the backing's pages.
+  for (const char* fixture : {"llama_default", "qwen3", "deepseek_v4"}) {
     const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + fixture;
     auto model = LoadModelDir(dir, **backend, {});
     ASSERT_TRUE(model.ok()) << model.status().message();
@@ -66,6 +68,37 @@ TEST(KvPoolPlanTest, SizingRules) {
   EXPECT_EQ(EffectiveContextLength(EngineOptions{}, 777), 777);
   eo.context_length = 99;
   EXPECT_EQ(EffectiveContextLength(eo, 777), 99);
+}
+
+// A windowed group (a sliding window) behind a window backing costs the
+// backing's pages, not one page per id: under the 1 GiB cap the bytes it
+// saves become page ids. Without the backing (PD, HiCache) it is per id.
+TEST(KvPoolPlanTest, TheByteCapCountsWindowedGroupsByTheBackingsPages) {
+  KvLayout l;
+  l.page_size = 16;
+  l.groups = {{"full_attention", 2, 2, 16, DType::kF32},      // 512 B/token: 8 KiB a page
+              {"sliding", 2, 2, 16, DType::kF32, true, 64}};  // the same, windowed
+  EngineOptions eo;
+  eo.page_size = 16;
+  eo.max_running_requests = 4096;  // far past the cap
+  eo.chunked_prefill_size = 64;
+  eo.window_backing = false;
+  EXPECT_EQ(*PlanKvPoolPages(l, eo, 2048), (int64_t{1} << 30) / (2 * 8192));
+  eo.window_backing = true;
+  eo.window_pages = 1024;  // 8 MiB of windowed pages; the rest of the GiB for ids
+  EXPECT_EQ(*PlanKvPoolPages(l, eo, 2048), ((int64_t{1} << 30) - 1024 * 8192) / 8192);
+  // The default backing: 2 x 4096 requests x ((64 + 64) / 16 + 1) pages,
+  // more than the pool would have: no saving, the per-id cap.
+  eo.window_pages = 0;
+  EXPECT_EQ(WindowPagesFor(eo, 64, int64_t{1} << 30), 2 * 4096 * 9);
+  EXPECT_EQ(*PlanKvPoolPages(l, eo, 2048), (int64_t{1} << 30) / (2 * 8192));
+  // 64 requests of a 1M-token context: a backing of 2 x 64 x 9 pages, the
+  // rest of the GiB for ids.
+  eo.max_running_requests = 64;
+  EXPECT_EQ(*PlanKvPoolPages(l, eo, int64_t{1} << 20), ((int64_t{1} << 30) - 2 * 64 * 9 * int64_t{8192}) / 8192);
+  eo.hicache.enabled = true;  // the host tier copies every group per id
+  EXPECT_FALSE(UsesWindowBacking(l, eo));
+  EXPECT_EQ(*PlanKvPoolPages(l, eo, int64_t{1} << 20), (int64_t{1} << 30) / (2 * 8192));
 }
 
 }  // namespace
