@@ -281,12 +281,14 @@ bool Scheduler::ReservePages(Sequence& s, int64_t total_tokens, bool may_preempt
       BackWindow(s, s.computed);
       return true;
     }
-    // Short of pages, or of slots (then evicting cached prefixes frees page
-    // ids whose slots the next reclaim takes).
-    const int64_t short_by =
-        pages_ok ? std::max<int64_t>(1, slots - backing_->num_free_slots()) : need - alloc.num_free();
-    if (hicache_) hicache_->PrepareEvict(short_by);  // write_back: host copies first
-    if (radix_ && radix_->Evict(short_by) > 0) continue;
+    // Short of pages: evict cached prefixes. Short of slots only: the
+    // reclaim already took every slot no running window needs, so evicting
+    // would free none; only preempting a running sequence can.
+    if (!pages_ok || !backing_) {
+      const int64_t short_by = need - alloc.num_free();
+      if (hicache_) hicache_->PrepareEvict(short_by);  // write_back: host copies first
+      if (radix_ && radix_->Evict(short_by) > 0) continue;
+    }
     if (!may_preempt) return false;
     Sequence* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it)
