@@ -424,6 +424,31 @@ TEST(DeepseekV4ParityTest, SmallWindowBackingMatchesTransformers) {
   EXPECT_TRUE(s.engine->CheckIntegrity().ok()) << s.engine->CheckIntegrity().ToString();
 }
 
+// A window backing smaller than one request's step is refused at Create,
+// naming the least it takes.
+TEST(DeepseekV4ParityTest, TooFewWindowPagesIsRefusedNamingTheLeast) {
+  CpuBackendOptions bo;
+  bo.num_threads = 1;
+  auto backend = CreateCpuBackend(bo);
+  ASSERT_TRUE(backend.ok());
+  auto model = LoadModelDir(FixtureDir("deepseek_v4"), **backend, LoadOptions{});
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EngineOptions eo;
+  eo.page_size = 4;
+  eo.chunked_prefill_size = 64;
+  eo.max_total_tokens = 4096;
+  const int64_t least = MinWindowPages(eo, 128);
+  eo.window_pages = least - 1;
+  auto e = Engine::Create(**model, **backend, eo);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("must be in [" + std::to_string(least) + ", 1024]"),
+            std::string::npos)
+      << e.status().message();
+  eo.window_pages = least;
+  EXPECT_TRUE(Engine::Create(**model, **backend, eo).ok());
+}
+
 TEST(DeepseekV4ParityTest, CudaRefusesTheModelByName) {
   auto b = CreateCudaBackend(CudaBackendOptions{});
   if (!b.ok() && b.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << b.status().message();
