@@ -173,14 +173,40 @@ __device__ __forceinline__ void MmaTileStep(const __nv_bfloat16* ks, const __nv_
   // 16kk + 8 (i % 2) ..).
   const __nv_bfloat16* krow =
       ks + (c_row + (lane >> 4) * 8 + (lane & 7)) * kS + ((lane >> 3) & 1) * 8;
+  if constexpr (kNTw <= 2) {
+    // A decode warp's 16 positions: two n-tiles, so each MMA would wait for
+    // the one before it over all kHd / 16 steps. Odd steps accumulate
+    // apart (four chains, not two), summed at the end.
+    float s1[kNTw][4];
 #pragma unroll
-  for (int kk = 0; kk < kHd / 16; ++kk) {
+    for (int n = 0; n < kNTw; ++n) s1[n][0] = s1[n][1] = s1[n][2] = s1[n][3] = 0.f;
 #pragma unroll
-    for (int n = 0; n < kNTw; n += 2) {
-      uint32_t b0, b1, b2, b3;
-      LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kS + kk * 16);
-      MmaBf16(s[n], qa[kk], b0, b1);
-      MmaBf16(s[n + 1], qa[kk], b2, b3);
+    for (int kk = 0; kk < kHd / 16; kk += 2) {
+#pragma unroll
+      for (int n = 0; n < kNTw; n += 2) {
+        uint32_t b0, b1, b2, b3, c0, c1, c2, c3;
+        LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kS + kk * 16);
+        LdMatrixX4(c0, c1, c2, c3, krow + n * 8 * kS + (kk + 1) * 16);
+        MmaBf16(s[n], qa[kk], b0, b1);
+        MmaBf16(s[n + 1], qa[kk], b2, b3);
+        MmaBf16(s1[n], qa[kk + 1], c0, c1);
+        MmaBf16(s1[n + 1], qa[kk + 1], c2, c3);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kNTw; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[n][c] += s1[n][c];
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < kHd / 16; ++kk) {
+#pragma unroll
+      for (int n = 0; n < kNTw; n += 2) {
+        uint32_t b0, b1, b2, b3;
+        LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kS + kk * 16);
+        MmaBf16(s[n], qa[kk], b0, b1);
+        MmaBf16(s[n + 1], qa[kk], b2, b3);
+      }
     }
   }
   // Online softmax; lane holds row g (s[.][0..1]) and row g + 8 (s[.][2..3]).
@@ -249,8 +275,22 @@ static_assert(size_t{kMmaWarps} * 16 * (64 + 2) * sizeof(float) <= MmaSmemBytes(
                   size_t{kMmaWarps} * 16 * (128 + 2) * sizeof(float) <= MmaSmemBytes(128),
               "the warps' merge fits in the tile buffers");
 
-template <int kHd>
-__global__ void __launch_bounds__(kMmaThreads, 3)
+// kDecode: every block holds at most 16 rows (a decode batch: one token per
+// sequence, a GQA group of <= 16 heads), so only the kv_split path is
+// compiled, without the prefill path's 8-n-tile scores (fewer registers;
+// at head dim 128 it still needs 191 to run without spilling: MmaMinBlocks).
+// Blocks per SM the registers are allotted for: 3, except the head-dim-128
+// decode kernel, which at 3 (168 registers) spills 80 bytes a thread and at
+// 2 (191) spills none. Measured on an H100 (docs/perf.md, 2026-12-08): the
+// 8B shape's decode 1.02-1.03x at batch 1, 1.02x at 16, 1.01x at 64, with
+// the attention kernel itself at batch 64 unchanged (137 -> 140 us).
+template <int kHd, bool kDecode>
+constexpr int MmaMinBlocks() {
+  return kDecode && kHd == 128 ? 2 : 3;
+}
+
+template <int kHd, bool kDecode>
+__global__ void __launch_bounds__(kMmaThreads, (MmaMinBlocks<kHd, kDecode>()))
     MmaAttentionKernel(View q, KvLayer layer, const Seq* seqs, int32_t num_seqs, AttentionArgs a,
                        View out, float* ml_part, float* acc_part, int splits) {
   STRATA_GRID_DEPENDENCY();
@@ -292,7 +332,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   // A block of at most 16 rows (a decode token's GQA group, a prefill's
   // last few): one m16 tile, every warp on it, each over a quarter of every
   // KV tile's positions, merged at the end. Else warp w owns rows 16w ..
-  const bool kv_split = rows <= 16;
+  const bool kv_split = kDecode || rows <= 16;
   const int wq = kv_split ? 0 : warp;  // the warp's m16 tile of rows
   // This lane's rows g and g + 8 of the warp's tile.
   int pos[2], first[2];
@@ -413,7 +453,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
       if (c0 > z_hi || c0 > w_hi || c_last < w_lo) continue;
       const bool full = all16 && c_last <= z_hi && c_last <= w_min_pos && c0 >= w_max_first;
       MmaTileStep<kHd, 2>(ks, vs, 16 * warp, c0, z_hi, full, pos, first, qa, scale2, o, m, l);
-    } else {
+    } else if constexpr (!kDecode) {
       const int p_last = p0 + kMmaCols - 1;
       if (p0 > w_hi || p_last < w_lo) continue;  // no row of this warp sees the tile
       const bool full = all16 && p_last <= z_hi && p_last <= w_min_pos && p0 >= w_max_first;
@@ -530,18 +570,34 @@ void MmaAttention(const View& q, const KvLayer& layer, const Seq* seqs, int32_t 
   }
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(args.num_kv_heads),
                   static_cast<unsigned>(splits));
+  // One token per sequence and a group of at most 16 heads: every block is
+  // one m16 tile (MmaAttentionKernel's kDecode).
+  const bool decode = q.rows == num_seqs && group <= 16;
+  auto launch = [&](auto kernel, size_t smem) {
+    STRATA_LAUNCH(kernel, grid, kMmaThreads, smem, stream, q, layer, seqs, num_seqs, args, out, ml,
+                  acc, splits);
+  };
   if (args.head_dim == 64) {
     static_assert(MmaSmemBytes(64) <= 48 * 1024, "no opt-in needed");
-    STRATA_LAUNCH(MmaAttentionKernel<64>, grid, kMmaThreads, MmaSmemBytes(64), stream, q, layer,
-                  seqs, num_seqs, args, out, ml, acc, splits);
+    if (decode)
+      launch(MmaAttentionKernel<64, true>, MmaSmemBytes(64));
+    else
+      launch(MmaAttentionKernel<64, false>, MmaSmemBytes(64));
   } else {
-    // Above the default 48 KiB: opted in once (per process; one device each).
+    // Above the default 48 KiB: opted in once per kernel (per process; one
+    // device each). A failure shows as the launch's error.
     static const bool opted_in =
-        cudaFuncSetAttribute(MmaAttentionKernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(MmaAttentionKernel<128, false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(MmaSmemBytes(128))) == cudaSuccess &&
+        cudaFuncSetAttribute(MmaAttentionKernel<128, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(MmaSmemBytes(128))) == cudaSuccess;
-    (void)opted_in;  // a failure shows as the launch's error
-    STRATA_LAUNCH(MmaAttentionKernel<128>, grid, kMmaThreads, MmaSmemBytes(128), stream, q, layer,
-                  seqs, num_seqs, args, out, ml, acc, splits);
+    (void)opted_in;
+    if (decode)
+      launch(MmaAttentionKernel<128, true>, MmaSmemBytes(128));
+    else
+      launch(MmaAttentionKernel<128, false>, MmaSmemBytes(128));
   }
   if (splits > 1) {
     const dim3 rgrid(static_cast<unsigned>(q.rows), static_cast<unsigned>(args.num_heads));
