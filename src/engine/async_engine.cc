@@ -78,17 +78,17 @@ void AsyncEngine::RegisterMetrics(metrics::Registry& r) {
     kv_used_ = *used;
   }
   // Windowed pool groups behind a window backing (cache/window_backing.h):
-  // their physical pages, backing a page id or free.
-  if (engine_->pool().window_backing()) {
-    auto w = r.AddGauge("strata_kv_window_pages",
-                        "Physical pages of the windowed KV pool groups (sliding windows): backed "
-                        "= holding a page's window entries, free = reusable.",
-                        {"state"});
-    if (w.ok()) {
-      (*w)->Get({"backed"});
-      (*w)->Get({"free"});
-      kv_window_ = *w;
-    }
+  // their physical pages, backing a page id or free; both 0 when the pool
+  // has no backing (no sliding-window groups, or HiCache / PD).
+  if (auto w = r.AddGauge("strata_kv_window_pages",
+                          "Physical pages of the windowed KV pool groups (sliding windows) behind "
+                          "a window backing: backed = holding a page's window entries, free = "
+                          "reusable; both 0 without a backing.",
+                          {"state"});
+      w.ok()) {
+    (*w)->Get({"backed"});
+    (*w)->Get({"free"});
+    kv_window_ = *w;
   }
   // Bytes of each pool group on each tier, fixed at startup: a model with
   // several pools (DeepSeek's) shows where its KV memory went.
@@ -452,10 +452,9 @@ void AsyncEngine::Publish() {
     kv_used_->Get({"active"}).Set(static_cast<double>(l.pages_active));
     kv_used_->Get({"cached"}).Set(static_cast<double>(l.pages_cached));
   }
-  if (kv_window_) {
-    const WindowBacking& w = *engine_->pool().window_backing();
-    kv_window_->Get({"backed"}).Set(static_cast<double>(w.num_slots() - w.num_free_slots()));
-    kv_window_->Get({"free"}).Set(static_cast<double>(w.num_free_slots()));
+  if (const WindowBacking* w = engine_->pool().window_backing(); kv_window_ && w) {
+    kv_window_->Get({"backed"}).Set(static_cast<double>(w->num_slots() - w->num_free_slots()));
+    kv_window_->Get({"free"}).Set(static_cast<double>(w->num_free_slots()));
   }
   std::lock_guard<std::mutex> lock(mu_);
   published_.running = l.running;

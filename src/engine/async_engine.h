@@ -163,7 +163,7 @@ class AsyncEngine {
   metrics::Counter* preemptions_ = nullptr;
   metrics::Counter* headroom_waits_ = nullptr;
   metrics::Family<metrics::Gauge>* kv_used_ = nullptr;
-  metrics::Family<metrics::Gauge>* kv_window_ = nullptr;  // null: no window backing
+  metrics::Family<metrics::Gauge>* kv_window_ = nullptr;
   // HiCache (registered only when it is on): strata_hicache_* families, and
   // the stats they were last brought up to.
   struct HiCacheMetrics {
