@@ -79,17 +79,7 @@ std::string Read(const std::string& path) {
   return ss.str();
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+int FreePort() { return http_test::UnusedPort(); }
 
 // A listening socket on 127.0.0.1:port (SO_REUSEADDR, as the server binds); -1 on failure.
 int Listen(int port) {

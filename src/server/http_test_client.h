@@ -20,12 +20,44 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 namespace strata::http_test {
+
+// A 127.0.0.1 port free now, for a process that binds it later. Picked at
+// random below Linux's default ephemeral range (32768-60999), where neither
+// another test's bind(0) listener nor an outgoing connection's source port
+// can take it between the pick and the bind (a port from bind(0) itself was
+// taken so in a parallel suite: "Address already in use"); bind(0)'s port if
+// 64 random ones are all busy.
+inline int UnusedPort() {
+  auto try_bind = [](int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    int got = -1;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      socklen_t len = sizeof a;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) got = ntohs(a.sin_port);
+    }
+    ::close(fd);
+    return got;
+  };
+  static std::minstd_rand rng(static_cast<unsigned>(::getpid()) * 2654435761u ^
+                              static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (int i = 0; i < 64; ++i) {
+    const int port = try_bind(20000 + static_cast<int>(rng() % 12768));
+    if (port > 0) return port;
+  }
+  return try_bind(0);
+}
 
 // Connects to 127.0.0.1:port; -1 on failure (errno set). Reads and writes
 // time out after `timeout` so a wedged server fails a test instead of hanging it.
